@@ -1,0 +1,10 @@
+//! Governor: a per-node resource governor for deep-learning training jobs.
+//!
+//! Data flows from a job's log line to a cgroup write like this (see docs/architecture.md):
+//! [`progress`] tails and parses the logs into records and a progress signal; [`policy`] turns
+//! progress and resource usage into per-job allocations; the daemon applies them through
+//! [`cgroup`], the only module that writes cgroupfs.
+pub mod cgroup;
+pub mod cli;
+pub mod policy;
+pub mod progress;

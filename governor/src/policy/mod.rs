@@ -1,0 +1,261 @@
+//! Node policies: pure, deterministic decision code that turns each job's progress and resource
+//! usage into CPU and memory allocations.
+//!
+//! A policy never reads a clock, a file or a cgroup: the caller (the daemon, the simulator, a
+//! test) feeds it events stamped with its own clock (`now`, seconds since an arbitrary epoch) and
+//! asks for a [`Plan`]. The same code therefore runs in the daemon, in `govsim` and in unit tests.
+//!
+//! Call protocol (the daemon and the simulator both follow it):
+//! 1. [`NodePolicy::job_added`] / [`NodePolicy::job_removed`] when the job set changes
+//!    (FlowCon's listeners);
+//! 2. [`NodePolicy::progress`] for every new finite value of a job's progress signal;
+//! 3. [`NodePolicy::usage`] with cumulative resource counters whenever they are sampled;
+//! 4. [`NodePolicy::decide`] at any time: after events and at [`Plan::next_decision_at`] at the
+//!    latest. A policy that acts only on its own interval returns its previous allocations when
+//!    asked early; the actuator skips writes that change nothing.
+//!
+//! Selectable by name through [`by_name`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub mod fair;
+
+/// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
+pub type Seconds = f64;
+
+/// Identifies a job on a node. Stable for the job's lifetime.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub String);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for JobId {
+    fn from(s: &str) -> Self {
+        JobId(s.to_owned())
+    }
+}
+
+/// Whether a smaller or a larger value of the progress signal means progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Loss-like signals (the default).
+    #[default]
+    Minimise,
+    /// Accuracy-like signals.
+    Maximise,
+}
+
+/// Operator-set bounds on what a policy may give a job. `None` means unbounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bounds {
+    /// Never cap the job below this many cores.
+    pub min_cores: Option<f64>,
+    /// Never let the job use more than this many cores.
+    pub max_cores: Option<f64>,
+    /// Never set a memory limit below this many bytes.
+    pub min_memory_bytes: Option<u64>,
+    /// Never let the job use more than this many bytes.
+    pub max_memory_bytes: Option<u64>,
+}
+
+/// What a policy knows about a job when it arrives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: JobId,
+    /// Larger is more important. 0 is the default.
+    pub priority: i32,
+    pub direction: Direction,
+    pub bounds: Bounds,
+}
+
+impl JobSpec {
+    /// A job with default priority, a loss-like signal and no bounds.
+    pub fn new(id: impl Into<String>) -> Self {
+        JobSpec {
+            id: JobId(id.into()),
+            priority: 0,
+            direction: Direction::Minimise,
+            bounds: Bounds::default(),
+        }
+    }
+}
+
+/// One observation of a job's progress signal E(t).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressPoint {
+    /// When the record was observed (caller's clock).
+    pub at: Seconds,
+    /// The signal's value (finite; NaN/inf never reach a policy).
+    pub value: f64,
+    /// True when this value starts a new run segment (counters restarted in the log).
+    pub new_segment: bool,
+}
+
+/// Cumulative resource counters of a job at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// When the counters were read (caller's clock).
+    pub at: Seconds,
+    /// CPU time consumed since the job started, in seconds (monotonic).
+    pub cpu_seconds: f64,
+    /// Memory in use now, in bytes.
+    pub memory_bytes: u64,
+    /// Cumulative count of memory pressure events (cgroup v2 `memory.events` high + max).
+    pub memory_pressure_events: u64,
+}
+
+/// The node's capacity a policy divides.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeResources {
+    /// CPU cores available to the governed jobs.
+    pub cores: f64,
+    /// Memory available to the governed jobs, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The stage of a job's training as a policy sees it (FlowCon's NL/WL/CL, SpeCon's PC/WC/CC).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Category {
+    /// Not enough progress observed yet to judge.
+    #[default]
+    Unknown,
+    /// Learning fast (FlowCon NL, SpeCon PC).
+    Progressing,
+    /// Slowing down, under watch (FlowCon WL, SpeCon WC).
+    Watching,
+    /// Nearly converged (FlowCon CL, SpeCon CC).
+    Converged,
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Category::Unknown => "unknown",
+            Category::Progressing => "progressing",
+            Category::Watching => "watching",
+            Category::Converged => "converged",
+        })
+    }
+}
+
+/// CPU allocation in cgroup terms. `weight` is work-conserving sharing (`cpu.weight`, 1..=10000,
+/// 100 = the kernel's default); `max_cores` is a hard cap (`cpu.max` quota / period), `None` = no cap.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuAllocation {
+    pub weight: u32,
+    pub max_cores: Option<f64>,
+}
+
+impl CpuAllocation {
+    /// The kernel's default: weight 100 and no cap.
+    pub const DEFAULT: CpuAllocation = CpuAllocation {
+        weight: 100,
+        max_cores: None,
+    };
+}
+
+impl Default for CpuAllocation {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Memory allocation in cgroup terms: `memory.high` (throttle/reclaim point) and `memory.max`
+/// (hard limit). `None` leaves the file at its original value. The daemon's memory guard raises any
+/// proposal below current usage plus headroom, whatever the policy says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryAllocation {
+    pub high_bytes: Option<u64>,
+    pub max_bytes: Option<u64>,
+}
+
+/// A policy's decision for one job, with the reason an operator reads in `governor status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub category: Category,
+    pub cpu: CpuAllocation,
+    pub memory: MemoryAllocation,
+    /// Short human-readable explanation of the decision.
+    pub reason: String,
+}
+
+impl Allocation {
+    /// Leave the job as the kernel would (used by `fair`).
+    pub fn unmanaged(category: Category, reason: impl Into<String>) -> Self {
+        Allocation {
+            category,
+            cpu: CpuAllocation::DEFAULT,
+            memory: MemoryAllocation::default(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A request to move a job to another node (SpeCon); consumed by the coordinator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationRequest {
+    pub job: JobId,
+    pub reason: String,
+}
+
+/// The outcome of [`NodePolicy::decide`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// One entry per known job.
+    pub allocations: BTreeMap<JobId, Allocation>,
+    /// Jobs this node would like moved elsewhere.
+    pub migrations: Vec<MigrationRequest>,
+    /// Ask to be called again at this time at the latest (`None`: only on events).
+    pub next_decision_at: Option<Seconds>,
+}
+
+/// A node policy. Implementations must be deterministic: the same calls in the same order give
+/// the same plans.
+pub trait NodePolicy: Send {
+    /// The name the policy is selected by (`--policy NAME`).
+    fn name(&self) -> &'static str;
+    /// A job arrived on the node.
+    fn job_added(&mut self, now: Seconds, spec: &JobSpec);
+    /// A job left the node (finished, killed, migrated away).
+    fn job_removed(&mut self, now: Seconds, id: &JobId);
+    /// A new finite value of a job's progress signal.
+    fn progress(&mut self, now: Seconds, id: &JobId, point: ProgressPoint);
+    /// New cumulative resource counters of a job.
+    fn usage(&mut self, now: Seconds, id: &JobId, usage: Usage);
+    /// Decide every job's allocation now.
+    fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan;
+}
+
+/// Names accepted by [`by_name`], in the order they are documented.
+pub const POLICY_NAMES: &[&str] = &["fair"];
+
+/// Error for an unknown policy name.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown policy {name:?}; known policies: {known}")]
+pub struct UnknownPolicy {
+    pub name: String,
+    pub known: String,
+}
+
+/// Build a policy by its name, with its default parameters.
+pub fn by_name(name: &str) -> Result<Box<dyn NodePolicy>, UnknownPolicy> {
+    match name {
+        "fair" => Ok(Box::new(fair::Fair::default())),
+        _ => Err(UnknownPolicy {
+            name: name.to_owned(),
+            known: POLICY_NAMES.join(", "),
+        }),
+    }
+}

@@ -1,0 +1,177 @@
+//! Helpers shared by the integration tests.
+//!
+//! Two kinds of tests live in this crate:
+//! - host tests, run by `cargo test` on the development machine (e.g. the cgroup v1 cpu test);
+//! - real-kernel tests, marked `#[ignore = "vm: ..."]`, which change the kernel's cgroups and run
+//!   only inside the virtme-ng guest started by `cargo xtask vm-test` (it runs the ignored tests of
+//!   this crate as root with cgroup v2 mounted and `+cpu +memory +pids` delegated).
+//!
+//! Tests panic with a clear message instead of returning errors.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Environment variable the VM guest script sets; real-kernel tests refuse to run without it so
+/// that `cargo test -- --ignored` on a workstation never rewrites the host's cgroups.
+pub const IN_VM_ENV: &str = "GOVERNOR_IN_VM";
+
+/// Panic unless running inside the test VM.
+pub fn require_vm() {
+    assert!(
+        std::env::var_os(IN_VM_ENV).is_some(),
+        "this test changes the kernel's cgroups and runs only inside the test VM: \
+         use `cargo xtask vm-test` (the guest sets {IN_VM_ENV}=1)"
+    );
+}
+
+/// The cgroup v2 mount point in the guest.
+pub const CGROUP2_ROOT: &str = "/sys/fs/cgroup";
+
+/// A process that burns one CPU until dropped.
+pub struct Burner {
+    child: Child,
+}
+
+impl Burner {
+    /// Start a busy loop (`sh -c 'while :; do :; done'`).
+    pub fn start() -> Burner {
+        let child = Command::new("/bin/sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to start a busy loop with /bin/sh");
+        Burner { child }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Burner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/stat: {e}"));
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let after = &stat[stat.rfind(')').expect("malformed /proc/pid/stat") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the full line, 12 and 13 after the name.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// Parse a flat-keyed cgroup file (`cpu.stat`, `memory.events`): `key value` per line.
+pub fn read_keyed(path: &Path) -> std::collections::BTreeMap<String, u64> {
+    let text =
+        fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.to_owned(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A child cgroup created for one test and removed (after killing its processes) when dropped.
+pub struct TestCgroup {
+    path: PathBuf,
+}
+
+impl TestCgroup {
+    /// Create `<parent>/<name>`; panics with the reason if that fails.
+    pub fn create(parent: &Path, name: &str) -> TestCgroup {
+        let path = parent.join(name);
+        if path.exists() {
+            // Left over from an aborted run: remove it first.
+            drop(TestCgroup { path: path.clone() });
+        }
+        fs::create_dir(&path)
+            .unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", path.display()));
+        TestCgroup { path }
+    }
+
+    /// Directory of the group.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write `value` to the group's `file`.
+    pub fn write(&self, file: &str, value: &str) {
+        let p = self.path.join(file);
+        fs::write(&p, value)
+            .unwrap_or_else(|e| panic!("cannot write {value:?} to {}: {e}", p.display()));
+    }
+
+    /// Read the group's `file`.
+    pub fn read(&self, file: &str) -> String {
+        let p = self.path.join(file);
+        fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+    }
+
+    /// Move a process into the group.
+    pub fn add_pid(&self, pid: u32) {
+        self.write("cgroup.procs", &pid.to_string());
+    }
+
+    /// Pids currently in the group.
+    pub fn pids(&self) -> Vec<u32> {
+        fs::read_to_string(self.path.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                // SAFETY: kill(2) with a pid we read from the group; no memory is touched.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            if Instant::now() > deadline {
+                eprintln!(
+                    "warning: processes still in {} after 10 s",
+                    self.path.display()
+                );
+                break;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        if let Err(e) = fs::remove_dir(&self.path) {
+            eprintln!(
+                "warning: cannot remove test cgroup {}: {e}",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// Enable controllers for the children of a cgroup v2 group (`+cpu +memory +pids`).
+pub fn enable_controllers(group: &Path, controllers: &[&str]) {
+    let want: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
+    let p = group.join("cgroup.subtree_control");
+    fs::write(&p, want.join(" "))
+        .unwrap_or_else(|e| panic!("cannot enable {want:?} in {}: {e}", p.display()));
+}

@@ -1,0 +1,105 @@
+//! Running commands with their command line echoed, and project paths.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root (parent of `xtask/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Cargo's target directory (honours CARGO_TARGET_DIR).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+/// Where the tools the project installs live (bpf-linker, LLVM prefix): `target/tools`.
+pub fn tools_dir() -> PathBuf {
+    target_dir().join("tools")
+}
+
+/// Where the VM bed keeps its venv, kernel and run directories: `target/bed`.
+pub fn bed_dir() -> PathBuf {
+    target_dir().join("bed")
+}
+
+/// Describe a command for messages: program and arguments, shell-like.
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        let a = a.to_string_lossy();
+        if a.contains(' ') || a.is_empty() {
+            s.push_str(&format!(" '{a}'"));
+        } else {
+            s.push(' ');
+            s.push_str(&a);
+        }
+    }
+    s
+}
+
+/// Run a command with inherited stdio, echoing it first; fail with the command line on error.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let line = describe(cmd);
+    eprintln!("  $ {line}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Run a command and capture its stdout (stderr inherited); fail with the command line on error.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let line = describe(cmd);
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !out.status.success() {
+        bail!("`{line}` failed ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A `cargo` command using the same cargo that runs xtask.
+pub fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(workspace_root());
+    // governor/build.rs links the eBPF object with the bpf-linker `setup` installs here.
+    let path = std::env::var("PATH").unwrap_or_default();
+    c.env(
+        "PATH",
+        format!("{}:{path}", tools_dir().join("bin").display()),
+    );
+    c
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}

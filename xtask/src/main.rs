@@ -1,0 +1,50 @@
+//! `cargo xtask`: the project's chores. Every command that needs tools runs `setup` first, so the
+//! two README commands (`cargo xtask demo`, `cargo xtask test`) work on a fresh machine.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod demo;
+mod setup;
+mod test;
+mod vm;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Build, tool set-up, VM tests, demo and benchmarks for Governor.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install everything the project needs (idempotent; each step skips when already done).
+    Setup,
+    /// Everything CI runs: fmt check, clippy -D warnings, host tests, VM tests (single and multi-node).
+    Test(test::TestArgs),
+    /// Run the integration tests inside the VM (real cgroup v2 kernel), or a multi-node scenario.
+    VmTest(vm::VmTestArgs),
+    /// The main job: a live local demo of governed training jobs in the VM.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run().map(|_| ()),
+        Command::Test(args) => test::run(&args),
+        Command::VmTest(args) => vm::run_vm_test(&args),
+        Command::Demo(args) => demo::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nxtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

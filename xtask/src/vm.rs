@@ -1,0 +1,479 @@
+//! The VM test bed: boots the Debian kernel under virtme-ng (TCG: KVM does not work on these
+//! machines) with the host's filesystem shared read-only and one run directory shared read-write.
+//!
+//! virtme-ng neither prints the guest's output nor returns the guest's exit status without a
+//! terminal, so every guest script writes its log and its exit status into the run directory; the
+//! host follows the log while the guest runs and reads the status when it powers off.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd::{self, bed_dir};
+use crate::setup::{self, Bed};
+
+/// Arguments of `cargo xtask vm-test`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VmTestArgs {
+    /// Run only the tests whose name contains FILTER (libtest filter).
+    pub filter: Option<String>,
+    /// Boot N guests on one shared L2 segment (10.10.0.1 .. 10.10.0.N) and run the multi-node
+    /// scenarios (tests named `multinode_*`) in every guest.
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// Give up on the guests after this many minutes.
+    #[arg(long, default_value_t = 45)]
+    pub timeout_minutes: u64,
+}
+
+/// The guest's view: how to boot it.
+pub struct GuestSpec<'a> {
+    pub name: String,
+    pub cpus: u32,
+    pub memory: &'a str,
+    /// Extra QEMU options (network devices for the multi-node bed).
+    pub qemu_opts: Option<String>,
+    /// The shell script to run (a file in the run directory).
+    pub script: PathBuf,
+}
+
+/// A fresh run directory `target/bed/runs/<tag>-<time>`, shared read-write with the guests.
+pub fn new_run_dir(tag: &str) -> Result<PathBuf> {
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let dir =
+        bed_dir()
+            .join("runs")
+            .join(format!("{tag}-{}-{}", stamp.as_secs(), std::process::id()));
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Start one guest in the background; its console goes to `<run>/<name>.console`.
+pub fn spawn_guest(bed: &Bed, run_dir: &Path, spec: &GuestSpec<'_>) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let console = fs::File::create(run_dir.join(format!("{}.console", spec.name)))?;
+    let mut c = Command::new(&bed.vng);
+    c.args(["--disable-kvm", "--force-9p", "--verbose"])
+        .args([
+            "--cpus",
+            &spec.cpus.to_string(),
+            "--memory",
+            spec.memory,
+            "--name",
+            &spec.name,
+        ])
+        .arg("--busybox")
+        .arg(&bed.busybox)
+        .arg(format!("--rwdir={}", run_dir.display()));
+    if let Some(q) = &spec.qemu_opts {
+        c.arg(format!("--qemu-opts={q}"));
+    }
+    c.arg("--run")
+        .arg(&bed.vmlinuz)
+        .arg("--exec")
+        .arg(format!("/bin/sh {}", spec.script.display()));
+    // vng runs depmod and friends from PATH; the project's venv comes first.
+    let path = format!(
+        "{}:{}",
+        bed.vng.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    c.env("PATH", path)
+        .current_dir(run_dir)
+        .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
+        .process_group(0);
+    c.spawn()
+        .with_context(|| format!("cannot start {}", cmd::describe(&c)))
+}
+
+/// Kill a guest and everything vng started (its process group).
+fn kill_guest(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Follows a growing log file and prints what is appended, with an optional prefix per line.
+struct LogFollower {
+    path: PathBuf,
+    prefix: String,
+    offset: u64,
+    partial: String,
+}
+
+impl LogFollower {
+    fn new(path: PathBuf, prefix: &str) -> Self {
+        LogFollower {
+            path,
+            prefix: prefix.to_owned(),
+            offset: 0,
+            partial: String::new(),
+        }
+    }
+
+    fn pump(&mut self, flush: bool) {
+        let Ok(mut f) = fs::File::open(&self.path) else {
+            return;
+        };
+        if f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut buf = Vec::new();
+        if f.read_to_end(&mut buf).is_ok() {
+            self.offset += buf.len() as u64;
+            self.partial.push_str(&String::from_utf8_lossy(&buf));
+        }
+        let mut out = std::io::stdout().lock();
+        while let Some(nl) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=nl).collect();
+            let _ = write!(out, "{}{}", self.prefix, line);
+        }
+        if flush && !self.partial.is_empty() {
+            let _ = writeln!(out, "{}{}", self.prefix, std::mem::take(&mut self.partial));
+        }
+        let _ = out.flush();
+    }
+}
+
+/// Wait for guests while printing their logs; kill them all after `timeout`.
+fn wait_guests(
+    children: &mut [Child],
+    followers: &mut [LogFollower],
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for f in followers.iter_mut() {
+            f.pump(false);
+        }
+        let mut running = 0;
+        for c in children.iter_mut() {
+            if c.try_wait()?.is_none() {
+                running += 1;
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            for c in children.iter_mut() {
+                kill_guest(c);
+            }
+            for f in followers.iter_mut() {
+                f.pump(true);
+            }
+            bail!(
+                "the guest(s) did not finish within {} minutes and were killed",
+                timeout.as_secs() / 60
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for f in followers.iter_mut() {
+        f.pump(true);
+    }
+    Ok(())
+}
+
+/// Read a guest's exit status file; a missing file means the guest died before finishing.
+fn guest_status(run_dir: &Path, name: &str) -> Result<i32> {
+    let path = run_dir.join(format!("{name}.rc"));
+    let text = fs::read_to_string(&path).with_context(|| {
+        format!("guest `{name}` powered off without writing {} (it crashed or was killed); its console is in {}", path.display(), run_dir.join(format!("{name}.console")).display())
+    })?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("bad exit status {text:?} in {}", path.display()))
+}
+
+/// Shell prologue every guest script starts with: log to the run directory, load modules on
+/// demand, delegate the controllers the tests need.
+fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+set -u
+RUN={run}
+NAME={name}
+exec >"$RUN/$NAME.log" 2>&1
+trap 'echo 125 > "$RUN/$NAME.rc"' EXIT
+cd /tmp
+echo "== guest $NAME: kernel $(uname -r), $(nproc) cpu(s), $(awk '/MemTotal/{{print $2/1024 " MiB"}}' /proc/meminfo), booted in $(cut -d' ' -f1 /proc/uptime) s"
+echo {modprobe} > /proc/sys/kernel/modprobe
+if ! echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control; then
+  echo "== cannot delegate +cpu +memory +pids at /sys/fs/cgroup"; exit 1
+fi
+echo "== cgroup v2 at /sys/fs/cgroup, delegated: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+export GOVERNOR_IN_VM=1 RUST_BACKTRACE=1
+"#,
+        run = run_dir.display(),
+        modprobe = bed.modprobe.display(),
+    )
+}
+
+/// Write the epilogue that records the status; `trap` covers early exits.
+fn guest_epilogue() -> &'static str {
+    "trap - EXIT\necho \"$rc\" > \"$RUN/$NAME.rc\"\necho \"== guest $NAME done: rc=$rc after $(cut -d' ' -f1 /proc/uptime) s\"\n"
+}
+
+/// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
+pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> {
+    let run_dir = new_run_dir(tag)?;
+    let name = "guest";
+    let script = run_dir.join("guest.sh");
+    fs::write(
+        &script,
+        format!(
+            "{}{command} > \"$RUN/out\"\nrc=$?\n{}",
+            guest_prologue(bed, &run_dir, name),
+            guest_epilogue()
+        ),
+    )?;
+    let mut child = spawn_guest(
+        bed,
+        &run_dir,
+        &GuestSpec {
+            name: name.into(),
+            cpus: 2,
+            memory: "1G",
+            qemu_opts: None,
+            script,
+        },
+    )?;
+    wait_guests(
+        std::slice::from_mut(&mut child),
+        &mut [],
+        Duration::from_secs(300),
+    )?;
+    let rc = guest_status(&run_dir, name)?;
+    if rc != 0 {
+        let log = fs::read_to_string(run_dir.join("guest.log")).unwrap_or_default();
+        bail!("`{command}` failed in the guest (rc={rc}):\n{log}");
+    }
+    Ok(fs::read_to_string(run_dir.join("out"))?)
+}
+
+/// Build the integration test binaries and the project's binaries; return the test executables.
+pub fn build_test_binaries() -> Result<Vec<PathBuf>> {
+    eprintln!("== building the integration tests and binaries (host)");
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--bins",
+        "-p",
+        "governor",
+        "-p",
+        "coordinator",
+        "-p",
+        "governor-integration-tests",
+    ]))?;
+    let json = cmd::output(cmd::cargo().args([
+        "test",
+        "--no-run",
+        "--message-format=json",
+        "-p",
+        "governor-integration-tests",
+    ]))?;
+    let mut exes = Vec::new();
+    for line in json.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] == "compiler-artifact"
+            && v["profile"]["test"] == true
+            && v["target"]["kind"][0] == "test"
+            && let Some(exe) = v["executable"].as_str()
+        {
+            exes.push(PathBuf::from(exe));
+        }
+    }
+    if exes.is_empty() {
+        bail!("cargo built no integration test executables for governor-integration-tests");
+    }
+    exes.sort();
+    Ok(exes)
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// `cargo xtask vm-test [FILTER] [--nodes N]`.
+pub fn run_vm_test(args: &VmTestArgs) -> Result<()> {
+    let bed = setup::run()?;
+    let exes = build_test_binaries()?;
+    match args.nodes {
+        None | Some(1) => run_single(&bed, &exes, args),
+        Some(0) => bail!("--nodes must be at least 1"),
+        Some(n) => run_multi(&bed, &exes, n, args),
+    }
+}
+
+fn test_loop(exes: &[PathBuf], test_args: &str) -> String {
+    let mut s = String::from("rc=0\n");
+    for exe in exes {
+        let e = shell_quote(&exe.display().to_string());
+        s.push_str(&format!("echo \"== $(basename {e})\"\n{e} --ignored --test-threads=1 --nocapture {test_args} || rc=1\n"));
+    }
+    s
+}
+
+fn bin_dir() -> PathBuf {
+    cmd::target_dir().join("debug")
+}
+
+fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
+    let run_dir = new_run_dir("vm-test")?;
+    let name = "guest";
+    let filter = args.filter.as_deref().map(shell_quote).unwrap_or_default();
+    let script = run_dir.join("guest.sh");
+    let body = format!(
+        "export GOVERNOR_BIN_DIR={}\n{}",
+        shell_quote(&bin_dir().display().to_string()),
+        test_loop(exes, &format!("{filter} --skip multinode_"))
+    );
+    fs::write(
+        &script,
+        format!(
+            "{}{body}{}",
+            guest_prologue(bed, &run_dir, name),
+            guest_epilogue()
+        ),
+    )?;
+    eprintln!(
+        "== booting the VM ({}; 2 vCPUs, TCG); results in {}",
+        bed.kernel_release,
+        run_dir.display()
+    );
+    let started = Instant::now();
+    let mut child = spawn_guest(
+        bed,
+        &run_dir,
+        &GuestSpec {
+            name: name.into(),
+            cpus: 2,
+            memory: "2G",
+            qemu_opts: None,
+            script,
+        },
+    )?;
+    let mut follower = [LogFollower::new(run_dir.join(format!("{name}.log")), "")];
+    wait_guests(
+        std::slice::from_mut(&mut child),
+        &mut follower,
+        Duration::from_secs(args.timeout_minutes * 60),
+    )?;
+    let rc = guest_status(&run_dir, name)?;
+    eprintln!(
+        "== vm-test finished in {:.0} s: {}",
+        started.elapsed().as_secs_f64(),
+        if rc == 0 { "passed" } else { "FAILED" }
+    );
+    if rc != 0 {
+        bail!(
+            "VM tests failed (rc={rc}); log: {}",
+            run_dir.join(format!("{name}.log")).display()
+        );
+    }
+    Ok(())
+}
+
+fn run_multi(bed: &Bed, exes: &[PathBuf], n: u32, args: &VmTestArgs) -> Result<()> {
+    if n > 9 {
+        bail!("--nodes {n}: at most 9 guests (MAC and address scheme)");
+    }
+    let run_dir = new_run_dir(&format!("vm-test-{n}-nodes"))?;
+    // A multicast port per run keeps concurrent runs on separate segments.
+    let mcast_port = 20000 + (std::process::id() % 20000);
+    let filter = args.filter.as_deref().map(shell_quote).unwrap_or_default();
+    let mut children = Vec::new();
+    let mut followers = Vec::new();
+    eprintln!(
+        "== booting {n} guests (1 vCPU each, TCG) on 10.10.0.0/24 (mcast port {mcast_port}); results in {}",
+        run_dir.display()
+    );
+    let started = Instant::now();
+    for node in 1..=n {
+        let name = format!("node{node}");
+        let script = run_dir.join(format!("{name}.sh"));
+        let body = format!(
+            r#"export GOVERNOR_BIN_DIR={bins} GOVERNOR_NODE={node} GOVERNOR_NODES={n}
+ifc() {{ for i in /sys/class/net/*; do [ "$(cat $i/address)" = "$1" ] && basename $i; done; }}
+modprobe virtio_net 2>/dev/null
+for t in $(seq 100); do [ -n "$(ifc 52:54:00:aa:00:0{node})" ] && break; sleep 0.1; done
+NIC=$(ifc 52:54:00:aa:00:0{node})
+[ -n "$NIC" ] || {{ echo "== no NIC with MAC 52:54:00:aa:00:0{node}"; exit 1; }}
+ip link set lo up
+ip addr add 10.10.0.{node}/24 dev $NIC && ip link set $NIC up || exit 1
+echo "== $NIC = 10.10.0.{node}/24"
+{tests}"#,
+            bins = shell_quote(&bin_dir().display().to_string()),
+            tests = test_loop(exes, &format!("multinode_ {filter}")),
+        );
+        fs::write(
+            &script,
+            format!(
+                "{}{body}{}",
+                guest_prologue(bed, &run_dir, &name),
+                guest_epilogue()
+            ),
+        )?;
+        let qemu_opts = format!(
+            "-device virtio-net-pci,netdev=m0,mac=52:54:00:aa:00:0{node} -netdev socket,id=m0,mcast=230.0.0.1:{mcast_port},localaddr=127.0.0.1"
+        );
+        children.push(spawn_guest(
+            bed,
+            &run_dir,
+            &GuestSpec {
+                name: name.clone(),
+                cpus: 1,
+                memory: "768M",
+                qemu_opts: Some(qemu_opts),
+                script,
+            },
+        )?);
+        followers.push(LogFollower::new(
+            run_dir.join(format!("{name}.log")),
+            &format!("[{name}] "),
+        ));
+    }
+    wait_guests(
+        &mut children,
+        &mut followers,
+        Duration::from_secs(args.timeout_minutes * 60),
+    )?;
+    let mut failed = Vec::new();
+    for node in 1..=n {
+        let name = format!("node{node}");
+        match guest_status(&run_dir, &name) {
+            Ok(0) => {}
+            Ok(rc) => failed.push(format!("{name} rc={rc}")),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    eprintln!(
+        "== vm-test --nodes {n} finished in {:.0} s: {}",
+        started.elapsed().as_secs_f64(),
+        if failed.is_empty() {
+            "passed"
+        } else {
+            "FAILED"
+        }
+    );
+    if !failed.is_empty() {
+        bail!(
+            "multi-node VM tests failed: {}; logs in {}",
+            failed.join("; "),
+            run_dir.display()
+        );
+    }
+    Ok(())
+}
