@@ -6,5 +6,8 @@
 //! [`cgroup`], the only module that writes cgroupfs.
 pub mod cgroup;
 pub mod cli;
+pub mod config;
+pub mod discovery;
 pub mod policy;
 pub mod progress;
+pub mod sys;
