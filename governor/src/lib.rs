@@ -7,7 +7,9 @@
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod discovery;
 pub mod policy;
 pub mod progress;
+pub mod status;
 pub mod sys;
