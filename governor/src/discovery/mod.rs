@@ -2,3 +2,4 @@
 //! `GOVERNOR_LOG` in their environment, and jobs launched by `governor run-job`.
 pub mod names;
 pub mod procfs;
+pub mod scan;
