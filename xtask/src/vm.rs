@@ -186,7 +186,7 @@ fn wait_guests(
 }
 
 /// Read a guest's exit status file; a missing file means the guest died before finishing.
-fn guest_status(run_dir: &Path, name: &str) -> Result<i32> {
+pub fn guest_rc(run_dir: &Path, name: &str) -> Result<i32> {
     let path = run_dir.join(format!("{name}.rc"));
     let text = fs::read_to_string(&path).with_context(|| {
         format!("guest `{name}` powered off without writing {} (it crashed or was killed); its console is in {}", path.display(), run_dir.join(format!("{name}.console")).display())
@@ -198,7 +198,7 @@ fn guest_status(run_dir: &Path, name: &str) -> Result<i32> {
 
 /// Shell prologue every guest script starts with: log to the run directory, load modules on
 /// demand, delegate the controllers the tests need.
-fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
+pub fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
     format!(
         r#"#!/bin/sh
 set -u
@@ -221,8 +221,14 @@ export GOVERNOR_IN_VM=1 RUST_BACKTRACE=1
 }
 
 /// Write the epilogue that records the status; `trap` covers early exits.
-fn guest_epilogue() -> &'static str {
+pub fn guest_epilogue() -> &'static str {
     "trap - EXIT\necho \"$rc\" > \"$RUN/$NAME.rc\"\necho \"== guest $NAME done: rc=$rc after $(cut -d' ' -f1 /proc/uptime) s\"\n"
+}
+
+/// Wait for one guest while printing its log live.
+pub fn wait_with_log(child: &mut Child, log: &Path, timeout: Duration) -> Result<()> {
+    let mut follower = [LogFollower::new(log.to_owned(), "")];
+    wait_guests(std::slice::from_mut(child), &mut follower, timeout)
 }
 
 /// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
@@ -254,7 +260,7 @@ pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> 
         &mut [],
         Duration::from_secs(300),
     )?;
-    let rc = guest_status(&run_dir, name)?;
+    let rc = guest_rc(&run_dir, name)?;
     if rc != 0 {
         let log = fs::read_to_string(run_dir.join("guest.log")).unwrap_or_default();
         bail!("`{command}` failed in the guest (rc={rc}):\n{log}");
@@ -371,7 +377,7 @@ fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
         &mut follower,
         Duration::from_secs(args.timeout_minutes * 60),
     )?;
-    let rc = guest_status(&run_dir, name)?;
+    let rc = guest_rc(&run_dir, name)?;
     eprintln!(
         "== vm-test finished in {:.0} s: {}",
         started.elapsed().as_secs_f64(),
@@ -453,7 +459,7 @@ echo "== $NIC = 10.10.0.{node}/24"
     let mut failed = Vec::new();
     for node in 1..=n {
         let name = format!("node{node}");
-        match guest_status(&run_dir, &name) {
+        match guest_rc(&run_dir, &name) {
             Ok(0) => {}
             Ok(rc) => failed.push(format!("{name} rc={rc}")),
             Err(e) => failed.push(format!("{e:#}")),

@@ -41,7 +41,10 @@ pub fn scan(proc: &ProcFs, line: CgroupLine<'_>) -> BTreeMap<String, Vec<EnvProc
 /// launcher and the python it starts both inherit the variable; the launcher is the job's root).
 pub fn job_roots(proc: &ProcFs, members: &[EnvProcess]) -> Vec<u32> {
     let pids: BTreeSet<u32> = members.iter().map(|p| p.pid).collect();
-    pids.iter().copied().filter(|&pid| !ancestors(proc, pid).iter().any(|a| pids.contains(a))).collect()
+    pids.iter()
+        .copied()
+        .filter(|&pid| !ancestors(proc, pid).iter().any(|a| pids.contains(a)))
+        .collect()
 }
 
 fn ancestors(proc: &ProcFs, pid: u32) -> Vec<u32> {
@@ -72,7 +75,10 @@ pub enum Placement {
 
 /// Decide [`Placement`] from the cgroup's member processes (`cgroup.procs`).
 pub fn placement(proc: &ProcFs, cgroup: &str, roots: &[u32], members: &[u32]) -> Placement {
-    let parent_of: HashMap<u32, u32> = members.iter().filter_map(|&p| Some((p, proc.parent(p)?))).collect();
+    let parent_of: HashMap<u32, u32> = members
+        .iter()
+        .filter_map(|&p| Some((p, proc.parent(p)?)))
+        .collect();
     let root_set: BTreeSet<u32> = roots.iter().copied().collect();
     let in_job = |pid: u32| -> bool {
         let mut cur = pid;
@@ -88,8 +94,14 @@ pub fn placement(proc: &ProcFs, cgroup: &str, roots: &[u32], members: &[u32]) ->
         false
     };
     let job_pids: Vec<u32> = members.iter().copied().filter(|&p| in_job(p)).collect();
-    let foreign = members.iter().any(|&p| !in_job(p) && !proc.is_kernel_thread(p));
-    if cgroup == "/" || foreign { Placement::Adopt { pids: job_pids } } else { Placement::InPlace }
+    let foreign = members
+        .iter()
+        .any(|&p| !in_job(p) && !proc.is_kernel_thread(p));
+    if cgroup == "/" || foreign {
+        Placement::Adopt { pids: job_pids }
+    } else {
+        Placement::InPlace
+    }
 }
 
 #[cfg(test)]
@@ -114,36 +126,65 @@ mod tests {
     fn scan_groups_job_processes_by_cgroup_and_finds_roots() {
         let d = fake(&[
             (10, 1, "GOVERNOR_LOG=/l/a.csv;", "/system.slice/a.service"),
-            (11, 10, "GOVERNOR_LOG=/l/a.csv;GOVERNOR_JOB=a;", "/system.slice/a.service"),
+            (
+                11,
+                10,
+                "GOVERNOR_LOG=/l/a.csv;GOVERNOR_JOB=a;",
+                "/system.slice/a.service",
+            ),
             (20, 1, "HOME=/root;", "/user.slice"),
             (30, 1, "GOVERNOR_LOG=/l/b.log;", "/"),
         ]);
         let proc = ProcFs::at(d.path());
         let jobs = scan(&proc, CgroupLine::Unified);
-        assert_eq!(jobs.keys().collect::<Vec<_>>(), vec!["/", "/system.slice/a.service"]);
+        assert_eq!(
+            jobs.keys().collect::<Vec<_>>(),
+            vec!["/", "/system.slice/a.service"]
+        );
         assert_eq!(job_roots(&proc, &jobs["/system.slice/a.service"]), vec![10]);
     }
 
     #[test]
     fn placement_in_place_for_a_dedicated_cgroup() {
-        let d = fake(&[(10, 1, "GOVERNOR_LOG=/x;", "/c"), (11, 10, "", "/c"), (12, 11, "", "/c")]);
+        let d = fake(&[
+            (10, 1, "GOVERNOR_LOG=/x;", "/c"),
+            (11, 10, "", "/c"),
+            (12, 11, "", "/c"),
+        ]);
         let proc = ProcFs::at(d.path());
-        assert_eq!(placement(&proc, "/c", &[10], &[10, 11, 12]), Placement::InPlace);
+        assert_eq!(
+            placement(&proc, "/c", &[10], &[10, 11, 12]),
+            Placement::InPlace
+        );
     }
 
     #[test]
     fn placement_adopts_from_shared_or_root_cgroups() {
-        let d = fake(&[(5, 1, "", "/session"), (10, 5, "GOVERNOR_LOG=/x;", "/session"), (11, 10, "", "/session"), (40, 1, "", "/session")]);
+        let d = fake(&[
+            (5, 1, "", "/session"),
+            (10, 5, "GOVERNOR_LOG=/x;", "/session"),
+            (11, 10, "", "/session"),
+            (40, 1, "", "/session"),
+        ]);
         let proc = ProcFs::at(d.path());
         // The shell (5) and an unrelated process (40) share the session scope: move 10 and 11 only.
-        assert_eq!(placement(&proc, "/session", &[10], &[5, 10, 11, 40]), Placement::Adopt { pids: vec![10, 11] });
+        assert_eq!(
+            placement(&proc, "/session", &[10], &[5, 10, 11, 40]),
+            Placement::Adopt { pids: vec![10, 11] }
+        );
         // The root cgroup cannot be limited at all.
-        assert_eq!(placement(&proc, "/", &[10], &[10, 11]), Placement::Adopt { pids: vec![10, 11] });
+        assert_eq!(
+            placement(&proc, "/", &[10], &[10, 11]),
+            Placement::Adopt { pids: vec![10, 11] }
+        );
     }
 
     #[test]
     fn parent_cycles_in_a_racing_proc_do_not_hang() {
-        let d = fake(&[(10, 11, "GOVERNOR_LOG=/x;", "/c"), (11, 10, "GOVERNOR_LOG=/x;", "/c")]);
+        let d = fake(&[
+            (10, 11, "GOVERNOR_LOG=/x;", "/c"),
+            (11, 10, "GOVERNOR_LOG=/x;", "/c"),
+        ]);
         let proc = ProcFs::at(d.path());
         let members = scan(&proc, CgroupLine::Unified);
         let _ = job_roots(&proc, &members["/c"]);
