@@ -1,0 +1,6 @@
+//! placeholder
+pub struct WatchEvent;
+pub struct WatchEventKind;
+pub struct WatchSpec;
+pub struct Watcher;
+pub struct WatcherHandle;
