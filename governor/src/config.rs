@@ -207,9 +207,10 @@ pub struct JobConfig {
     pub min_memory: Option<ByteSize>,
     #[serde(default)]
     pub max_memory: Option<ByteSize>,
-    /// A custom line format: a regex with named captures (`step`, `epoch`, any metric name).
+    /// A custom line format: `[custom] regex = '...'` with named captures (`step`, `epoch`,
+    /// `split`, any other name is a metric) and an optional `split` for the records.
     #[serde(default)]
-    pub custom_regex: Option<String>,
+    pub custom: Option<crate::progress::CustomFormat>,
 }
 
 impl JobConfig {
@@ -266,10 +267,15 @@ impl JobConfig {
                 "min_memory = {lo} is above max_memory = {hi}"
             )));
         }
-        if let Some(re) = &self.custom_regex
-            && let Err(e) = regex::Regex::new(re)
+        if let Some(custom) = &self.custom
+            && let Err(e) = regex::Regex::new(&custom.regex)
         {
-            return Err(invalid(format!("custom_regex does not compile: {e}")));
+            return Err(invalid(format!("custom.regex does not compile: {e}")));
+        }
+        for log in &self.logs {
+            if !Path::new(log).is_absolute() {
+                return Err(invalid(format!("log path {log:?} must be absolute")));
+            }
         }
         Ok(())
     }
@@ -547,7 +553,8 @@ memory_headroom_min = "64MiB"
 # max_cpu = 8.0
 # min_memory = "4GiB"
 # max_memory = "32GiB"
-# custom_regex = 'step (?P<step>\d+) loss (?P<loss>[0-9.eE+-]+)'
+# [custom]                     # for a log format Governor does not know
+# regex = 'step (?P<step>\d+) loss (?P<loss>[0-9.eE+-]+)'
 "#;
 
 #[cfg(test)]
@@ -656,7 +663,12 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.path().join("g.toml"),
-            "cgroup = \"/g\"\nlogs = [\"/l\"]\ncustom_regex = \"(?P<loss>\"",
+            "cgroup = \"/g\"\nlogs = [\"/l\"]\n[custom]\nregex = \"(?P<loss>\"",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("h.toml"),
+            "cgroup = \"/h\"\nlogs = [\"rel/log.csv\"]",
         )
         .unwrap();
         std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
@@ -666,7 +678,7 @@ mod tests {
         assert_eq!(a.name.as_deref(), Some("a"));
         assert_eq!(a.max_cpu, Some(2.0));
         let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        assert_eq!(messages.len(), 6, "{messages:#?}");
+        assert_eq!(messages.len(), 7, "{messages:#?}");
         assert!(
             messages
                 .iter()
@@ -690,7 +702,12 @@ mod tests {
         assert!(
             messages
                 .iter()
-                .any(|m| m.contains("g.toml") && m.contains("custom_regex"))
+                .any(|m| m.contains("g.toml") && m.contains("custom.regex"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("h.toml") && m.contains("must be absolute"))
         );
     }
 

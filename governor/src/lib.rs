@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod discovery;
 pub mod policy;
 pub mod progress;
