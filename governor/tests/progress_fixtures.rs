@@ -69,10 +69,20 @@ const EXPECTED: &[Expect] = &[
     Expect { path: "other_formats/basicsr-pyiqa-tail_nohup.out", format: Format::Basicsr, records: 7, train: 7, eval: 0, signal: "l_mos", first: 8.1951e-03, last: 3.1917e-03, runs: 1, original: Original::Lf },
 ];
 
-/// Individual values worth pinning: eval records, NaN, counters, derived metrics.
 /// (file, record index, epoch, step, split, metric, value; NaN means "is NaN")
+type SpotCheck = (
+    &'static str,
+    u64,
+    Option<f64>,
+    Option<u64>,
+    &'static str,
+    &'static str,
+    f64,
+);
+
+/// Individual values worth pinning: eval records, NaN, counters, derived metrics.
 #[rustfmt::skip]
-const SPOT_CHECKS: &[(&str, u64, Option<f64>, Option<u64>, &str, &str, f64)] = &[
+const SPOT_CHECKS: &[SpotCheck] = &[
     ("nanogpt_style/nanogpt-shakespeare-char-termux_train.log", 0, None, Some(0), "eval", "val_loss", 4.2475),
     ("nanogpt_style/nanogpt-shakespeare-char-termux_train.log", 1, None, Some(0), "train", "mfu", -100.0),
     ("nanogpt_style/nanogpt-shakespeare-char-termux_train.log", 95, None, Some(450), "train", "loss", f64::NAN),

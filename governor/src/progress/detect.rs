@@ -163,6 +163,23 @@ impl LogParser {
         self.records += (out.len() - before) as u64;
     }
 
+    /// The writer closed the file but may come back: records a parser holds back (Caffe's
+    /// test outputs) are released; an undecided format stays undecided (weak evidence is not
+    /// forced into a decision as it is at the end of the input).
+    pub fn flush_pending(&mut self, out: &mut Vec<RecordData>) {
+        let before = out.len();
+        match &mut self.mode {
+            Mode::Decided { parser, .. } => parser.flush(out),
+            Mode::Detecting(cands) => {
+                for c in cands.iter_mut() {
+                    c.parser.flush(&mut c.pending);
+                }
+                self.try_decide(false, out);
+            }
+        }
+        self.records += (out.len() - before) as u64;
+    }
+
     /// The file was truncated or replaced (see [`LineParser::restart`]).
     pub fn restart(&mut self) {
         match &mut self.mode {

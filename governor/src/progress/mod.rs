@@ -123,6 +123,24 @@ impl LogStream {
         self.drain(observed_at, out);
     }
 
+    /// The writer closed the file (it may reopen it and append): the unterminated last line is
+    /// parsed, as the writer will not finish it, and held-back records are released, but format
+    /// detection is not forced.
+    pub fn writer_closed(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
+        let parser = &mut self.parser;
+        let scratch = &mut self.scratch;
+        self.splitter.finish(|line| parser.line(line, scratch));
+        parser.flush_pending(scratch);
+        self.drain(observed_at, out);
+    }
+
+    /// Follows another file with the same parser state (a glob's newest match replaced the
+    /// previous file: a rewritten document keeps knowing which entries it already emitted).
+    pub fn reopen(&mut self, file: Arc<Path>) {
+        self.file = file;
+        self.restart();
+    }
+
     /// The file was truncated or replaced: the unterminated bytes are dropped and a document
     /// format starts over. Record numbering continues.
     pub fn restart(&mut self) {

@@ -240,7 +240,7 @@ impl LineParser for Caffe {
 /// ```text
 /// 2025-02-04 22:37:09,911 INFO: [basel..][epoch:  0, iter:     100, lr:(3.000e-05,)] [eta: 4:06:17, time (data): 1.663 (0.247)] l_mos: 8.1951e-03 l_metric: 1.5984e-01
 /// 2025-02-04 22:40:00,000 INFO: Validation Set5
-///          # psnr: 30.1234	Best: 30.1234 @ 5000 iter
+///          # psnr: 30.1234    Best: 30.1234 @ 5000 iter
 /// ```
 ///
 /// Train lines: epoch, step = `iter` (thousands separators removed), metrics `lr` (first
