@@ -175,3 +175,4 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
     fs::write(&p, want.join(" "))
         .unwrap_or_else(|e| panic!("cannot enable {want:?} in {}: {e}", p.display()));
 }
+pub mod daemon;

@@ -72,7 +72,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 
 fn guest_script(args: &DemoArgs, policy: &str, run_dir: &Path) -> String {
     let governor = cmd::target_dir().join("debug/governor");
-    let trainer = cmd::target_dir().join("release/demo-trainer");
+    let trainer = cmd::target_dir().join("debug/demo-trainer");
     let mut jobs = String::new();
     for (i, (name, format, file, lr)) in JOBS.iter().enumerate() {
         if i > 0 {

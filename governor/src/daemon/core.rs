@@ -16,7 +16,8 @@ use tracing::{debug, info, warn};
 
 use crate::cgroup::{Actuator, CgroupError, CgroupUsage, HierarchyKind, JobCgroup, RestoreReport};
 use crate::policy::{
-    Allocation, Category, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint, Usage,
+    Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
+    NodeResources, Plan, ProgressPoint, Usage,
 };
 use crate::progress::{Format, Record, SignalConfig, SignalTracker, SignalUpdate};
 use crate::status::{JobStatus, NodeStatus};
@@ -75,6 +76,8 @@ pub struct JobEntry {
     cpu_seconds: Option<f64>,
     usage: Option<CgroupUsage>,
     allocation: Option<Allocation>,
+    /// The actuator holds written values for this job (released when the policy lets go).
+    touched: bool,
 }
 
 /// Where CPU usage comes from (eBPF maps or cgroup files).
@@ -229,6 +232,7 @@ impl NodeCore {
             cpu_seconds: None,
             usage: None,
             allocation: None,
+            touched: false,
         };
         self.jobs.insert(job.cgroup, entry);
         self.next_decision_at = Some(now);
@@ -408,7 +412,19 @@ impl NodeCore {
                     "decision"
                 );
             }
-            if !self.settings.dry_run {
+            // The kernel default (weight 100, no cap, no memory limit) means "hands off": the
+            // files keep whatever the kernel or the orchestrator set, and anything the governor
+            // wrote earlier is put back. So `fair` never writes, and a job a policy lets go is
+            // restored rather than pinned to weight 100.
+            let hands_off =
+                alloc.cpu == CpuAllocation::DEFAULT && alloc.memory == MemoryAllocation::default();
+            if hands_off {
+                if entry.touched && !self.settings.dry_run {
+                    log_restore(&self.actuator.release(cgroup));
+                }
+                entry.touched = false;
+            } else if !self.settings.dry_run {
+                entry.touched = true;
                 let result = match &entry.usage {
                     Some(u) => self.actuator.apply_with_usage(cgroup, &alloc, u, now),
                     None => self.actuator.apply(cgroup, &alloc, now),
