@@ -15,7 +15,9 @@ use governor::cgroup::{
     JobCgroup, Knob, MemoryGuardConfig,
 };
 use governor::policy::{Allocation, Category, CpuAllocation, MemoryAllocation};
-use governor_integration_tests::{Burner, CGROUP2_ROOT, TestCgroup, read_keyed, require_vm};
+use governor_integration_tests::{
+    Burner, CGROUP2_ROOT, TestCgroup, pin_to_cpu, read_keyed, require_vm,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -149,9 +151,11 @@ fn vm_actuator_cpu_weight_splits_two_busy_groups() {
         300
     );
 
-    // Two busy processes per group: both vCPUs are contended by both groups.
+    // Two busy processes per group, one of each group pinned to each vCPU: both vCPUs are
+    // contended by both groups, and load balancing cannot pair a group's two processes on one CPU.
     let burners: Vec<Burner> = (0..4).map(|_| Burner::start()).collect();
     for (i, burner) in burners.iter().enumerate() {
+        pin_to_cpu(burner.pid(), i / 2);
         if i % 2 == 0 { &a } else { &b }.add_pid(burner.pid());
     }
     let usage = |g: &TestCgroup| read_keyed(&g.path().join("cpu.stat"))["usage_usec"];
@@ -165,7 +169,7 @@ fn vm_actuator_cpu_weight_splits_two_busy_groups() {
         b1 as f64 / 1e6
     );
     assert!(
-        (2.2..=4.0).contains(&ratio),
+        (2.4..=3.6).contains(&ratio),
         "CPU split b/a = {ratio:.2}, expected about 3 for weights 300:100"
     );
 
@@ -351,6 +355,16 @@ fn vm_actuator_sees_drift_through_the_kernels_normalisation() {
     );
 }
 
+/// When the governor loop of [`run_guarded`] starts looking.
+#[derive(Clone, Copy, PartialEq)]
+enum GovernorStart {
+    /// As soon as the job is started.
+    Immediately,
+    /// Only once the job has been throttled at memory.high (a governor whose tick comes late):
+    /// the kernel alone stands between the job and memory.max meanwhile.
+    AfterTheJobHitsMemoryHigh,
+}
+
 /// Run memhog in `group` (joined before exec, through the actuator's `prepare_command`) while a
 /// governor loop applies `proposal` every 50 ms with fresh usage. Returns the child's status, the
 /// peak usage, how many samples had a numeric memory.max, and the guard's verdicts.
@@ -359,6 +373,7 @@ fn run_guarded(
     act: &mut Actuator,
     memhog_args: &[&str],
     proposal: &Allocation,
+    start: GovernorStart,
 ) -> (std::process::ExitStatus, u64, usize, Vec<GuardVerdict>) {
     let job = job_of(group);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_memhog"));
@@ -374,6 +389,32 @@ fn run_guarded(
         format!("0::{job}"),
         "memhog did not start inside its group"
     );
+    if start == GovernorStart::AfterTheJobHitsMemoryHigh {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let events = read_keyed(&group.path().join("memory.events"));
+            if events["high"] > 0 {
+                let current = trimmed(group, "memory.current");
+                eprintln!("throttled at memory.high: memory.current {current}, events {events:?}");
+                // Give the kernel's throttling a moment to prove it holds the job below max.
+                sleep(Duration::from_millis(500));
+                let held: u64 = trimmed(group, "memory.current").parse().unwrap();
+                let max: u64 = trimmed(group, "memory.max").parse().unwrap();
+                eprintln!("0.5 s later: memory.current {held} (memory.max {max})");
+                assert!(held < max, "not held below memory.max by throttling");
+                break;
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "memhog ended before reaching memory.high"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "memhog never reached memory.high"
+            );
+            sleep(Duration::from_millis(20));
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut peak = 0;
     let mut limited_samples = 0;
@@ -416,8 +457,13 @@ fn vm_memory_guard_never_lets_a_growing_job_be_oom_killed() {
     // A policy that wants the job squeezed to 32 MiB (high) / 48 MiB (max) while it grows to
     // 300 MiB, 4 MiB every 20 ms.
     let proposal = alloc(100, None, Some(32 * MIB), Some(48 * MIB));
-    let (status, peak, limited, verdicts) =
-        run_guarded(&group, &mut act, &["300", "1", "4", "20"], &proposal);
+    let (status, peak, limited, verdicts) = run_guarded(
+        &group,
+        &mut act,
+        &["300", "1", "4", "20"],
+        &proposal,
+        GovernorStart::Immediately,
+    );
     let events = read_keyed(&group.path().join("memory.events"));
     let raised = verdicts
         .iter()
@@ -477,8 +523,16 @@ fn vm_memory_guard_backs_off_when_a_burst_hits_memory_high() {
         .unwrap();
     assert_eq!(trimmed(&group, "memory.high"), (32 * MIB).to_string());
     assert_eq!(trimmed(&group, "memory.max"), (48 * MIB).to_string());
-    // 200 MiB at once: far beyond both limits.
-    let (status, peak, _, verdicts) = run_guarded(&group, &mut act, &["200", "1"], &proposal);
+    // 200 MiB at once, far beyond both limits, and the governor's next look comes only after
+    // the job has hit memory.high: the kernel must throttle the job there (not kill it at
+    // memory.max) until the guard sees the `high` events and lifts the limits.
+    let (status, peak, _, verdicts) = run_guarded(
+        &group,
+        &mut act,
+        &["200", "1"],
+        &proposal,
+        GovernorStart::AfterTheJobHitsMemoryHigh,
+    );
     let events = read_keyed(&group.path().join("memory.events"));
     let backoffs = verdicts
         .iter()
@@ -499,6 +553,11 @@ fn vm_memory_guard_backs_off_when_a_burst_hits_memory_high() {
         "the burst never reached memory.high: {events:?}"
     );
     assert!(backoffs > 0, "the guard never backed off: {verdicts:?}");
+    assert!(
+        peak >= 190 * MIB,
+        "memhog peaked at {} MiB: did it run?",
+        peak / MIB
+    );
     act.release(&job);
 }
 

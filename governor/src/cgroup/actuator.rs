@@ -275,6 +275,8 @@ struct JobState {
     /// The (cpu, guarded memory) last applied completely: nothing to do while it is unchanged.
     settled: Option<(CpuAllocation, MemoryAllocation)>,
     next_verify_at: Option<Instant>,
+    /// The memory controller's absence was reported (once per job).
+    memory_unavailable_reported: bool,
 }
 
 /// What a knob should hold.
@@ -628,6 +630,7 @@ impl Core {
             last_request: None,
             settled: None,
             next_verify_at: None,
+            memory_unavailable_reported: false,
         }
     }
 
@@ -759,6 +762,10 @@ impl Core {
             max_bytes: in_effect_of(max_knob),
         };
         let cooling = js.guard.cooldown_until.is_some_and(|t| now < t);
+        if !cooling {
+            // An expired cool-down must not keep `next_wakeup` in the past.
+            js.guard.cooldown_until = None;
+        }
         let anything = proposed.high_bytes.is_some()
             || proposed.max_bytes.is_some()
             || in_effect.high_bytes.is_some()
@@ -774,14 +781,19 @@ impl Core {
                 Some(o) => o,
                 None => {
                     // Without usage the guard cannot vouch for any limit: set none.
-                    out.errors.push(CgroupError::ControllerUnavailable {
-                        job: job.clone(),
-                        controller: Controller::Memory,
-                        path: self
-                            .fs
-                            .file_path(job, Controller::Memory, "memory.current")
-                            .unwrap_or_default(),
-                    });
+                    if !js.memory_unavailable_reported {
+                        js.memory_unavailable_reported = true;
+                        let e = CgroupError::ControllerUnavailable {
+                            job: job.clone(),
+                            controller: Controller::Memory,
+                            path: self
+                                .fs
+                                .file_path(job, Controller::Memory, "memory.current")
+                                .unwrap_or_default(),
+                        };
+                        warn!(job = %job, error = %e, "no memory usage: memory limits not applied");
+                        out.errors.push(e);
+                    }
                     return Ok(MemoryAllocation::default());
                 }
             },

@@ -1046,10 +1046,17 @@ fn without_a_memory_controller_no_memory_limit_is_set() {
         std::fs::remove_file(dir.join(f)).unwrap();
     }
     let mut act = bed.actuator();
+    let t0 = Instant::now();
     let out = act
-        .apply(&job("a"), &mem(Some(100 * MIB), None), Instant::now())
+        .apply(&job("a"), &mem(Some(100 * MIB), None), t0)
         .unwrap();
-    assert!(out.written.is_empty());
+    assert!(
+        out.written
+            .iter()
+            .all(|w| w.knob.class() == knob::KnobClass::Cpu),
+        "{:?}",
+        out.written
+    );
     assert!(
         out.errors
             .iter()
@@ -1057,6 +1064,50 @@ fn without_a_memory_controller_no_memory_limit_is_set() {
         "{:?}",
         out.errors
     );
+    let out = act
+        .apply(
+            &job("a"),
+            &mem(Some(100 * MIB), None),
+            t0 + Duration::from_secs(1),
+        )
+        .unwrap();
+    assert!(out.errors.is_empty(), "reported once: {:?}", out.errors);
+}
+
+#[test]
+fn an_expired_cool_down_does_not_keep_the_daemon_awake() {
+    let bed = Bed::v2();
+    bed.fake.add_group("a");
+    let mut act = bed.actuator();
+    let t0 = Instant::now();
+    let alloc = mem(Some(500 * MIB), None);
+    act.apply_with_usage(
+        &job("a"),
+        &alloc,
+        &usage(100 * MIB, MemoryEvents::default()),
+        t0,
+    )
+    .unwrap();
+    let pressure = MemoryEvents {
+        high: 1,
+        ..Default::default()
+    };
+    act.apply_with_usage(&job("a"), &alloc, &usage(100 * MIB, pressure), t0)
+        .unwrap();
+    // The policy stops asking for memory limits; the cool-down ends.
+    let later = t0 + Duration::from_secs(120);
+    act.apply_with_usage(
+        &job("a"),
+        &cpu(100, None),
+        &usage(100 * MIB, pressure),
+        later,
+    )
+    .unwrap();
+    let wake = act
+        .next_wakeup()
+        .expect("the drift check is always due some time");
+    assert!(wake > later, "next_wakeup {wake:?} is in the past");
+    assert!(act.poll(later + Duration::from_millis(1)).is_empty());
 }
 
 #[test]
