@@ -120,7 +120,13 @@ fn setup(drift_check_interval_ms: u64) -> Setup {
         clock: Instant::now(),
     };
     // Prime: originals recorded, allocation 0 in place.
+    let started = Instant::now();
     round(&mut s, &allocation(0));
+    eprintln!(
+        "first apply of {JOBS} jobs (records {} originals): {:?}",
+        s.actuator.recorded().count(),
+        started.elapsed()
+    );
     s
 }
 
