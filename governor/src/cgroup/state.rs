@@ -389,7 +389,7 @@ mod tests {
                 .append(std::slice::from_ref(&e), &[], live.iter())
                 .unwrap();
             store
-                .append(&[], &[e.path.clone()], [&keep].into_iter())
+                .append(&[], std::slice::from_ref(&e.path), [&keep].into_iter())
                 .unwrap();
         }
         assert!(
