@@ -245,6 +245,8 @@ struct KnobState {
     unavailable: bool,
     /// The last write failed (for logging once).
     failing: bool,
+    /// Its original value could not be parsed (reported once).
+    bad_original_reported: bool,
 }
 
 impl KnobState {
@@ -262,6 +264,7 @@ impl KnobState {
             abandoned: false,
             unavailable: false,
             failing: false,
+            bad_original_reported: false,
         }
     }
 }
@@ -275,6 +278,8 @@ struct JobState {
     /// The (cpu, guarded memory) last applied completely: nothing to do while it is unchanged.
     settled: Option<(CpuAllocation, MemoryAllocation)>,
     next_verify_at: Option<Instant>,
+    /// The memory controller's absence was reported (once per job).
+    memory_unavailable_reported: bool,
 }
 
 /// What a knob should hold.
@@ -402,10 +407,16 @@ impl Actuator {
                 "restoring cgroup values left by a previous governor run"
             );
         }
+        let before = self.core.records.len();
         for entry in entries {
             self.core.restore_entry(&entry, None, &mut report);
         }
-        self.core.persist_into(&mut report.errors);
+        // Failed restores stay leftovers: `restore_all` (or the next start) tries again.
+        self.core.leftovers = leftovers
+            .into_iter()
+            .filter(|p| self.core.records.contains_key(p))
+            .collect();
+        self.core.persist_if_changed(before, &mut report.errors);
         report
     }
 
@@ -466,6 +477,7 @@ impl Actuator {
             .cloned()
             .collect();
         entries.sort_by_key(|e| e.knob.restore_rank());
+        let before = self.core.records.len();
         for entry in entries {
             let ours = js.as_ref().and_then(|js| {
                 js.knobs
@@ -476,13 +488,14 @@ impl Actuator {
             self.core
                 .restore_entry(&entry, ours.as_deref(), &mut report);
         }
-        self.core.persist_into(&mut report.errors);
+        self.core.persist_if_changed(before, &mut report.errors);
         report
     }
 
-    /// Restore every recorded original (all jobs, and leftovers of a previous run) and forget
-    /// every job: call on shutdown and on SIGTERM. The state file is removed when everything was
-    /// restored.
+    /// Restore every recorded original (all jobs, leftovers of a previous run, restores that
+    /// failed earlier) and forget every job: call on shutdown and on SIGTERM. The state file is
+    /// removed when everything was restored; what could not be restored stays in it for the next
+    /// start's `recover`.
     pub fn restore_all(&mut self) -> RestoreReport {
         let mut report = RestoreReport::default();
         let mut jobs: Vec<JobCgroup> = self.jobs.keys().cloned().collect();
@@ -494,12 +507,18 @@ impl Actuator {
             report.gone.extend(r.gone);
             report.errors.extend(r.errors);
         }
-        let r = self.recover();
-        report.restored.extend(r.restored);
-        report.left_to_others.extend(r.left_to_others);
-        report.gone.extend(r.gone);
-        report.errors.extend(r.errors);
-        report.corrupt_state = r.corrupt_state;
+        // Everything else: leftovers of a previous run and restores that failed earlier.
+        report.corrupt_state = self.corrupt_state.take();
+        let mut rest: Vec<StateEntry> = self.core.records.values().cloned().collect();
+        rest.sort_by_key(|e| (e.job.clone(), e.knob.restore_rank()));
+        let before = self.core.records.len();
+        for entry in rest {
+            self.core.restore_entry(&entry, None, &mut report);
+        }
+        self.core
+            .leftovers
+            .retain(|p| self.core.records.contains_key(p));
+        self.core.persist_if_changed(before, &mut report.errors);
         info!(
             restored = report.restored.len(),
             left_to_others = report.left_to_others.len(),
@@ -549,9 +568,10 @@ impl Actuator {
             Err(e) if e.is_gone() => {
                 debug!(job = %job, "cgroup vanished: forgetting the job (nothing to restore)");
                 self.jobs.remove(job);
+                let before = self.core.records.len();
                 self.core.forget_records_of(job);
                 let mut errors = Vec::new();
-                self.core.persist_into(&mut errors);
+                self.core.persist_if_changed(before, &mut errors);
                 Err(e)
             }
             Err(e) => Err(e),
@@ -628,6 +648,7 @@ impl Core {
             last_request: None,
             settled: None,
             next_verify_at: None,
+            memory_unavailable_reported: false,
         }
     }
 
@@ -759,6 +780,10 @@ impl Core {
             max_bytes: in_effect_of(max_knob),
         };
         let cooling = js.guard.cooldown_until.is_some_and(|t| now < t);
+        if !cooling {
+            // An expired cool-down must not keep `next_wakeup` in the past.
+            js.guard.cooldown_until = None;
+        }
         let anything = proposed.high_bytes.is_some()
             || proposed.max_bytes.is_some()
             || in_effect.high_bytes.is_some()
@@ -774,14 +799,19 @@ impl Core {
                 Some(o) => o,
                 None => {
                     // Without usage the guard cannot vouch for any limit: set none.
-                    out.errors.push(CgroupError::ControllerUnavailable {
-                        job: job.clone(),
-                        controller: Controller::Memory,
-                        path: self
-                            .fs
-                            .file_path(job, Controller::Memory, "memory.current")
-                            .unwrap_or_default(),
-                    });
+                    if !js.memory_unavailable_reported {
+                        js.memory_unavailable_reported = true;
+                        let e = CgroupError::ControllerUnavailable {
+                            job: job.clone(),
+                            controller: Controller::Memory,
+                            path: self
+                                .fs
+                                .file_path(job, Controller::Memory, "memory.current")
+                                .unwrap_or_default(),
+                        };
+                        warn!(job = %job, error = %e, "no memory usage: memory limits not applied");
+                        out.errors.push(e);
+                    }
                     return Ok(MemoryAllocation::default());
                 }
             },
@@ -853,7 +883,7 @@ impl Core {
                         let cap = theirs.as_deref().and_then(parse_cpu_max);
                         match cap {
                             None if theirs.is_some() && ceilings => {
-                                out.errors.push(self.parse_error(js, knob, theirs));
+                                self.bad_original(job, js, knob, theirs, out);
                                 Desired::Theirs
                             }
                             Some((Some(tq), tp)) if ceilings => {
@@ -884,7 +914,7 @@ impl Core {
                                 }
                             }
                             (None, _) | (_, None) if ceilings && theirs_q.is_some() => {
-                                out.errors.push(self.parse_error(js, knob, theirs_q));
+                                self.bad_original(job, js, knob, theirs_q, out);
                                 Desired::Theirs
                             }
                             _ => Desired::Set(q.to_string()),
@@ -906,7 +936,7 @@ impl Core {
                             match theirs.as_deref().map(parse_memory_limit) {
                                 Some(Some(Some(t))) if ceilings && b >= t => Desired::Theirs,
                                 Some(None) if ceilings => {
-                                    out.errors.push(self.parse_error(js, knob, theirs));
+                                    self.bad_original(job, js, knob, theirs, out);
                                     Desired::Theirs
                                 }
                                 _ => Desired::Set(value),
@@ -928,12 +958,28 @@ impl Core {
         Ok(plan)
     }
 
-    fn parse_error(&self, js: &JobState, knob: Knob, content: Option<String>) -> CgroupError {
-        CgroupError::Parse {
-            path: js.knob(knob).map(|k| k.path.clone()).unwrap_or_default(),
+    /// An original value that cannot be parsed: the file is left alone; said once per job.
+    fn bad_original(
+        &self,
+        job: &JobCgroup,
+        js: &mut JobState,
+        knob: Knob,
+        content: Option<String>,
+        out: &mut ApplyOutcome,
+    ) {
+        let Some(ks) = js.knob_mut(knob) else {
+            return;
+        };
+        if std::mem::replace(&mut ks.bad_original_reported, true) {
+            return;
+        }
+        let e = CgroupError::Parse {
+            path: ks.path.clone(),
             content: content.unwrap_or_default(),
             reason: "cannot read the original limit; the file is left alone",
-        }
+        };
+        warn!(job = %job, file = %knob, error = %e, "not governing this file");
+        out.errors.push(e);
     }
 
     /// Loosening writes first (in restore order), then the others in reverse restore order, so
@@ -1210,17 +1256,18 @@ impl Core {
             .parent()
             .and_then(|d| std::fs::metadata(d).ok())
             .map(|m| m.ino());
-        self.records.insert(
-            ks.path.clone(),
-            StateEntry {
-                job: job.to_string(),
-                knob: ks.knob,
-                path: ks.path.clone(),
-                original,
-                cgroup_ino,
-            },
-        );
-        if let Err(e) = self.store.save(self.records.values()) {
+        let entry = StateEntry {
+            job: job.to_string(),
+            knob: ks.knob,
+            path: ks.path.clone(),
+            original,
+            cgroup_ino,
+        };
+        self.records.insert(ks.path.clone(), entry.clone());
+        if let Err(e) = self
+            .store
+            .append(std::slice::from_ref(&entry), &[], self.records.values())
+        {
             self.records.remove(&ks.path);
             return Err(e);
         }
@@ -1230,7 +1277,8 @@ impl Core {
     fn unrecord(&mut self, path: &Path) -> Result<(), CgroupError> {
         if self.records.remove(path).is_some() {
             self.leftovers.remove(path);
-            self.store.save(self.records.values())?;
+            self.store
+                .append(&[], &[path.to_owned()], self.records.values())?;
         }
         Ok(())
     }
@@ -1240,9 +1288,13 @@ impl Core {
         self.records.retain(|_, e| e.job != name);
     }
 
-    fn persist_into(&mut self, errors: &mut Vec<CgroupError>) {
+    /// Rewrite the state file after restores removed records (`before`: the count before).
+    fn persist_if_changed(&mut self, before: usize, errors: &mut Vec<CgroupError>) {
+        if self.records.len() == before {
+            return;
+        }
         self.leftovers.retain(|p| self.records.contains_key(p));
-        if let Err(e) = self.store.save(self.records.values()) {
+        if let Err(e) = self.store.rewrite(self.records.values()) {
             tracing::error!(error = %e, "cannot update the state file");
             errors.push(e);
         }

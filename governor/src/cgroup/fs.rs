@@ -176,7 +176,16 @@ impl CgroupFs {
     ) -> CgroupError {
         if error.kind() == io::ErrorKind::NotFound {
             let dir = path.parent().unwrap_or(path);
-            return if dir.is_dir() {
+            // On v1 a job may exist in some controller hierarchies only (a tool that created it
+            // under `cpu` alone): it is gone only when it is gone from all of them.
+            let elsewhere = || {
+                !self.hierarchy.kind().is_v2()
+                    && [Controller::Cpu, Controller::CpuAcct, Controller::Memory]
+                        .into_iter()
+                        .filter_map(|c| self.hierarchy.controller_dir(c, job))
+                        .any(|d| d.is_dir())
+            };
+            return if dir.is_dir() || elsewhere() {
                 CgroupError::ControllerUnavailable {
                     job: job.clone(),
                     controller,
@@ -515,6 +524,26 @@ mod tests {
             .read_knob(&job("never/existed"), Knob::CpuMax)
             .unwrap_err();
         assert!(err.is_gone(), "{err}");
+    }
+
+    #[test]
+    fn a_v1_job_present_under_cpu_only_is_not_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeCgroupRoot::hybrid(dir.path());
+        fake.add_group("cpuonly");
+        fake.set_v1(Controller::CpuAcct, "cpuonly", "cpuacct.usage", "1000\n");
+        std::fs::remove_dir_all(dir.path().join("memory/cpuonly")).unwrap();
+        let fs = CgroupFs::detect(dir.path()).unwrap();
+        let u = fs.usage(&job("cpuonly")).unwrap();
+        assert_eq!(u.cpu_usage_usec, Some(1));
+        assert_eq!(u.memory_current, None);
+        let err = fs
+            .read_knob(&job("cpuonly"), Knob::MemorySoftLimit)
+            .unwrap_err();
+        assert!(
+            matches!(err, CgroupError::ControllerUnavailable { .. }),
+            "{err}"
+        );
     }
 
     #[test]

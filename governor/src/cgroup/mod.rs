@@ -40,7 +40,8 @@
 //!   test of this module needs;
 //! - write skipping, drift detection and restore need the raw text of a file (to record
 //!   "max 100000" and put it back byte for byte, and to compare what we wrote with what is there),
-//!   whereas its getters parse into typed values and its setters always open and write;
+//!   whereas its getters parse into typed values and its setters always open and write, with
+//!   `File::create`, which would silently create a file a disabled controller does not have;
 //! - the v1/v2 differences the governor cares about (weight vs shares with the runtimes' mapping,
 //!   `memory.high` vs the soft limit, "max" vs -1 vs 9223372036854771712) need our own mapping
 //!   anyway (its `set_shares` writes the number unchanged to `cpu.weight` on v2);

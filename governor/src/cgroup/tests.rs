@@ -52,18 +52,7 @@ impl Bed {
     }
 
     fn state_entries(&self) -> Vec<StateEntry> {
-        #[derive(serde::Deserialize)]
-        struct Content {
-            entries: Vec<StateEntry>,
-        }
-        match std::fs::read(self.state_file()) {
-            Ok(b) => {
-                serde_json::from_slice::<Content>(&b)
-                    .expect("state file parses")
-                    .entries
-            }
-            Err(_) => Vec::new(),
-        }
+        state::read_entries(&self.state_file()).expect("state file parses")
     }
 }
 
@@ -931,6 +920,14 @@ fn garbage_in_an_original_limit_leaves_the_file_alone() {
         bed.fake.knob("a", Knob::CpuMax),
         "\u{FFFD}\u{FFFD} nonsense"
     );
+    let out = act
+        .apply(
+            &job("a"),
+            &cpu(300, Some(0.4)),
+            Instant::now() + Duration::from_secs(1),
+        )
+        .unwrap();
+    assert!(out.errors.is_empty(), "reported once: {:?}", out.errors);
 }
 
 // ---------------------------------------------------------------- memory guard in the actuator
@@ -1046,10 +1043,17 @@ fn without_a_memory_controller_no_memory_limit_is_set() {
         std::fs::remove_file(dir.join(f)).unwrap();
     }
     let mut act = bed.actuator();
+    let t0 = Instant::now();
     let out = act
-        .apply(&job("a"), &mem(Some(100 * MIB), None), Instant::now())
+        .apply(&job("a"), &mem(Some(100 * MIB), None), t0)
         .unwrap();
-    assert!(out.written.is_empty());
+    assert!(
+        out.written
+            .iter()
+            .all(|w| w.knob.class() == knob::KnobClass::Cpu),
+        "{:?}",
+        out.written
+    );
     assert!(
         out.errors
             .iter()
@@ -1057,6 +1061,50 @@ fn without_a_memory_controller_no_memory_limit_is_set() {
         "{:?}",
         out.errors
     );
+    let out = act
+        .apply(
+            &job("a"),
+            &mem(Some(100 * MIB), None),
+            t0 + Duration::from_secs(1),
+        )
+        .unwrap();
+    assert!(out.errors.is_empty(), "reported once: {:?}", out.errors);
+}
+
+#[test]
+fn an_expired_cool_down_does_not_keep_the_daemon_awake() {
+    let bed = Bed::v2();
+    bed.fake.add_group("a");
+    let mut act = bed.actuator();
+    let t0 = Instant::now();
+    let alloc = mem(Some(500 * MIB), None);
+    act.apply_with_usage(
+        &job("a"),
+        &alloc,
+        &usage(100 * MIB, MemoryEvents::default()),
+        t0,
+    )
+    .unwrap();
+    let pressure = MemoryEvents {
+        high: 1,
+        ..Default::default()
+    };
+    act.apply_with_usage(&job("a"), &alloc, &usage(100 * MIB, pressure), t0)
+        .unwrap();
+    // The policy stops asking for memory limits; the cool-down ends.
+    let later = t0 + Duration::from_secs(120);
+    act.apply_with_usage(
+        &job("a"),
+        &cpu(100, None),
+        &usage(100 * MIB, pressure),
+        later,
+    )
+    .unwrap();
+    let wake = act
+        .next_wakeup()
+        .expect("the drift check is always due some time");
+    assert!(wake > later, "next_wakeup {wake:?} is in the past");
+    assert!(act.poll(later + Duration::from_millis(1)).is_empty());
 }
 
 #[test]
@@ -1269,4 +1317,40 @@ fn without_memory_management_v1_job_groups_stay_out_of_the_memory_hierarchy() {
     act.create_job_group("j").unwrap();
     assert!(bed.fake.root().join("cpu/governor.slice/jobs/j").is_dir());
     assert!(!bed.fake.root().join("memory/governor.slice").exists());
+}
+
+#[test]
+fn a_failed_restore_stays_in_the_state_file_for_a_later_attempt() {
+    let bed = Bed::v2();
+    let dir = bed.fake.add_group("a");
+    let mut act = bed.actuator();
+    act.apply(&job("a"), &cpu(300, None), Instant::now())
+        .unwrap();
+    // The file cannot be written back (here: it became a directory).
+    std::fs::remove_file(dir.join("cpu.weight")).unwrap();
+    std::fs::create_dir(dir.join("cpu.weight")).unwrap();
+    let report = act.release(&job("a"));
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert!(report.restored.is_empty());
+    assert_eq!(bed.state_entries().len(), 1, "kept for a later attempt");
+    let report = act.restore_all();
+    assert_eq!(
+        report.errors.len(),
+        1,
+        "restore_all tries again: {report:?}"
+    );
+    assert_eq!(
+        bed.state_entries().len(),
+        1,
+        "still kept for the next start"
+    );
+    drop(act);
+
+    std::fs::remove_dir(dir.join("cpu.weight")).unwrap();
+    std::fs::write(dir.join("cpu.weight"), "300\n").unwrap();
+    let mut act = bed.actuator();
+    let report = act.recover();
+    assert_eq!(report.restored.len(), 1, "{report:?}");
+    assert_eq!(bed.fake.knob("a", Knob::CpuWeight), "100");
+    assert!(!bed.state_file().exists());
 }
