@@ -273,8 +273,18 @@ fn environment_jobs_are_found_adopted_followed_and_forgotten_within_a_second() {
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    let j = d.wait_job("envjob", Duration::from_secs(1), "discovery", |_| true);
-    eprintln!("found after {:?}: {j}", t0.elapsed());
+    // `governor status` itself takes a while to start under TCG, so the detection latency is
+    // measured with the daemon's own clock: time since start minus the job's age in the daemon.
+    let j = d.wait_job("envjob", Duration::from_secs(10), "discovery", |_| true);
+    let answered = t0.elapsed().as_secs_f64();
+    let detected_after = answered - j["age_seconds"].as_f64().unwrap();
+    eprintln!(
+        "status answered after {answered:.2} s; the daemon had found the job {detected_after:.2} s after it started: {j}"
+    );
+    assert!(
+        detected_after <= 1.0,
+        "the job was noticed {detected_after:.2} s after it started (goal: within a second)"
+    );
     let cgroup = j["cgroup"].as_str().unwrap().to_owned();
     assert!(
         cgroup.starts_with("/governor.slice/jobs/envjob-"),

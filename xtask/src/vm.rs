@@ -323,7 +323,53 @@ pub fn run_vm_test(args: &VmTestArgs) -> Result<()> {
     }
 }
 
-fn test_loop(exes: &[PathBuf], test_args: &str) -> String {
+/// The test binary's name without cargo's hash suffix (`vm_daemon-1a2b...` -> `vm_daemon`).
+fn binary_name(exe: &Path) -> String {
+    let stem = exe
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+        _ => stem,
+    }
+}
+
+/// FILTER selects whole test binaries when it names one (`vm_daemon`), otherwise it is a
+/// libtest name filter applied in every binary.
+fn select<'a>(exes: &'a [PathBuf], filter: Option<&str>) -> (Vec<&'a PathBuf>, Option<String>) {
+    match filter {
+        Some(f) if exes.iter().any(|e| binary_name(e) == f) => {
+            (exes.iter().filter(|e| binary_name(e) == f).collect(), None)
+        }
+        Some(f) => (exes.iter().collect(), Some(f.to_owned())),
+        None => (exes.iter().collect(), None),
+    }
+}
+
+/// Sum `N passed; M failed` over libtest's result lines; a run that executed nothing is a
+/// failure (a filter that matches nothing must not pass silently).
+fn tests_run(log: &str) -> usize {
+    log.lines()
+        .filter_map(|l| l.split("test result: ").nth(1))
+        .map(|r| {
+            let num = |word: &str| {
+                r.split("; ")
+                    .find_map(|p| {
+                        p.trim_start_matches(|c: char| !c.is_ascii_digit())
+                            .strip_suffix(word)?
+                            .trim()
+                            .parse::<usize>()
+                            .ok()
+                    })
+                    .unwrap_or(0)
+            };
+            num("passed") + num("failed")
+        })
+        .sum()
+}
+
+fn test_loop(exes: &[&PathBuf], test_args: &str) -> String {
     let mut s = String::from("rc=0\n");
     for exe in exes {
         let e = shell_quote(&exe.display().to_string());
@@ -339,12 +385,13 @@ fn bin_dir() -> PathBuf {
 fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
     let run_dir = new_run_dir("vm-test")?;
     let name = "guest";
-    let filter = args.filter.as_deref().map(shell_quote).unwrap_or_default();
+    let (selected, name_filter) = select(exes, args.filter.as_deref());
+    let filter = name_filter.as_deref().map(shell_quote).unwrap_or_default();
     let script = run_dir.join("guest.sh");
     let body = format!(
         "export GOVERNOR_BIN_DIR={}\n{}",
         shell_quote(&bin_dir().display().to_string()),
-        test_loop(exes, &format!("{filter} --skip multinode_"))
+        test_loop(&selected, &format!("{filter} --skip multinode_"))
     );
     fs::write(
         &script,
@@ -422,7 +469,10 @@ ip addr add 10.10.0.{node}/24 dev $NIC && ip link set $NIC up || exit 1
 echo "== $NIC = 10.10.0.{node}/24"
 {tests}"#,
             bins = shell_quote(&bin_dir().display().to_string()),
-            tests = test_loop(exes, &format!("multinode_ {filter}")),
+            tests = test_loop(
+                &exes.iter().collect::<Vec<_>>(),
+                &format!("multinode_ {filter}")
+            ),
         );
         fs::write(
             &script,
@@ -482,4 +532,26 @@ echo "== $NIC = 10.10.0.{node}/24"
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_tests_that_ran_and_selects_binaries_by_name() {
+        let log = "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out\n\
+                   test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s\n";
+        assert_eq!(tests_run(log), 3);
+        assert_eq!(tests_run("nothing"), 0);
+        let exes = vec![
+            PathBuf::from("/t/deps/vm_daemon-0a1b2c3d"),
+            PathBuf::from("/t/deps/vm_cgroup_v2-99ff"),
+        ];
+        assert_eq!(binary_name(&exes[0]), "vm_daemon");
+        let (sel, f) = select(&exes, Some("vm_daemon"));
+        assert_eq!((sel.len(), f), (1, None));
+        let (sel, f) = select(&exes, Some("restores"));
+        assert_eq!((sel.len(), f.as_deref()), (2, Some("restores")));
+    }
 }

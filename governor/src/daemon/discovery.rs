@@ -293,6 +293,7 @@ impl Discovery {
             .iter()
             .map(|l| self.proc.host_path(root_pid, l))
             .collect();
+        let mut runtime = identity.to_string();
         let (target, owned, pids) = match placement {
             Placement::InPlace => (
                 job_cgroup(cgroup)?,
@@ -329,6 +330,7 @@ impl Discovery {
                     }
                 }
                 info!(job = %name, from = cgroup, to = %group, processes = pids.len(), "job shared its cgroup with other processes: moved into a cgroup of its own");
+                runtime = format!("adopted from {cgroup}");
                 (group, true, pids)
             }
         };
@@ -339,11 +341,21 @@ impl Discovery {
             self.pid_index.insert(pid, target.clone());
         }
         let spec = spec_for(&target, 0, env.metric.as_deref(), None);
+        // A process in the governor's own job subtree was started by `governor run-job` (its
+        // exec is often seen before run-job's adopt request arrives).
+        let source = if matches!(
+            identity.runtime,
+            crate::discovery::names::Runtime::Governor { .. }
+        ) {
+            JobSource::Launched { pid: root_pid }
+        } else {
+            JobSource::Environment { pid: root_pid }
+        };
         Some(Found {
             job: NewJob {
-                runtime: identity.to_string(),
+                runtime,
                 name,
-                source: JobSource::Environment { pid: root_pid },
+                source,
                 spec,
                 signal: SignalConfig {
                     metric: env.metric.clone(),

@@ -211,8 +211,8 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             .core
             .next_wakeup()
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        // Unbiased: a stream of exec or log events must not starve control requests.
         tokio::select! {
-            biased;
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
             _ = sighup.recv() => shell.reload(Instant::now()).await,
