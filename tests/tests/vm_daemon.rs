@@ -295,7 +295,7 @@ fn environment_jobs_are_found_adopted_followed_and_forgotten_within_a_second() {
     for loss in [0.9, 0.7, 0.6] {
         log.append(loss);
     }
-    d.wait_job("envjob", Duration::from_secs(5), "progress", |j| {
+    d.wait_job("envjob", Duration::from_secs(20), "progress", |j| {
         j["signal_value"].as_f64() == Some(0.6) && j["records"] == 3
     });
     child.kill().unwrap();
@@ -325,7 +325,7 @@ fn run_job_starts_a_governed_job_in_its_own_cgroup_and_cleans_up() {
     let log = d.dir.path().join("rj/metrics.csv");
     fs::create_dir_all(log.parent().unwrap()).unwrap();
     let script = format!(
-        "printf 'epoch,loss\\n0,0.9\\n1,0.8\\n' > {}; sleep 3; exit 7",
+        "printf 'epoch,loss\\n0,0.9\\n1,0.8\\n' > {}; sleep 8; exit 7",
         log.display()
     );
     let mut run = Command::new(bin("governor"))
@@ -336,7 +336,7 @@ fn run_job_starts_a_governed_job_in_its_own_cgroup_and_cleans_up() {
         .args(["--", "/bin/sh", "-c", &script])
         .spawn()
         .unwrap();
-    let j = d.wait_job("rj", Duration::from_secs(5), "launch", |j| {
+    let j = d.wait_job("rj", Duration::from_secs(20), "launch", |j| {
         j["signal_value"].as_f64() == Some(0.8)
     });
     assert_eq!(j["source"], "launched");
