@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod discovery;
+pub mod gpu;
 pub mod policy;
 pub mod progress;
 pub mod status;
