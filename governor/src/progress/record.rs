@@ -98,7 +98,9 @@ impl Metrics {
 
     /// Sets `name` to `value`, replacing an earlier value of the same name.
     pub fn insert(&mut self, name: Arc<str>, value: f64) {
-        if let Some(slot) = self.0.iter_mut().find(|(k, _)| *k == name) {
+        // Names of one file are shared: pointer equality settles most comparisons.
+        let same = |k: &Arc<str>| Arc::ptr_eq(k, &name) || (k.len() == name.len() && *k == name);
+        if let Some(slot) = self.0.iter_mut().find(|(k, _)| same(k)) {
             slot.1 = value;
         } else {
             self.0.push((name, value));

@@ -673,10 +673,22 @@ impl Engine {
         } else {
             READ_BUDGET
         };
+        // Read up to the size just seen (bytes written since will bring their own event),
+        // except when draining a file that is being dropped: then up to the very end.
+        let limit = if trigger == Trigger::Drain {
+            u64::MAX
+        } else {
+            size
+        };
         let mut read_now = 0u64;
         let mut at_end = false;
         while read_now < budget {
-            let want = (buf.len() as u64).min(budget - read_now) as usize;
+            let remaining = limit.saturating_sub(t.offset);
+            if remaining == 0 {
+                at_end = true;
+                break;
+            }
+            let want = (buf.len() as u64).min(budget - read_now).min(remaining) as usize;
             match t.file.read_at(&mut buf[..want], t.offset) {
                 Ok(0) => {
                     at_end = true;
