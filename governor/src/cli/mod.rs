@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod parse;
+pub mod top;
 
 /// Governor: a per-node resource governor for deep-learning training jobs.
 #[derive(Debug, Parser)]
@@ -25,6 +26,8 @@ pub enum Command {
     Parse(parse::ParseArgs),
     /// List the supported training-log formats with a one-line example each.
     Formats,
+    /// Live per-cgroup CPU use, run-queue wait and context switches from the eBPF maps.
+    Top(top::TopArgs),
 }
 
 /// Initialise tracing to stderr from `--log-level` or RUST_LOG (default `warn` for one-shot
@@ -48,5 +51,6 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Parse(args) => parse::run_parse(args),
         Command::Formats => parse::run_formats(),
+        Command::Top(args) => top::run_top(args),
     }
 }

@@ -1,0 +1,491 @@
+//! Loading, attaching and reading the `sched_switch` accounting programs (aya).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::thread::JoinHandle;
+
+use aya::maps::{Map, MapData, MapInfo, PerCpuArray, PerCpuHashMap};
+use aya::programs::{BtfTracePoint, Program, RawTracePoint, loaded_programs};
+use aya::{Ebpf, EbpfLoader};
+use governor_common::{
+    CGROUP_CPU_MAP, CONFIG_GLOBAL, CONFIG_SWITCH_HAS_PREV_STATE, CONFIG_TRACK_RUN_QUEUE_WAIT,
+    COUNTERS_MAP, CgroupCpuStats, ProgramCounters, RUNNING_MAP, RunningTask, program,
+};
+
+use super::btf::Btf;
+use super::sys;
+
+/// The programs, built by `build.rs` (empty when built with `GOVERNOR_EBPF_BUILD=skip`).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/governor-ebpf"));
+
+/// Which program family is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachKind {
+    /// BTF tracepoints (`tp_btf`): typed arguments, direct field loads.
+    Btf,
+    /// Raw tracepoints (`raw_tp`): `bpf_probe_read_kernel` for the fields.
+    Raw,
+}
+
+impl AttachKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachKind::Btf => "tp_btf",
+            AttachKind::Raw => "raw_tp",
+        }
+    }
+}
+
+/// Which family to try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// BTF tracepoints, raw tracepoints if those fail.
+    #[default]
+    Auto,
+    /// Only BTF tracepoints.
+    Btf,
+    /// Only raw tracepoints.
+    Raw,
+}
+
+/// Userspace handles on the programs' maps.
+pub struct Maps {
+    stats: PerCpuHashMap<MapData, u64, CgroupCpuStats>,
+    running: PerCpuArray<MapData, RunningTask>,
+    counters: PerCpuArray<MapData, ProgramCounters>,
+}
+
+/// One read of the maps.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Per cgroup id, summed over CPUs, without in-flight slices.
+    pub stats: HashMap<u64, CgroupCpuStats>,
+    /// The task on each CPU when the maps were read.
+    pub running: Vec<RunningTask>,
+    /// CLOCK_MONOTONIC when `running` was read.
+    pub taken_at_ns: u64,
+}
+
+impl Maps {
+    fn from_maps(stats: Map, running: Map, counters: Map) -> Result<Maps, String> {
+        Ok(Maps {
+            stats: stats.try_into().map_err(|e| error_chain(&e))?,
+            running: running.try_into().map_err(|e| error_chain(&e))?,
+            counters: counters.try_into().map_err(|e| error_chain(&e))?,
+        })
+    }
+
+    /// Reads every cgroup's counters (stats first, then the running slots: a slice that ends in
+    /// between is missing from this read rather than counted twice).
+    pub fn snapshot(&self) -> Result<Snapshot, String> {
+        let mut stats = HashMap::new();
+        for item in self.stats.iter() {
+            let (id, per_cpu) = item.map_err(|e| error_chain(&e))?;
+            let sum = per_cpu
+                .iter()
+                .fold(CgroupCpuStats::default(), |acc, v| acc.add(*v));
+            stats.insert(id, sum);
+        }
+        let running = self.running.get(&0, 0).map_err(|e| error_chain(&e))?;
+        let taken_at_ns = sys::monotonic_now_ns();
+        Ok(Snapshot {
+            stats,
+            running: running.iter().copied().collect(),
+            taken_at_ns,
+        })
+    }
+
+    /// Cgroup ids that have an entry.
+    pub fn ids(&self) -> Vec<u64> {
+        self.stats.keys().filter_map(Result::ok).collect()
+    }
+
+    /// Deletes the entry of a cgroup (gone ones).
+    pub fn remove(&mut self, id: u64) -> Result<(), String> {
+        self.stats.remove(&id).map_err(|e| error_chain(&e))
+    }
+
+    /// The programs' error counters, summed over CPUs.
+    pub fn counters(&self) -> Option<ProgramCounters> {
+        let per_cpu = self.counters.get(&0, 0).ok()?;
+        Some(
+            per_cpu
+                .iter()
+                .fold(ProgramCounters::default(), |a, c| ProgramCounters {
+                    stats_map_full: a.stats_map_full + c.stats_map_full,
+                    kernel_read_failed: a.kernel_read_failed + c.kernel_read_failed,
+                }),
+        )
+    }
+}
+
+/// What `load` needs to know.
+#[derive(Clone, Debug)]
+pub struct LoadOptions<'a> {
+    pub attach: AttachMode,
+    pub run_queue_wait: bool,
+    pub btf_path: &'a Path,
+}
+
+/// Programs loaded and attached by this process; detached when dropped.
+pub struct Loaded {
+    pub kind: AttachKind,
+    pub run_queue_wait: bool,
+    /// Kernel ids of the attached programs (for the kernel's run-time statistics).
+    pub program_ids: Vec<(String, u32)>,
+    // Dropped after the log pump (field order): the pump owns a map of this object.
+    _log: Option<LogPump>,
+    _ebpf: Ebpf,
+}
+
+/// Loads the object and attaches the `sched_switch` program (and the wakeup programs when
+/// run-queue wait is wanted). The error is one line saying why, for the operator.
+pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
+    if OBJECT.is_empty() {
+        return Err(
+            "this governor binary was built without the eBPF programs (GOVERNOR_EBPF_BUILD=skip)"
+                .into(),
+        );
+    }
+    let btf = Btf::from_file(opts.btf_path).map_err(|e| {
+        format!(
+            "no usable kernel BTF ({e}); the programs need it to find the task and cgroup fields"
+        )
+    })?;
+    let mut config = btf
+        .program_offsets()
+        .map_err(|e| format!("kernel BTF lacks a field the programs follow: {e}"))?;
+    if opts.run_queue_wait {
+        config.flags |= CONFIG_TRACK_RUN_QUEUE_WAIT;
+    }
+    if btf.tracepoint_arg_count("sched_switch").unwrap_or(0) >= 4 {
+        config.flags |= CONFIG_SWITCH_HAS_PREV_STATE;
+    }
+    drop(btf);
+    let aya_btf = aya::Btf::parse_file(opts.btf_path, aya::Endianness::default())
+        .map_err(|e| format!("aya cannot parse the kernel BTF: {}", error_chain(&e)))?;
+
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&aya_btf))
+        .override_global(CONFIG_GLOBAL, &config, true)
+        .load(OBJECT)
+        .map_err(|e| {
+            explain(&format!(
+                "loading the eBPF object failed: {}",
+                error_chain(&e)
+            ))
+        })?;
+
+    let families: &[AttachKind] = match opts.attach {
+        AttachMode::Auto => &[AttachKind::Btf, AttachKind::Raw],
+        AttachMode::Btf => &[AttachKind::Btf],
+        AttachMode::Raw => &[AttachKind::Raw],
+    };
+    let mut failures = Vec::new();
+    let mut attached = None;
+    for &kind in families {
+        match attach_family(&mut ebpf, &aya_btf, kind, opts.run_queue_wait) {
+            Ok(ids) => {
+                attached = Some((kind, ids));
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(family = kind.as_str(), error = %e, "eBPF attach failed");
+                failures.push(format!("{}: {e}", kind.as_str()));
+            }
+        }
+    }
+    let Some((kind, program_ids)) = attached else {
+        return Err(explain(&format!(
+            "attaching to sched_switch failed ({})",
+            failures.join("; ")
+        )));
+    };
+
+    let log = match aya_log::EbpfLogger::init_with_logger(&mut ebpf, TracingLog) {
+        Ok(logger) => LogPump::start(logger)
+            .map_err(|e| tracing::warn!(error = %e, "cannot start the eBPF log reader"))
+            .ok(),
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "eBPF log output unavailable");
+            None
+        }
+    };
+
+    let take = |ebpf: &mut Ebpf, name: &str| {
+        ebpf.take_map(name)
+            .ok_or_else(|| format!("the eBPF object has no map {name}"))
+    };
+    let maps = Maps::from_maps(
+        take(&mut ebpf, CGROUP_CPU_MAP)?,
+        take(&mut ebpf, RUNNING_MAP)?,
+        take(&mut ebpf, COUNTERS_MAP)?,
+    )?;
+    Ok((
+        maps,
+        Loaded {
+            kind,
+            run_queue_wait: opts.run_queue_wait,
+            program_ids,
+            _log: log,
+            _ebpf: ebpf,
+        },
+    ))
+}
+
+/// (program name, tracepoint) of a family; the switch program first.
+fn family(kind: AttachKind, run_queue_wait: bool) -> Vec<(&'static str, &'static str)> {
+    let mut v = match kind {
+        AttachKind::Btf => vec![(program::SWITCH_BTF, "sched_switch")],
+        AttachKind::Raw => vec![(program::SWITCH_RAW, "sched_switch")],
+    };
+    if run_queue_wait {
+        match kind {
+            AttachKind::Btf => v.extend([
+                (program::WAKEUP_BTF, "sched_wakeup"),
+                (program::WAKEUP_NEW_BTF, "sched_wakeup_new"),
+            ]),
+            AttachKind::Raw => v.extend([
+                (program::WAKEUP_RAW, "sched_wakeup"),
+                (program::WAKEUP_NEW_RAW, "sched_wakeup_new"),
+            ]),
+        }
+    }
+    v
+}
+
+/// Loads and attaches every program of a family; on failure unloads what it attached.
+fn attach_family(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    kind: AttachKind,
+    run_queue_wait: bool,
+) -> Result<Vec<(String, u32)>, String> {
+    let programs = family(kind, run_queue_wait);
+    let mut done: Vec<&str> = Vec::new();
+    let mut ids = Vec::new();
+    let mut result = Ok(());
+    for &(name, tracepoint) in &programs {
+        let Some(prog) = ebpf.program_mut(name) else {
+            result = Err(format!("the eBPF object has no program {name}"));
+            break;
+        };
+        let r = match (kind, prog) {
+            (AttachKind::Btf, Program::BtfTracePoint(p)) => attach_btf(p, btf, tracepoint),
+            (AttachKind::Raw, Program::RawTracePoint(p)) => attach_raw(p, tracepoint),
+            _ => Err(format!("{name} has an unexpected program type")),
+        };
+        match r {
+            Ok(id) => {
+                done.push(name);
+                ids.push((name.to_owned(), id));
+            }
+            Err(e) => {
+                result = Err(format!("{name} on {tracepoint}: {e}"));
+                break;
+            }
+        }
+    }
+    if result.is_err() {
+        for name in done {
+            let unloaded = match ebpf.program_mut(name) {
+                Some(Program::BtfTracePoint(p)) => p.unload(),
+                Some(Program::RawTracePoint(p)) => p.unload(),
+                _ => Ok(()),
+            };
+            if let Err(e) = unloaded {
+                tracing::warn!(program = name, error = %error_chain(&e), "cannot detach a partly attached eBPF program");
+            }
+        }
+    }
+    result.map(|()| ids)
+}
+
+fn attach_btf(p: &mut BtfTracePoint, btf: &aya::Btf, tracepoint: &str) -> Result<u32, String> {
+    p.load(tracepoint, btf).map_err(|e| error_chain(&e))?;
+    p.attach().map_err(|e| error_chain(&e))?;
+    p.info().map(|i| i.id()).map_err(|e| error_chain(&e))
+}
+
+fn attach_raw(p: &mut RawTracePoint, tracepoint: &str) -> Result<u32, String> {
+    p.load().map_err(|e| error_chain(&e))?;
+    p.attach(tracepoint).map_err(|e| error_chain(&e))?;
+    p.info().map(|i| i.id()).map_err(|e| error_chain(&e))
+}
+
+/// The maps of accounting programs another process (the daemon) has attached, found through
+/// the kernel's list of loaded programs. `None` when no such program is loaded.
+pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, String> {
+    let mut best: Option<(std::time::SystemTime, u32, AttachKind, Vec<u32>)> = None;
+    for info in loaded_programs().filter_map(Result::ok) {
+        let kind = match info.name_as_str() {
+            Some(program::SWITCH_BTF) => AttachKind::Btf,
+            Some(program::SWITCH_RAW) => AttachKind::Raw,
+            _ => continue,
+        };
+        let Ok(Some(map_ids)) = info.map_ids() else {
+            continue;
+        };
+        let loaded_at = info.loaded_at().unwrap_or(std::time::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|b| loaded_at >= b.0) {
+            best = Some((loaded_at, info.id(), kind, map_ids));
+        }
+    }
+    let Some((_, prog_id, kind, map_ids)) = best else {
+        return Ok(None);
+    };
+    let mut found: HashMap<String, Map> = HashMap::new();
+    for id in map_ids {
+        let Ok(info) = MapInfo::from_id(id) else {
+            continue;
+        };
+        let Some(name) = info.name_as_str().map(str::to_owned) else {
+            continue;
+        };
+        if [CGROUP_CPU_MAP, RUNNING_MAP, COUNTERS_MAP].contains(&name.as_str()) {
+            let data = MapData::from_id(id).map_err(|e| error_chain(&e))?;
+            found.insert(name, Map::from_map_data(data).map_err(|e| error_chain(&e))?);
+        }
+    }
+    let mut take = |name: &str| {
+        found
+            .remove(name)
+            .ok_or_else(|| format!("program {prog_id} has no map {name}"))
+    };
+    let maps = Maps::from_maps(
+        take(CGROUP_CPU_MAP)?,
+        take(RUNNING_MAP)?,
+        take(COUNTERS_MAP)?,
+    )?;
+    Ok(Some((maps, kind, prog_id)))
+}
+
+/// An error and its sources on one line (aya's errors keep the errno in their sources).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let t = src.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = src.source();
+    }
+    one_line(&s, 600)
+}
+
+/// Collapses whitespace (verifier logs are multi-line) and bounds the length.
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.len() <= max {
+        flat
+    } else {
+        let mut cut = max;
+        while !flat.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}...", &flat[..cut])
+    }
+}
+
+/// Adds the likely cause to errors operators see often.
+fn explain(msg: &str) -> String {
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("operation not permitted") || lower.contains("permission denied") {
+        format!(
+            "{msg} (eBPF needs root or CAP_BPF + CAP_PERFMON, and a kernel not locked down against BPF)"
+        )
+    } else {
+        msg.to_owned()
+    }
+}
+
+/// Forwards aya-log records from the kernel into tracing (target `governor::ebpf`).
+struct TracingLog;
+
+impl log::Log for TracingLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let msg = record.args();
+        match record.level() {
+            log::Level::Error => tracing::error!(target: "governor::ebpf", "{msg}"),
+            log::Level::Warn => tracing::warn!(target: "governor::ebpf", "{msg}"),
+            log::Level::Info => tracing::info!(target: "governor::ebpf", "{msg}"),
+            log::Level::Debug => tracing::debug!(target: "governor::ebpf", "{msg}"),
+            log::Level::Trace => tracing::trace!(target: "governor::ebpf", "{msg}"),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// A thread that drains the programs' log ring buffer into tracing until dropped.
+struct LogPump {
+    wake: std::io::PipeWriter,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl LogPump {
+    fn start(mut logger: aya_log::EbpfLogger<TracingLog>) -> std::io::Result<LogPump> {
+        let (wake_r, wake) = std::io::pipe()?;
+        let thread = std::thread::Builder::new()
+            .name("ebpf-log".into())
+            .spawn(move || {
+                loop {
+                    let stop = sys::wait_readable(logger.as_fd(), wake_r.as_fd(), 1_000);
+                    logger.flush();
+                    if stop {
+                        break;
+                    }
+                }
+            })?;
+        Ok(LogPump {
+            wake,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for LogPump {
+    fn drop(&mut self) {
+        let _ = self.wake.write_all(b"x");
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_flattens_and_bounds() {
+        assert_eq!(one_line("a\n  b\tc", 100), "a b c");
+        let long = "x".repeat(1000);
+        assert_eq!(one_line(&long, 10), format!("{}...", "x".repeat(10)));
+    }
+
+    #[test]
+    fn permission_errors_get_a_hint() {
+        assert!(explain("bpf_prog_load: Operation not permitted (os error 1)").contains("CAP_BPF"));
+        assert_eq!(explain("verifier said no"), "verifier said no");
+    }
+
+    #[test]
+    fn families_attach_the_switch_program_first() {
+        assert_eq!(
+            family(AttachKind::Raw, false),
+            vec![(program::SWITCH_RAW, "sched_switch")]
+        );
+        let btf = family(AttachKind::Btf, true);
+        assert_eq!(btf[0], (program::SWITCH_BTF, "sched_switch"));
+        assert_eq!(btf.len(), 3);
+    }
+}

@@ -1,0 +1,168 @@
+//! The raw system calls of CPU accounting (everything else goes through aya or std).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_now_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => (ts.tv_sec() as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec() as u64),
+        // CLOCK_MONOTONIC cannot fail on Linux; 0 makes every in-flight slice count as nothing.
+        Err(_) => 0,
+    }
+}
+
+/// Whether `path` is on a cgroup v2 filesystem.
+pub fn is_cgroup2(path: &Path) -> io::Result<bool> {
+    let fs = nix::sys::statfs::statfs(path).map_err(io::Error::from)?;
+    Ok(fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// `struct file_handle` with room for the 8 bytes of a kernfs handle.
+#[repr(C)]
+struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; 8],
+}
+
+/// Answers "does the cgroup with this id still exist?" through file handles: a cgroup v2 id is
+/// the kernfs node id, which is also the payload of the file handle of its directory
+/// (`name_to_handle_at`/`open_by_handle_at`, as systemd and bpftool use it).
+pub struct CgroupHandles {
+    mount_fd: OwnedFd,
+    handle_type: i32,
+}
+
+impl CgroupHandles {
+    /// Learns the handle format from the root directory of the cgroup v2 mount.
+    pub fn open(root: &Path) -> io::Result<CgroupHandles> {
+        let c_root = CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        let mut handle = FileHandle {
+            handle_bytes: 8,
+            handle_type: 0,
+            f_handle: [0; 8],
+        };
+        let mut mount_id: libc::c_int = 0;
+        // SAFETY: `handle` has room for `handle_bytes` bytes after the header; the other
+        // pointers are valid for the call.
+        let rc = unsafe {
+            libc::name_to_handle_at(
+                libc::AT_FDCWD,
+                c_root.as_ptr(),
+                (&raw mut handle).cast(),
+                &mut mount_id,
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if handle.handle_bytes != 8 {
+            return Err(io::Error::other(format!(
+                "unexpected cgroupfs file handle size {}",
+                handle.handle_bytes
+            )));
+        }
+        // SAFETY: plain open(2) of a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c_root.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(CgroupHandles {
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            mount_fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            handle_type: handle.handle_type,
+        })
+    }
+
+    /// `Some(true)` if cgroup `id` exists, `Some(false)` if it is gone, `None` if the kernel
+    /// would not say (no permission, handles unsupported).
+    pub fn exists(&self, id: u64) -> Option<bool> {
+        let mut handle = FileHandle {
+            handle_bytes: 8,
+            handle_type: self.handle_type,
+            f_handle: id.to_ne_bytes(),
+        };
+        // SAFETY: `handle` is a complete `struct file_handle` of 8 payload bytes.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                self.mount_fd.as_raw_fd(),
+                (&raw mut handle).cast(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: we own the new descriptor; wrapping it closes it.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Some(true);
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESTALE | libc::ENOENT) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// Waits until `fd` is readable, `wake` is readable, or `timeout_ms` passes. Returns whether
+/// `wake` fired (the caller's signal to stop).
+pub fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+    rc > 0 && fds[1].revents != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_advances() {
+        let a = monotonic_now_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_now_ns();
+        assert!(b >= a + 1_000_000, "{a} -> {b}");
+    }
+
+    #[test]
+    fn a_temporary_directory_is_not_cgroup2() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_cgroup2(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn wait_returns_when_woken() {
+        let (r, mut w) = std::io::pipe().unwrap();
+        let (idle_r, _idle_w) = std::io::pipe().unwrap();
+        use std::io::Write;
+        w.write_all(b"x").unwrap();
+        let fd: BorrowedFd<'_> = std::os::fd::AsFd::as_fd(&idle_r);
+        let wake: BorrowedFd<'_> = std::os::fd::AsFd::as_fd(&r);
+        assert!(wait_readable(fd, wake, 5_000));
+        // Nothing readable: times out without reporting a wake-up.
+        assert!(!wait_readable(fd, fd, 10));
+    }
+}
