@@ -29,6 +29,9 @@ pub struct TopArgs {
     /// Show at most this many cgroups (busiest first).
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+    /// Attach programs of its own even when the daemon's are loaded.
+    #[arg(long)]
+    pub own_programs: bool,
 }
 
 /// One cgroup's line of a frame.
@@ -105,7 +108,12 @@ fn render_table(out: &mut impl Write, header: &str, rows: &[TopRow]) -> std::io:
 
 /// Run `governor top`.
 pub fn run_top(args: TopArgs) -> ExitCode {
-    let mut acct = CpuAccounting::open_shared(&args.cgroup_root, &AccountingOptions::default());
+    let options = AccountingOptions::default();
+    let mut acct = if args.own_programs {
+        CpuAccounting::open(&args.cgroup_root, &options)
+    } else {
+        CpuAccounting::open_shared(&args.cgroup_root, &options)
+    };
     if acct.source() != CpuSource::Ebpf {
         eprintln!(
             "governor top: needs the eBPF accounting programs, which are unavailable: {}",
