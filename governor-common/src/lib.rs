@@ -8,6 +8,7 @@
 //! - [`RUNNING_MAP`]: per-CPU array of one [`RunningTask`], the task on that CPU right now (so
 //!   userspace can add the slice a still-running task has not been charged for yet);
 //! - [`RUNNABLE_SINCE_MAP`]: LRU hash, thread id -> time it became runnable (run-queue wait);
+//! - [`CGROUP_PARENT_MAP`]: hash, cgroup id -> parent cgroup id (written with each new entry);
 //! - [`COUNTERS_MAP`]: per-CPU array of one [`ProgramCounters`] (things that went wrong);
 //! - [`CONFIG_GLOBAL`]: a read-only [`ProgramConfig`] the loader fills in before loading.
 #![no_std]
@@ -18,6 +19,10 @@ pub const CGROUP_CPU_MAP: &str = "CGROUP_CPU";
 pub const RUNNING_MAP: &str = "RUNNING";
 /// Name of the LRU hash map thread id -> `bpf_ktime_get_ns` when it became runnable.
 pub const RUNNABLE_SINCE_MAP: &str = "RUNNABLE_SINCE";
+/// Name of the hash map cgroup id -> parent cgroup id, written when a cgroup's entry in
+/// [`CGROUP_CPU_MAP`] is created: it tells userspace where the CPU of a cgroup that was created
+/// and removed between two reads belongs.
+pub const CGROUP_PARENT_MAP: &str = "CGROUP_PARENT";
 /// Name of the per-CPU array holding the [`ProgramCounters`].
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Name of the [`ProgramConfig`] global (in `.rodata`, frozen after load).
@@ -104,7 +109,8 @@ pub struct ProgramCounters {
 /// gets no CO-RE relocations, so userspace resolves the few fields the programs follow to find
 /// the pid and the cgroup id of the task being switched in:
 /// `task->pid` and `task->cgroups->dfl_cgrp->kn->id` (what `bpf_get_current_cgroup_id` reads for
-/// the current task). The verifier sees them as constants because the map is frozen.
+/// the current task), and `kn->parent` for the parent's id. The verifier sees them as constants
+/// because the map is frozen.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProgramConfig {
@@ -118,6 +124,9 @@ pub struct ProgramConfig {
     pub cgroup_kn: u32,
     /// Byte offset of `id` (`u64`) in `struct kernfs_node`.
     pub kernfs_node_id: u32,
+    /// Byte offset of `parent` (`__parent` since 6.15; `struct kernfs_node *`) in
+    /// `struct kernfs_node`.
+    pub kernfs_node_parent: u32,
     /// `CONFIG_*` bits below.
     pub flags: u32,
 }
@@ -137,6 +146,7 @@ impl ProgramConfig {
             css_set_dfl_cgrp: 0,
             cgroup_kn: 0,
             kernfs_node_id: 0,
+            kernfs_node_parent: 0,
             flags: 0,
         }
     }
@@ -165,7 +175,7 @@ mod tests {
         assert_eq!(size_of::<CgroupCpuStats>(), 3 * 8);
         assert_eq!(size_of::<RunningTask>(), 8 + 8 + 4 + 4);
         assert_eq!(size_of::<ProgramCounters>(), 2 * 8);
-        assert_eq!(size_of::<ProgramConfig>(), 6 * 4);
+        assert_eq!(size_of::<ProgramConfig>(), 7 * 4);
         assert_eq!(align_of::<ProgramConfig>(), 4);
     }
 

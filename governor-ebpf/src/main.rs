@@ -25,11 +25,11 @@ use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use aya_log_ebpf::{debug, warn};
@@ -51,6 +51,9 @@ static RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static RUNNABLE_SINCE: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_RUNNABLE_THREADS, 0);
+
+#[map]
+static CGROUP_PARENT: HashMap<u64, u64> = HashMap::with_max_entries(MAX_CGROUPS, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<ProgramCounters> = PerCpuArray::with_max_entries(1, 0);
@@ -113,15 +116,35 @@ unsafe fn task_pid<M: KernelMemory>(task: *const u8) -> Option<u32> {
     unsafe { M::read::<u32>(task, config!(task_pid)) }
 }
 
-/// `task->cgroups->dfl_cgrp->kn->id`: the cgroup v2 id of `task`.
+/// `task->cgroups->dfl_cgrp->kn`: the kernfs node of the cgroup v2 directory of `task`.
 #[inline(always)]
-unsafe fn task_cgroup_id<M: KernelMemory>(task: *const u8) -> Option<u64> {
+unsafe fn task_cgroup_node<M: KernelMemory>(task: *const u8) -> Option<*const u8> {
     // SAFETY: each pointer is the value of the field the offset names, read from the kernel.
     unsafe {
         let css_set: *const u8 = M::read(task, config!(task_cgroups))?;
         let cgroup: *const u8 = M::read(css_set, config!(css_set_dfl_cgrp))?;
-        let kernfs_node: *const u8 = M::read(cgroup, config!(cgroup_kn))?;
-        M::read::<u64>(kernfs_node, config!(kernfs_node_id))
+        M::read(cgroup, config!(cgroup_kn))
+    }
+}
+
+/// `task->cgroups->dfl_cgrp->kn->id`: the cgroup v2 id of `task`.
+#[inline(always)]
+unsafe fn task_cgroup_id<M: KernelMemory>(task: *const u8) -> Option<u64> {
+    // SAFETY: as above.
+    unsafe { M::read::<u64>(task_cgroup_node::<M>(task)?, config!(kernfs_node_id)) }
+}
+
+/// `kn->parent->id` of the cgroup of `task` (0 for the root).
+#[inline(always)]
+unsafe fn task_parent_cgroup_id(task: *const u8) -> Option<u64> {
+    // SAFETY: as above; `bpf_probe_read_kernel` tolerates any address.
+    unsafe {
+        let node = task_cgroup_node::<ProbeRead>(task)?;
+        let parent: *const u8 = ProbeRead::read(node, config!(kernfs_node_parent))?;
+        if parent.is_null() {
+            return Some(0);
+        }
+        ProbeRead::read::<u64>(parent, config!(kernfs_node_id))
     }
 }
 
@@ -132,9 +155,10 @@ fn counters() -> Option<&'static mut ProgramCounters> {
     COUNTERS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// Adds to the per-CPU stats of `cgroup_id`, creating the entry on first use.
+/// Adds to the per-CPU stats of `cgroup_id`, the cgroup of `task` (null: the current task),
+/// creating the entry on first use; a new entry also records the cgroup's parent.
 #[inline(always)]
-fn charge<C: EbpfContext>(ctx: &C, cgroup_id: u64, add: CgroupCpuStats) {
+fn charge<C: EbpfContext>(ctx: &C, task: *const u8, cgroup_id: u64, add: CgroupCpuStats) {
     for _attempt in 0..2 {
         if let Some(stats) = CGROUP_CPU.get_ptr_mut(cgroup_id) {
             // SAFETY: per-CPU value of an entry that exists; see `counters`.
@@ -143,7 +167,10 @@ fn charge<C: EbpfContext>(ctx: &C, cgroup_id: u64, add: CgroupCpuStats) {
             return;
         }
         match CGROUP_CPU.insert(cgroup_id, add, u64::from(BPF_NOEXIST)) {
-            Ok(()) => return,
+            Ok(()) => {
+                record_parent(task, cgroup_id);
+                return;
+            }
             // Another CPU created the entry between the lookup and the insert: add to it.
             Err(e) if e == -17 => continue, // EEXIST
             Err(_) => {
@@ -159,6 +186,30 @@ fn charge<C: EbpfContext>(ctx: &C, cgroup_id: u64, add: CgroupCpuStats) {
                     c.stats_map_full += 1;
                 }
                 return;
+            }
+        }
+    }
+}
+
+/// Cold path (a cgroup's first charge): remember its parent. `task` is the task whose cgroup it
+/// is, null for the current task. (A BPF subprogram: its arguments must be plain scalars, every
+/// register the caller passes must be initialised.)
+#[inline(never)]
+fn record_parent(task: *const u8, cgroup_id: u64) {
+    let task = if task.is_null() {
+        // SAFETY: helper without preconditions.
+        (unsafe { bpf_get_current_task() }) as *const u8
+    } else {
+        task
+    };
+    // SAFETY: `task` is a task_struct pointer; the reads are fault tolerant.
+    match unsafe { task_parent_cgroup_id(task) } {
+        Some(parent) => {
+            let _ = CGROUP_PARENT.insert(cgroup_id, parent, 0);
+        }
+        None => {
+            if let Some(c) = counters() {
+                c.kernel_read_failed += 1;
             }
         }
     }
@@ -201,6 +252,7 @@ fn on_switch<C: EbpfContext, M: KernelMemory>(
         };
         charge(
             ctx,
+            core::ptr::null(),
             // SAFETY: helper without preconditions.
             unsafe { bpf_get_current_cgroup_id() },
             CgroupCpuStats {
@@ -240,6 +292,7 @@ fn on_switch<C: EbpfContext, M: KernelMemory>(
                     if next_cgroup != 0 {
                         charge(
                             ctx,
+                            next,
                             next_cgroup,
                             CgroupCpuStats {
                                 on_cpu_ns: 0,

@@ -128,8 +128,7 @@ fn host_counts_real_cpu_time(attach: AttachMode, expected: AttachKind) {
     let root_before = reading(&before, root);
     let root_after = reading(&after, root);
     let ebpf = root_after.cpu_seconds_total - root_before.cpu_seconds_total;
-    let switches =
-        root_after.context_switches.unwrap() - root_before.context_switches.unwrap();
+    let switches = root_after.context_switches.unwrap() - root_before.context_switches.unwrap();
     let ncpu = std::thread::available_parallelism().unwrap().get() as f64;
     eprintln!(
         "{expected:?}: eBPF {ebpf:.3} s for the root group over {wall:.2} s; this thread used {own:.3} s; \
@@ -155,7 +154,10 @@ fn host_counts_real_cpu_time(attach: AttachMode, expected: AttachKind) {
         counters.kernel_read_failed, 0,
         "the programs failed to read task fields: wrong BTF offsets?"
     );
-    assert!(acct.tracked_cgroup_ids().unwrap().contains(&1), "root id 1 not in the map");
+    assert!(
+        acct.tracked_cgroup_ids().unwrap().contains(&1),
+        "root id 1 not in the map"
+    );
 }
 
 #[test]
@@ -191,19 +193,33 @@ fn ebpf_host_fallback_is_taken_and_reported_when_loading_fails() {
     let before = acct.read(&groups)[0].cpu_seconds_total;
     spin(Duration::from_millis(300));
     let after = acct.read(&groups)[0].cpu_seconds_total;
-    assert!(after - before >= 0.25, "cpu.stat grew by {:.3} s only", after - before);
+    assert!(
+        after - before >= 0.25,
+        "cpu.stat grew by {:.3} s only",
+        after - before
+    );
 }
 
 #[test]
 fn ebpf_host_disabled_by_env_logs_one_line_with_the_reason() {
     let out = Command::new(governor_bin())
-        .args(["--log-level", "warn", "top", "--once", "--cgroup-root", HOST_V2])
+        .args([
+            "--log-level",
+            "warn",
+            "top",
+            "--once",
+            "--cgroup-root",
+            HOST_V2,
+        ])
         .env("GOVERNOR_DISABLE_EBPF", "1")
         .stdin(Stdio::null())
         .output()
         .expect("run governor top");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "top must fail without eBPF: {stderr}");
+    assert!(
+        !out.status.success(),
+        "top must fail without eBPF: {stderr}"
+    );
     let lines: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("eBPF unavailable"))
@@ -370,7 +386,9 @@ fn ebpf_vm_removed_cgroups_leave_no_map_entries() {
     loop {
         sleep(Duration::from_millis(600));
         let r = acct.read(&parent_groups);
-        parent_after = reading(&r, parent.path()).cpu_seconds_total.max(parent_after);
+        parent_after = reading(&r, parent.path())
+            .cpu_seconds_total
+            .max(parent_after);
         let ids = acct.tracked_cgroup_ids().unwrap();
         if !ids.contains(&child_id) && !ids.contains(&ghost_id) {
             break;

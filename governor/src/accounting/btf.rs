@@ -317,6 +317,10 @@ impl Btf {
             css_set_dfl_cgrp: self.field_offset("css_set", "dfl_cgrp", 8)?,
             cgroup_kn: self.field_offset("cgroup", "kn", 8)?,
             kernfs_node_id: self.field_offset("kernfs_node", "id", 8)?,
+            // Renamed `__parent` in 6.15 (it became RCU-protected).
+            kernfs_node_parent: self
+                .field_offset("kernfs_node", "parent", 8)
+                .or_else(|_| self.field_offset("kernfs_node", "__parent", 8))?,
             flags: 0,
         })
     }
@@ -462,10 +466,16 @@ pub(crate) mod tests {
         let int = b.int("int", 4);
         let u64_ = b.int("unsigned long long", 8);
         let pid_t = b.typedef("pid_t", int);
+        let kn_fwd = b.fwd("kernfs_node");
+        let kn_fwd_ptr = b.ptr(kn_fwd);
         let kernfs_node = b.structure(
             "kernfs_node",
             128,
-            &[("flags", int, 0, 0), ("id", u64_, 64 * 8, 0)],
+            &[
+                ("flags", int, 0, 0),
+                ("__parent", kn_fwd_ptr, 16 * 8, 0),
+                ("id", u64_, 64 * 8, 0),
+            ],
         );
         let kn_ptr = b.ptr(kernfs_node);
         let cgroup = b.structure(
@@ -522,6 +532,7 @@ pub(crate) mod tests {
         assert_eq!(cfg.css_set_dfl_cgrp, 136);
         assert_eq!(cfg.cgroup_kn, 296);
         assert_eq!(cfg.kernfs_node_id, 64);
+        assert_eq!(cfg.kernfs_node_parent, 16, "found under its 6.15+ name");
     }
 
     #[test]

@@ -6,12 +6,15 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::thread::JoinHandle;
 
-use aya::maps::{Map, MapData, MapInfo, PerCpuArray, PerCpuHashMap};
+use aya::maps::{
+    HashMap as BpfHashMap, Map, MapData, MapError, MapInfo, PerCpuArray, PerCpuHashMap,
+};
 use aya::programs::{BtfTracePoint, Program, RawTracePoint, loaded_programs};
 use aya::{Ebpf, EbpfLoader};
 use governor_common::{
-    CGROUP_CPU_MAP, CONFIG_GLOBAL, CONFIG_SWITCH_HAS_PREV_STATE, CONFIG_TRACK_RUN_QUEUE_WAIT,
-    COUNTERS_MAP, CgroupCpuStats, ProgramCounters, RUNNING_MAP, RunningTask, program,
+    CGROUP_CPU_MAP, CGROUP_PARENT_MAP, CONFIG_GLOBAL, CONFIG_SWITCH_HAS_PREV_STATE,
+    CONFIG_TRACK_RUN_QUEUE_WAIT, COUNTERS_MAP, CgroupCpuStats, ProgramCounters, RUNNING_MAP,
+    RunningTask, program,
 };
 
 use super::btf::Btf;
@@ -53,6 +56,7 @@ pub enum AttachMode {
 /// Userspace handles on the programs' maps.
 pub struct Maps {
     stats: PerCpuHashMap<MapData, u64, CgroupCpuStats>,
+    parents: BpfHashMap<MapData, u64, u64>,
     running: PerCpuArray<MapData, RunningTask>,
     counters: PerCpuArray<MapData, ProgramCounters>,
 }
@@ -69,9 +73,10 @@ pub struct Snapshot {
 }
 
 impl Maps {
-    fn from_maps(stats: Map, running: Map, counters: Map) -> Result<Maps, String> {
+    fn from_maps(stats: Map, parents: Map, running: Map, counters: Map) -> Result<Maps, String> {
         Ok(Maps {
             stats: stats.try_into().map_err(|e| error_chain(&e))?,
+            parents: parents.try_into().map_err(|e| error_chain(&e))?,
             running: running.try_into().map_err(|e| error_chain(&e))?,
             counters: counters.try_into().map_err(|e| error_chain(&e))?,
         })
@@ -102,9 +107,19 @@ impl Maps {
         self.stats.keys().filter_map(Result::ok).collect()
     }
 
-    /// Deletes the entry of a cgroup (gone ones).
+    /// The parent the programs recorded for a cgroup.
+    pub fn parent_of(&self, id: u64) -> Option<u64> {
+        self.parents.get(&id, 0).ok()
+    }
+
+    /// Deletes the entries of a cgroup (gone ones).
     pub fn remove(&mut self, id: u64) -> Result<(), String> {
-        self.stats.remove(&id).map_err(|e| error_chain(&e))
+        let not_found = |r: Result<(), MapError>| match r {
+            Err(MapError::KeyNotFound) => Ok(()),
+            other => other,
+        };
+        not_found(self.parents.remove(&id)).map_err(|e| error_chain(&e))?;
+        not_found(self.stats.remove(&id)).map_err(|e| error_chain(&e))
     }
 
     /// The programs' error counters, summed over CPUs.
@@ -220,6 +235,7 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
     };
     let maps = Maps::from_maps(
         take(&mut ebpf, CGROUP_CPU_MAP)?,
+        take(&mut ebpf, CGROUP_PARENT_MAP)?,
         take(&mut ebpf, RUNNING_MAP)?,
         take(&mut ebpf, COUNTERS_MAP)?,
     )?;
@@ -344,7 +360,7 @@ pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, String> {
         let Some(name) = info.name_as_str().map(str::to_owned) else {
             continue;
         };
-        if [CGROUP_CPU_MAP, RUNNING_MAP, COUNTERS_MAP].contains(&name.as_str()) {
+        if [CGROUP_CPU_MAP, CGROUP_PARENT_MAP, RUNNING_MAP, COUNTERS_MAP].contains(&name.as_str()) {
             let data = MapData::from_id(id).map_err(|e| error_chain(&e))?;
             found.insert(name, Map::from_map_data(data).map_err(|e| error_chain(&e))?);
         }
@@ -356,6 +372,7 @@ pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, String> {
     };
     let maps = Maps::from_maps(
         take(CGROUP_CPU_MAP)?,
+        take(CGROUP_PARENT_MAP)?,
         take(RUNNING_MAP)?,
         take(COUNTERS_MAP)?,
     )?;
@@ -374,27 +391,32 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         }
         cur = src.source();
     }
-    one_line(&s, 600)
+    one_line(&s, 900)
 }
 
-/// Collapses whitespace (verifier logs are multi-line) and bounds the length.
+/// Collapses whitespace (verifier logs are multi-line) and bounds the length, keeping the start
+/// (what failed) and the end (a verifier log ends with the reason).
 fn one_line(s: &str, max: usize) -> String {
     let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.len() <= max {
-        flat
-    } else {
-        let mut cut = max;
-        while !flat.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        format!("{}...", &flat[..cut])
+        return flat;
     }
+    let head_len = max / 3;
+    let mut head = head_len;
+    while !flat.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = flat.len() - (max - head_len);
+    while !flat.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{} ... {}", &flat[..head], &flat[tail..])
 }
 
 /// Adds the likely cause to errors operators see often.
 fn explain(msg: &str) -> String {
     let lower = msg.to_ascii_lowercase();
-    if lower.contains("operation not permitted") || lower.contains("permission denied") {
+    if lower.contains("operation not permitted") {
         format!(
             "{msg} (eBPF needs root or CAP_BPF + CAP_PERFMON, and a kernel not locked down against BPF)"
         )
@@ -468,8 +490,13 @@ mod tests {
     #[test]
     fn one_line_flattens_and_bounds() {
         assert_eq!(one_line("a\n  b\tc", 100), "a b c");
-        let long = "x".repeat(1000);
-        assert_eq!(one_line(&long, 10), format!("{}...", "x".repeat(10)));
+        let long = format!("start{}end", "x".repeat(1000));
+        let short = one_line(&long, 30);
+        assert!(
+            short.starts_with("start") && short.ends_with("xxend"),
+            "{short}"
+        );
+        assert!(short.len() <= 35, "{short}");
     }
 
     #[test]

@@ -433,7 +433,9 @@ impl EbpfBackend {
         };
         let mut own = stats;
         if walked && self.owner() {
-            for id in self.tree.reconcile(&own) {
+            let maps = &self.maps;
+            let gone = self.tree.reconcile(&own, |id| maps.parent_of(id));
+            for id in gone {
                 if let Err(e) = self.maps.remove(id) {
                     tracing::debug!(cgroup_id = id, error = %e, "cannot delete a removed cgroup's entry");
                 }
@@ -554,7 +556,8 @@ struct CgroupTree {
     foreign: HashMap<u64, Instant>,
     /// Highest figures reported per group id (counters must not go backwards).
     floor: HashMap<u64, CgroupCpuStats>,
-    handles: Option<CgroupHandles>,
+    /// Whether a cgroup id exists (`None`: cannot tell); file handles on the real root.
+    exists: Box<dyn Fn(u64) -> Option<bool> + Send>,
     walk_error_logged: bool,
 }
 
@@ -568,10 +571,10 @@ impl CgroupTree {
                 tracing::debug!(error = %e, "cgroup file handles unavailable: entries of cgroups removed before they were indexed cannot be cleaned up")
             })
             .ok();
-        CgroupTree::with_handles(root, handles)
+        CgroupTree::with_existence(root, Box::new(move |id| handles.as_ref()?.exists(id)))
     }
 
-    fn with_handles(root: &Path, handles: Option<CgroupHandles>) -> CgroupTree {
+    fn with_existence(root: &Path, exists: Box<dyn Fn(u64) -> Option<bool> + Send>) -> CgroupTree {
         CgroupTree {
             root: root.to_path_buf(),
             index: CgroupIndex::default(),
@@ -581,7 +584,7 @@ impl CgroupTree {
             graveyard: HashMap::new(),
             foreign: HashMap::new(),
             floor: HashMap::new(),
-            handles,
+            exists,
             walk_error_logged: false,
         }
     }
@@ -635,9 +638,27 @@ impl CgroupTree {
             .find(|&a| self.index.contains(a))
     }
 
+    /// Where the totals of a removed cgroup go when only its parent's id is known (it was created
+    /// and removed between two walks): the parent if it is live, else the parent's own holder.
+    fn holder_via_parent(&self, parent: Option<u64>) -> Option<u64> {
+        let p = parent?;
+        if self.index.contains(p) {
+            Some(p)
+        } else if let Some(&(holder, _)) = self.graveyard.get(&p) {
+            holder
+        } else {
+            self.holder_of(p)
+        }
+    }
+
     /// After a walk: finds which map entries belong to removed cgroups, moves their totals to the
-    /// nearest live ancestor and returns their ids (to delete from the map).
-    fn reconcile(&mut self, stats: &HashMap<u64, CgroupCpuStats>) -> Vec<u64> {
+    /// nearest live ancestor and returns their ids (to delete from the map). `parent_of` gives
+    /// the parent the programs recorded for an id.
+    fn reconcile(
+        &mut self,
+        stats: &HashMap<u64, CgroupCpuStats>,
+        parent_of: impl Fn(u64) -> Option<u64>,
+    ) -> Vec<u64> {
         let now = Instant::now();
         // Holders that were removed themselves pass their retired totals up.
         let orphaned: Vec<u64> = self
@@ -677,8 +698,8 @@ impl CgroupTree {
             } else if self.previous.contains(id) {
                 self.holder_of(id)
             } else {
-                match self.handles.as_ref().and_then(|h| h.exists(id)) {
-                    Some(false) => None,
+                match (self.exists)(id) {
+                    Some(false) => self.holder_via_parent(parent_of(id)),
                     // Exists outside our root, or the kernel will not say: leave it alone.
                     _ => {
                         self.foreign.insert(id, now);
@@ -876,10 +897,13 @@ mod tests {
         fs::create_dir_all(root.path().join("job/step-1/inner")).unwrap();
         let ino = |p: &str| fs::metadata(root.path().join(p)).unwrap().ino();
         let (job, step, inner) = (ino("job"), ino("job/step-1"), ino("job/step-1/inner"));
-        let mut tree = CgroupTree::with_handles(root.path(), None);
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| None));
         assert!(tree.refresh(true));
         let mut map = HashMap::from([(job, stats(10)), (step, stats(200)), (inner, stats(3000))]);
-        assert!(tree.reconcile(&map).is_empty(), "nothing removed yet");
+        assert!(
+            tree.reconcile(&map, |_| None).is_empty(),
+            "nothing removed yet"
+        );
         let before = aggregate(&map, &tree.index, &HashSet::from([job]))[&job];
         assert_eq!(before.on_cpu_ns, 3210);
         tree.apply_floor(job, before);
@@ -887,7 +911,7 @@ mod tests {
         fs::remove_dir(root.path().join("job/step-1/inner")).unwrap();
         fs::remove_dir(root.path().join("job/step-1")).unwrap();
         assert!(tree.refresh(true));
-        let mut gone = tree.reconcile(&map);
+        let mut gone = tree.reconcile(&map, |_| None);
         gone.sort();
         let mut expected = vec![step, inner];
         expected.sort();
@@ -914,17 +938,17 @@ mod tests {
         // A late charge to a removed id (a task exiting after rmdir) follows the same way.
         let late = HashMap::from([(inner, stats(5))]);
         assert!(tree.refresh(true));
-        assert_eq!(tree.reconcile(&late), vec![inner]);
+        assert_eq!(tree.reconcile(&late, |_| None), vec![inner]);
         assert_eq!(tree.retired[&job].on_cpu_ns, 3205);
     }
 
     #[test]
     fn ids_never_seen_under_the_root_are_left_alone_when_existence_is_unknown() {
         let root = tempfile::tempdir().unwrap();
-        let mut tree = CgroupTree::with_handles(root.path(), None);
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| None));
         assert!(tree.refresh(true));
         let map = HashMap::from([(123_456_789, stats(1))]);
-        assert!(tree.reconcile(&map).is_empty());
+        assert!(tree.reconcile(&map, |_| None).is_empty());
         assert!(
             !tree.is_unknown(123_456_789),
             "remembered as foreign: no walk on every read"
@@ -932,9 +956,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_removed_before_any_walk_goes_to_the_parent_the_programs_recorded() {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir(root.path().join("job")).unwrap();
+        let job = fs::metadata(root.path().join("job")).unwrap().ino();
+        let ghost = 987_654_321;
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| Some(false)));
+        assert!(tree.refresh(true));
+        let map = HashMap::from([(job, stats(10)), (ghost, stats(500))]);
+        let gone = tree.reconcile(&map, |id| (id == ghost).then_some(job));
+        assert_eq!(gone, vec![ghost]);
+        assert_eq!(tree.retired[&job].on_cpu_ns, 500);
+        // Without a recorded parent the totals cannot be placed: dropped, but the entry goes.
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| Some(false)));
+        assert!(tree.refresh(true));
+        assert_eq!(tree.reconcile(&map, |_| None), vec![ghost]);
+        assert!(tree.retired.is_empty());
+    }
+
+    #[test]
     fn the_floor_keeps_counters_monotonic() {
         let root = tempfile::tempdir().unwrap();
-        let mut tree = CgroupTree::with_handles(root.path(), None);
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| None));
         assert_eq!(tree.apply_floor(5, stats(100)).on_cpu_ns, 100);
         assert_eq!(tree.apply_floor(5, stats(90)).on_cpu_ns, 100);
         assert_eq!(tree.apply_floor(5, stats(150)).on_cpu_ns, 150);
@@ -943,7 +986,7 @@ mod tests {
     #[test]
     fn walks_are_rate_limited_unless_forced() {
         let root = tempfile::tempdir().unwrap();
-        let mut tree = CgroupTree::with_handles(root.path(), None);
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| None));
         assert!(tree.refresh(false));
         assert!(!tree.refresh(false));
         assert!(tree.refresh(true));
