@@ -269,8 +269,18 @@ fn cpu_stat_seconds(group: &Path) -> f64 {
 /// sources are read at nearly the same moment).
 fn sample(acct: &mut CpuAccounting, groups: &[PathBuf]) -> BTreeMap<PathBuf, (f64, CpuReading)> {
     let before: Vec<f64> = groups.iter().map(|g| cpu_stat_seconds(g)).collect();
+    let t = Instant::now();
     let readings = acct.read(groups);
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
     let after: Vec<f64> = groups.iter().map(|g| cpu_stat_seconds(g)).collect();
+    eprintln!(
+        "sample: eBPF read {read_ms:.1} ms; cpu.stat moved {:?} s meanwhile",
+        before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| ((a - b) * 1e3).round() / 1e3)
+            .collect::<Vec<_>>()
+    );
     groups
         .iter()
         .enumerate()
@@ -306,13 +316,17 @@ fn ebpf_vm_figures_match_cpu_stat_and_the_capped_group_waits() {
         free.path().to_path_buf(),
         parent.path().to_path_buf(),
     ];
+    // The daemon reads every tick; the first read also indexes the cgroup tree.
+    acct.read(&groups);
     let s0 = sample(&mut acct, &groups);
     let t0 = Instant::now();
     sleep(Duration::from_secs(5));
     let s1 = sample(&mut acct, &groups);
     let wall = t0.elapsed().as_secs_f64();
 
+    eprintln!("program counters: {:?}", acct.program_counters());
     let mut waits = BTreeMap::new();
+    let mut failures = Vec::new();
     for g in &groups {
         let (stat0, r0) = &s0[g];
         let (stat1, r1) = &s1[g];
@@ -326,14 +340,16 @@ fn ebpf_vm_figures_match_cpu_stat_and_the_capped_group_waits() {
             g.display(),
             (ebpf - stat) / stat * 100.0
         );
-        assert!(
-            err <= 0.05,
-            "{}: eBPF {ebpf:.3} s differs from cpu.stat {stat:.3} s by {:.1}% (> 5%)",
-            g.display(),
-            err * 100.0
-        );
+        if err > 0.05 {
+            failures.push(format!(
+                "{}: eBPF {ebpf:.3} s differs from cpu.stat {stat:.3} s by {:.1}% (> 5%)",
+                g.display(),
+                err * 100.0
+            ));
+        }
         waits.insert(g.clone(), wait);
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     let (capped_wait, free_wait) = (waits[capped.path()], waits[free.path()]);
     assert!(
         capped_wait > free_wait,
@@ -407,6 +423,36 @@ fn ebpf_vm_removed_cgroups_leave_no_map_entries() {
         parent_after >= parent_before + 0.1,
         "the parent's counter must keep its removed children's CPU (ghost burned ~0.3 s): {parent_before:.3} -> {parent_after:.3}"
     );
+}
+
+#[test]
+#[ignore = "vm: creates cgroup v2 groups; run with `cargo xtask vm-test ebpf_vm`"]
+fn ebpf_vm_a_task_moved_while_running_counts_for_its_new_group() {
+    require_vm();
+    let mut acct = open_ebpf(Path::new(CGROUP2_ROOT), AttachMode::Auto);
+    let group = TestCgroup::create(Path::new(CGROUP2_ROOT), "ebpf-moved");
+    let groups = vec![group.path().to_path_buf()];
+    acct.read(&groups);
+    // The busy loop starts in the root group and is moved while it runs; on a CPU of its own
+    // it may not be switched out again for seconds.
+    let burner = Burner::start();
+    sleep(Duration::from_millis(300));
+    group.add_pid(burner.pid());
+    let before_stat = cpu_stat_seconds(group.path());
+    let before = reading(&acct.read(&groups), group.path()).cpu_seconds_total;
+    sleep(Duration::from_millis(1500));
+    let after = reading(&acct.read(&groups), group.path()).cpu_seconds_total;
+    let stat = cpu_stat_seconds(group.path()) - before_stat;
+    eprintln!(
+        "moved burner: eBPF {:.3} s, cpu.stat {stat:.3} s",
+        after - before
+    );
+    assert!(
+        (after - before) >= 0.9 * stat,
+        "the running slice went to the old group: eBPF {:.3} s vs cpu.stat {stat:.3} s",
+        after - before
+    );
+    drop(burner);
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! `cargo xtask bench-ebpf`):
 //! 1. the per-CPU map is read and summed per cgroup id, then each CPU's running slot: the slice
 //!    of a task still on a CPU is added to its cgroup (a busy job that is never switched out would
-//!    otherwise look idle);
+//!    otherwise look idle; the cgroup is checked in `/proc/<tid>/cgroup` in case the task was
+//!    moved while running);
 //! 2. ids are mapped to directories through an index of the cgroup v2 tree (the id of a v2
 //!    cgroup is its directory's inode number), walked again when an unknown id or group appears;
 //! 3. a group's figures are those of its own id plus every descendant, like `cpu.stat`;
@@ -431,18 +432,42 @@ impl EbpfBackend {
         } else {
             self.tree.recheck_foreign_due()
         };
-        let mut own = stats;
-        if walked && self.owner() {
+        if !walked {
+            return Ok((stats, snap));
+        }
+        if self.owner() {
             let maps = &self.maps;
-            let gone = self.tree.reconcile(&own, |id| maps.parent_of(id));
+            let gone = self.tree.reconcile(&stats, |id| maps.parent_of(id));
             for id in gone {
                 if let Err(e) = self.maps.remove(id) {
                     tracing::debug!(cgroup_id = id, error = %e, "cannot delete a removed cgroup's entry");
                 }
-                own.remove(&id);
             }
         }
-        Ok((own, snap))
+        // A walk takes a while on a big tree: read again so that the figures are of now.
+        let mut snap = self.maps.snapshot()?;
+        let stats = std::mem::take(&mut snap.stats);
+        Ok((stats, snap))
+    }
+
+    /// Corrects the cgroup of each running slot from `/proc/<tid>/cgroup`: the programs record a
+    /// task's cgroup when it is switched in, and a task moved to another cgroup while it runs
+    /// (how jobs are often placed) keeps the old one until its next switch, which on an otherwise
+    /// idle CPU can be seconds away. One small read per busy CPU per reading. (The daemon must see
+    /// the host's pid and cgroup namespaces, as it must anyway to govern the node.)
+    fn fix_running_cgroups(&self, root: &Path, running: &mut [RunningTask]) {
+        for slot in running.iter_mut().filter(|r| r.pid != 0) {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{}/cgroup", slot.pid)) else {
+                continue; // exited meanwhile: its slot is being replaced
+            };
+            let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
+                continue;
+            };
+            let path = root.join(rel.trim().trim_start_matches('/'));
+            if let Ok(meta) = std::fs::metadata(&path) {
+                slot.cgroup_id = meta.ino();
+            }
+        }
     }
 
     fn read(&mut self, root: &Path, groups: &[PathBuf]) -> Result<Vec<CpuReading>, String> {
@@ -451,7 +476,9 @@ impl EbpfBackend {
             let e = own.entry(holder).or_default();
             *e = e.add(t);
         }
-        add_in_flight(&mut own, &snap.running, snap.taken_at_ns);
+        let mut running = snap.running;
+        self.fix_running_cgroups(root, &mut running);
+        add_in_flight(&mut own, &running, snap.taken_at_ns);
 
         // Resolve the groups to ids of the index.
         let mut wanted: Vec<Option<u64>> = Vec::with_capacity(groups.len());
@@ -492,9 +519,11 @@ impl EbpfBackend {
         Ok(out)
     }
 
-    fn usage_by_cgroup(&mut self, _root: &Path) -> Result<Vec<CgroupUsage>, String> {
+    fn usage_by_cgroup(&mut self, root: &Path) -> Result<Vec<CgroupUsage>, String> {
         let (mut own, snap) = self.collect()?;
-        add_in_flight(&mut own, &snap.running, snap.taken_at_ns);
+        let mut running = snap.running;
+        self.fix_running_cgroups(root, &mut running);
+        add_in_flight(&mut own, &running, snap.taken_at_ns);
         let mut out: Vec<CgroupUsage> = own
             .into_iter()
             .map(|(id, stats)| CgroupUsage {
