@@ -3,11 +3,11 @@
 //! Every type here is `#[repr(C)]`, has no `bool` and no implicit padding, so the kernel and
 //! userspace agree on its layout byte for byte. `aya::Pod` is implemented behind the `user` feature.
 //!
-//! The accounting programs keep three maps and read one global:
+//! The accounting program keeps four maps and reads one global:
 //! - [`CGROUP_CPU_MAP`]: per-CPU hash, cgroup v2 id -> [`CgroupCpuStats`];
-//! - [`RUNNING_MAP`]: per-CPU array of one [`RunningTask`], the task on that CPU right now (so
-//!   userspace can add the slice a still-running task has not been charged for yet);
-//! - [`RUNNABLE_SINCE_MAP`]: LRU hash, thread id -> time it became runnable (run-queue wait);
+//! - [`RUNNING_MAP`]: per-CPU array of one [`RunningTask`]: the task on that CPU right now (so
+//!   userspace can add the slice a still-running task has not been charged for yet) and the
+//!   charges summed on that CPU but not yet written to [`CGROUP_CPU_MAP`];
 //! - [`CGROUP_PARENT_MAP`]: hash, cgroup id -> parent cgroup id (written with each new entry);
 //! - [`COUNTERS_MAP`]: per-CPU array of one [`ProgramCounters`] (things that went wrong);
 //! - [`CONFIG_GLOBAL`]: a read-only [`ProgramConfig`] the loader fills in before loading.
@@ -17,8 +17,6 @@
 pub const CGROUP_CPU_MAP: &str = "CGROUP_CPU";
 /// Name of the per-CPU array holding the [`RunningTask`] of each CPU.
 pub const RUNNING_MAP: &str = "RUNNING";
-/// Name of the LRU hash map thread id -> `bpf_ktime_get_ns` when it became runnable.
-pub const RUNNABLE_SINCE_MAP: &str = "RUNNABLE_SINCE";
 /// Name of the hash map cgroup id -> parent cgroup id, written when a cgroup's entry in
 /// [`CGROUP_CPU_MAP`] is created: it tells userspace where the CPU of a cgroup that was created
 /// and removed between two reads belongs.
@@ -31,25 +29,12 @@ pub const CONFIG_GLOBAL: &str = "CONFIG";
 /// Capacity of [`CGROUP_CPU_MAP`]: cgroups that can be accounted at once. Entries of removed
 /// cgroups are deleted by userspace, so this bounds live cgroups that ran a task, not history.
 pub const MAX_CGROUPS: u32 = 16_384;
-/// Capacity of [`RUNNABLE_SINCE_MAP`]: threads waiting on a run queue at once. It is an LRU map,
-/// so a thread that exits while runnable is eventually evicted instead of leaking.
-pub const MAX_RUNNABLE_THREADS: u32 = 65_536;
-
-/// Program names (as the kernel shows them; at most 15 bytes). `_btf` programs are BTF
-/// tracepoints (`tp_btf`), `_raw` ones raw tracepoints; the loader attaches one family.
+/// Program names (as the kernel shows them; at most 15 bytes). The loader attaches one.
 pub mod program {
-    /// `sched_switch`, BTF tracepoint.
+    /// `sched_switch`, BTF tracepoint (`tp_btf`): typed arguments, fields read by plain loads.
     pub const SWITCH_BTF: &str = "gov_switch_btf";
-    /// `sched_switch`, raw tracepoint.
+    /// `sched_switch`, raw tracepoint (`raw_tp`): fields read with `bpf_probe_read_kernel`.
     pub const SWITCH_RAW: &str = "gov_switch_raw";
-    /// `sched_wakeup`, BTF tracepoint.
-    pub const WAKEUP_BTF: &str = "gov_wakeup_btf";
-    /// `sched_wakeup`, raw tracepoint.
-    pub const WAKEUP_RAW: &str = "gov_wakeup_raw";
-    /// `sched_wakeup_new`, BTF tracepoint.
-    pub const WAKEUP_NEW_BTF: &str = "gov_wknew_btf";
-    /// `sched_wakeup_new`, raw tracepoint.
-    pub const WAKEUP_NEW_RAW: &str = "gov_wknew_raw";
 }
 
 /// Per-cgroup CPU accounting kept by the `sched_switch` program, one value per CPU.
@@ -58,10 +43,11 @@ pub mod program {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CgroupCpuStats {
-    /// Nanoseconds tasks of this cgroup spent on this CPU, charged when they are switched out.
+    /// Nanoseconds tasks of this cgroup spent on this CPU (`se.sum_exec_runtime` deltas),
+    /// charged when they are switched out.
     pub on_cpu_ns: u64,
-    /// Nanoseconds tasks of this cgroup were runnable but waiting for this CPU (charged on the
-    /// CPU that finally ran them).
+    /// Nanoseconds tasks of this cgroup were runnable but waiting for a CPU
+    /// (`sched_info.run_delay` deltas), charged with the slice that ended the wait.
     pub run_queue_wait_ns: u64,
     /// Number of times a task of this cgroup was switched out on this CPU.
     pub context_switches: u64,
@@ -78,19 +64,33 @@ impl CgroupCpuStats {
     }
 }
 
-/// What the program remembers about the task currently running on a CPU (one entry per CPU).
+/// What the program keeps per CPU (one entry per CPU):
+/// - the task on the CPU and its kernel totals when it was switched in: at switch-out the
+///   differences are its slice and the run-queue wait that preceded it; userspace adds the slice
+///   still in flight from `/proc/<pid>/schedstat` (and places the task in its cgroup from
+///   `/proc/<pid>/cgroup`);
+/// - charges not yet added to [`CGROUP_CPU_MAP`]: consecutive charges to the same cgroup on a CPU
+///   (a job's threads, with idle in between) are summed here and written to the hash map only
+///   when the CPU charges another cgroup. A hash map update costs more than the rest of the
+///   program; userspace adds `pending` to the map's figures.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunningTask {
-    /// Kernel time (`bpf_ktime_get_ns`, CLOCK_MONOTONIC) when the task was switched in; 0 until
-    /// the first `sched_switch` seen on this CPU.
-    pub since_ns: u64,
-    /// Cgroup v2 id of the task (0 when the CPU is idle or the id could not be read).
-    pub cgroup_id: u64,
+    /// `se.sum_exec_runtime` of the task when it was switched in (ns).
+    pub start_runtime_ns: u64,
+    /// `sched_info.run_delay` of the task when it was switched in (ns); its wait for this slice
+    /// is added by the kernel right after the tracepoint, so it is charged at switch-out.
+    pub start_run_delay_ns: u64,
+    /// Cgroup the `pending` charges belong to (0: none).
+    pub pending_cgroup_id: u64,
+    /// Parent of `pending_cgroup_id` (recorded in [`CGROUP_PARENT_MAP`] with a new entry).
+    pub pending_parent_id: u64,
+    /// Charges to `pending_cgroup_id` not yet in [`CGROUP_CPU_MAP`].
+    pub pending: CgroupCpuStats,
     /// Thread id of the task (0 when the CPU is idle).
     pub pid: u32,
-    /// Explicit padding so the layout has no implicit holes.
-    pub _pad: u32,
+    /// 1 once the program has seen a switch on this CPU.
+    pub seen: u32,
 }
 
 /// Things the programs could not do, counted per CPU (userspace reports them).
@@ -99,18 +99,24 @@ pub struct RunningTask {
 pub struct ProgramCounters {
     /// Charges dropped because [`CGROUP_CPU_MAP`] was full.
     pub stats_map_full: u64,
-    /// Reads of kernel memory (the next task's pid or cgroup id) that failed.
+    /// Reads of kernel memory (a task's pid, cgroup id or parent cgroup id) that failed.
     pub kernel_read_failed: u64,
+    /// Switches of a task the CPU's slot did not describe (the first one on each CPU, and any
+    /// the program missed): that slice was not charged.
+    pub unknown_slice: u64,
 }
 
 /// Configuration the loader writes into the programs' read-only `CONFIG` global.
 ///
 /// The offsets come from the running kernel's BTF (`/sys/kernel/btf/vmlinux`): Rust eBPF code
-/// gets no CO-RE relocations, so userspace resolves the few fields the programs follow to find
-/// the pid and the cgroup id of the task being switched in:
-/// `task->pid` and `task->cgroups->dfl_cgrp->kn->id` (what `bpf_get_current_cgroup_id` reads for
-/// the current task), and `kn->parent` for the parent's id. The verifier sees them as constants
-/// because the map is frozen.
+/// gets no CO-RE relocations, so userspace resolves the few fields the programs read and hands
+/// them over as constants (the verifier sees them as such because the map is frozen):
+/// - `task->pid`;
+/// - `task->se.sum_exec_runtime` and `task->sched_info.run_delay`: the kernel's own on-CPU and
+///   run-queue-wait totals of a task (what `cpu.stat` and `/proc/<pid>/schedstat` are made of),
+///   up to date for the task switched out when `sched_switch` fires;
+/// - `task->cgroups->dfl_cgrp->kn->id` (what `bpf_get_current_cgroup_id` reads) and
+///   `kn->parent` for the parent cgroup's id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProgramConfig {
@@ -118,6 +124,11 @@ pub struct ProgramConfig {
     pub task_pid: u32,
     /// Byte offset of `cgroups` (`struct css_set *`) in `struct task_struct`.
     pub task_cgroups: u32,
+    /// Byte offset of `se.sum_exec_runtime` (`u64`, ns) in `struct task_struct`.
+    pub task_sum_exec_runtime: u32,
+    /// Byte offset of `sched_info.run_delay` (`u64`, ns) in `struct task_struct` (used only with
+    /// [`CONFIG_TRACK_RUN_QUEUE_WAIT`]).
+    pub task_run_delay: u32,
     /// Byte offset of `dfl_cgrp` (`struct cgroup *`) in `struct css_set`.
     pub css_set_dfl_cgrp: u32,
     /// Byte offset of `kn` (`struct kernfs_node *`) in `struct cgroup`.
@@ -131,11 +142,9 @@ pub struct ProgramConfig {
     pub flags: u32,
 }
 
-/// [`ProgramConfig::flags`]: measure run-queue wait (needs the wakeup programs attached).
+/// [`ProgramConfig::flags`]: charge run-queue wait (`sched_info.run_delay`; needs
+/// CONFIG_SCHED_INFO, which every distribution kernel has).
 pub const CONFIG_TRACK_RUN_QUEUE_WAIT: u32 = 1 << 0;
-/// [`ProgramConfig::flags`]: `sched_switch` passes `prev_state` as its 4th argument (5.18+),
-/// so a task switched out while still runnable can be told apart from one going to sleep.
-pub const CONFIG_SWITCH_HAS_PREV_STATE: u32 = 1 << 1;
 
 impl ProgramConfig {
     /// All-zero configuration (the value compiled into the object; the loader overwrites it).
@@ -143,6 +152,8 @@ impl ProgramConfig {
         ProgramConfig {
             task_pid: 0,
             task_cgroups: 0,
+            task_sum_exec_runtime: 0,
+            task_run_delay: 0,
             css_set_dfl_cgrp: 0,
             cgroup_kn: 0,
             kernfs_node_id: 0,
@@ -173,22 +184,15 @@ mod tests {
     #[test]
     fn layouts_have_no_padding() {
         assert_eq!(size_of::<CgroupCpuStats>(), 3 * 8);
-        assert_eq!(size_of::<RunningTask>(), 8 + 8 + 4 + 4);
-        assert_eq!(size_of::<ProgramCounters>(), 2 * 8);
-        assert_eq!(size_of::<ProgramConfig>(), 7 * 4);
+        assert_eq!(size_of::<RunningTask>(), 4 * 8 + 3 * 8 + 4 + 4);
+        assert_eq!(size_of::<ProgramCounters>(), 3 * 8);
+        assert_eq!(size_of::<ProgramConfig>(), 9 * 4);
         assert_eq!(align_of::<ProgramConfig>(), 4);
     }
 
     #[test]
     fn program_names_fit_the_kernel_limit() {
-        for name in [
-            program::SWITCH_BTF,
-            program::SWITCH_RAW,
-            program::WAKEUP_BTF,
-            program::WAKEUP_RAW,
-            program::WAKEUP_NEW_BTF,
-            program::WAKEUP_NEW_RAW,
-        ] {
+        for name in [program::SWITCH_BTF, program::SWITCH_RAW] {
             assert!(
                 name.len() <= 15,
                 "{name} is longer than BPF_OBJ_NAME_LEN - 1"

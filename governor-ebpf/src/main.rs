@@ -1,23 +1,28 @@
-//! eBPF programs of the governor: per-cgroup CPU accounting on `sched_switch`.
+//! eBPF program of the governor: per-cgroup CPU accounting on `sched_switch`.
 //!
-//! On every context switch on a CPU:
-//! 1. the task switched out (`prev`, which is still `current`) is charged the time since it was
-//!    switched in, under its cgroup v2 id (`bpf_get_current_cgroup_id`), in a per-CPU hash map;
-//!    the idle task (pid 0) is never charged;
-//! 2. if `prev` stays runnable (preempted), it joins the run queue: its thread id is stamped with
-//!    the time, so the wait until it runs again can be measured;
-//! 3. the task switched in (`next`) is remembered in a per-CPU slot with the time, its pid and its
-//!    cgroup id, so userspace can add the slice of a task that has been running since (a busy job
-//!    that is never switched out would otherwise look idle), and if it was waiting on a run queue
-//!    since a wakeup or a preemption, that wait is charged to its cgroup.
+//! The kernel already keeps, per task, exactly the figures we want: `se.sum_exec_runtime` (time
+//! on a CPU, what `cpu.stat usage_usec` is made of) and `sched_info.run_delay` (time runnable but
+//! waiting for a CPU, the second field of `/proc/<pid>/schedstat`). When `sched_switch` fires
+//! both are up to date for the task switched out. So on every context switch on a CPU:
+//! 1. the task switched out (`prev`, still `current`) is charged the growth of its two totals
+//!    since it was switched in on this CPU (remembered in a per-CPU slot), plus one context
+//!    switch, under its cgroup v2 id in a per-CPU hash map; the idle task (pid 0) is skipped.
+//!    Consecutive charges to one cgroup on a CPU are summed in the slot and written to the hash
+//!    map when the CPU charges another cgroup (the update is the costliest step);
+//! 2. the task switched in (`next`) is remembered in the slot: its pid and its two totals.
 //!
-//! `sched_wakeup` / `sched_wakeup_new` stamp a task that becomes runnable.
+//! No clock is read and no other tracepoint is needed: the run-queue wait that ends with a
+//! switch-in is added to `run_delay` by the kernel right after this tracepoint, so it shows up
+//! in the difference charged at that task's switch-out. Userspace adds the slice still in flight
+//! on each CPU from `/proc/<pid>/schedstat` (a busy job that is never switched out would
+//! otherwise look idle).
 //!
-//! Each program exists twice: a BTF tracepoint (`tp_btf`, typed arguments: the fields of `next`
-//! are plain loads the verifier checks against BTF) and a raw tracepoint (untyped arguments: the
-//! fields are read with `bpf_probe_read_kernel`). The loader attaches the BTF family where the
-//! kernel accepts it and the raw family otherwise. Field offsets come from the `CONFIG` global
-//! the loader fills in from the kernel's BTF (Rust eBPF code gets no CO-RE relocations).
+//! The program exists twice: a BTF tracepoint (`tp_btf`, typed arguments: the fields are plain
+//! loads the verifier checks against BTF) and a raw tracepoint (untyped arguments: the fields are
+//! read with `bpf_probe_read_kernel`, the current task's cgroup through a helper). The loader
+//! attaches the BTF one where the kernel accepts it and the raw one otherwise. Field offsets
+//! come from the `CONFIG` global the loader fills in from the kernel's BTF (Rust eBPF code gets
+//! no CO-RE relocations).
 #![no_std]
 #![no_main]
 
@@ -25,20 +30,20 @@ use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
+        bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use aya_log_ebpf::{debug, warn};
 use governor_common::{
-    CONFIG_SWITCH_HAS_PREV_STATE, CONFIG_TRACK_RUN_QUEUE_WAIT, CgroupCpuStats, MAX_CGROUPS,
-    MAX_RUNNABLE_THREADS, ProgramConfig, ProgramCounters, RunningTask,
+    CONFIG_TRACK_RUN_QUEUE_WAIT, CgroupCpuStats, MAX_CGROUPS, ProgramConfig, ProgramCounters,
+    RunningTask,
 };
 
-/// Filled in by the loader (`EbpfLoader::set_global`) before the programs are verified.
+/// Filled in by the loader (`EbpfLoader::override_global`) before the program is verified.
 #[unsafe(no_mangle)]
 static CONFIG: ProgramConfig = ProgramConfig::zeroed();
 
@@ -50,16 +55,10 @@ static CGROUP_CPU: PerCpuHashMap<u64, CgroupCpuStats> =
 static RUNNING: PerCpuArray<RunningTask> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
-static RUNNABLE_SINCE: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_RUNNABLE_THREADS, 0);
-
-#[map]
 static CGROUP_PARENT: HashMap<u64, u64> = HashMap::with_max_entries(MAX_CGROUPS, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<ProgramCounters> = PerCpuArray::with_max_entries(1, 0);
-
-/// `TASK_RUNNING`: the `prev_state` of a task that stays on the run queue.
-const TASK_RUNNING: u64 = 0;
 
 /// Reads a `u32` field of the configuration; a volatile load so that the value the loader wrote
 /// is used (the compiler would otherwise fold the zero it was compiled with).
@@ -75,8 +74,12 @@ fn read_config(field: *const u32) -> u32 {
     unsafe { core::ptr::read_volatile(field) }
 }
 
-/// How the programs read a field of a kernel object from a pointer they were given.
+/// How the program reads a field of a kernel object from a pointer it was given.
 trait KernelMemory {
+    /// Whether reads are plain loads (then cheaper than the helpers that give the same answer
+    /// for the current task).
+    const PLAIN_LOADS: bool;
+
     /// Reads a `T` at `base + offset`; `None` when the read faults.
     ///
     /// # Safety
@@ -89,6 +92,8 @@ trait KernelMemory {
 struct ProbeRead;
 
 impl KernelMemory for ProbeRead {
+    const PLAIN_LOADS: bool = false;
+
     #[inline(always)]
     unsafe fn read<T: Copy>(base: *const u8, offset: u32) -> Option<T> {
         // SAFETY: the helper copies with fault handling; the pointer is only an address here.
@@ -101,6 +106,8 @@ impl KernelMemory for ProbeRead {
 struct BtfLoad;
 
 impl KernelMemory for BtfLoad {
+    const PLAIN_LOADS: bool = true;
+
     #[inline(always)]
     unsafe fn read<T: Copy>(base: *const u8, offset: u32) -> Option<T> {
         // SAFETY: the verifier checks this load against the kernel's BTF and turns it into a
@@ -116,6 +123,21 @@ unsafe fn task_pid<M: KernelMemory>(task: *const u8) -> Option<u32> {
     unsafe { M::read::<u32>(task, config!(task_pid)) }
 }
 
+/// `task->se.sum_exec_runtime` and `task->sched_info.run_delay` (0 when not tracked).
+#[inline(always)]
+unsafe fn task_totals<M: KernelMemory>(task: *const u8, track_wait: bool) -> Option<(u64, u64)> {
+    // SAFETY: as above.
+    unsafe {
+        let runtime = M::read::<u64>(task, config!(task_sum_exec_runtime))?;
+        let delay = if track_wait {
+            M::read::<u64>(task, config!(task_run_delay))?
+        } else {
+            0
+        };
+        Some((runtime, delay))
+    }
+}
+
 /// `task->cgroups->dfl_cgrp->kn`: the kernfs node of the cgroup v2 directory of `task`.
 #[inline(always)]
 unsafe fn task_cgroup_node<M: KernelMemory>(task: *const u8) -> Option<*const u8> {
@@ -127,48 +149,71 @@ unsafe fn task_cgroup_node<M: KernelMemory>(task: *const u8) -> Option<*const u8
     }
 }
 
-/// `task->cgroups->dfl_cgrp->kn->id`: the cgroup v2 id of `task`.
+/// `kn->parent->id`: the id of the parent of the cgroup whose kernfs node is `node` (0 for the
+/// root).
 #[inline(always)]
-unsafe fn task_cgroup_id<M: KernelMemory>(task: *const u8) -> Option<u64> {
-    // SAFETY: as above.
-    unsafe { M::read::<u64>(task_cgroup_node::<M>(task)?, config!(kernfs_node_id)) }
-}
-
-/// `kn->parent->id` of the cgroup of `task` (0 for the root).
-#[inline(always)]
-unsafe fn task_parent_cgroup_id(task: *const u8) -> Option<u64> {
-    // SAFETY: as above; `bpf_probe_read_kernel` tolerates any address.
+unsafe fn parent_cgroup_id<M: KernelMemory>(node: *const u8) -> Option<u64> {
+    // SAFETY: `node` is a cgroup's kernfs node; its `parent` field holds the parent's node.
     unsafe {
-        let node = task_cgroup_node::<ProbeRead>(task)?;
-        let parent: *const u8 = ProbeRead::read(node, config!(kernfs_node_parent))?;
+        let parent: *const u8 = M::read(node, config!(kernfs_node_parent))?;
         if parent.is_null() {
             return Some(0);
         }
-        ProbeRead::read::<u64>(parent, config!(kernfs_node_id))
+        M::read::<u64>(parent, config!(kernfs_node_id))
+    }
+}
+
+/// The cgroup v2 id of `prev` (the current task), and its kernfs node when it was read on the
+/// way: with typed arguments by plain loads (`prev->cgroups->dfl_cgrp->kn->id`), otherwise from
+/// `bpf_get_current_cgroup_id` (the same chain, cheaper than probe reads).
+#[inline(always)]
+fn current_cgroup_id<M: KernelMemory>(prev: *const u8) -> (u64, Option<*const u8>) {
+    if M::PLAIN_LOADS
+        // SAFETY: `prev` is the tracepoint's `struct task_struct *prev`.
+        && let Some(node) = unsafe { task_cgroup_node::<M>(prev) }
+        // SAFETY: `node` is the cgroup's kernfs node.
+        && let Some(id) = unsafe { M::read::<u64>(node, config!(kernfs_node_id)) }
+        && id != 0
+    {
+        return (id, Some(node));
+    }
+    // SAFETY: helper without preconditions.
+    (unsafe { bpf_get_current_cgroup_id() }, None)
+}
+
+/// The id of the parent of `prev`'s cgroup (0 for the root or if unreadable).
+#[inline(always)]
+fn current_parent_id<M: KernelMemory>(prev: *const u8, node: Option<*const u8>) -> u64 {
+    // SAFETY: `prev` is the tracepoint's `struct task_struct *prev`, `node` its cgroup's node.
+    let node = node.or_else(|| unsafe { task_cgroup_node::<M>(prev) });
+    match node {
+        // SAFETY: as above.
+        Some(node) => unsafe { parent_cgroup_id::<M>(node) }.unwrap_or(0),
+        None => 0,
     }
 }
 
 #[inline(always)]
 fn counters() -> Option<&'static mut ProgramCounters> {
-    // SAFETY: per-CPU slot; the programs run with preemption (and, in the scheduler, interrupts)
-    // disabled, so nothing else touches this CPU's slot meanwhile.
+    // SAFETY: per-CPU slot; the program runs with preemption and interrupts disabled (in the
+    // scheduler), so nothing else touches this CPU's slot meanwhile.
     COUNTERS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// Adds to the per-CPU stats of `cgroup_id`, the cgroup of `task` (null: the current task),
-/// creating the entry on first use; a new entry also records the cgroup's parent.
-#[inline(always)]
-fn charge<C: EbpfContext>(ctx: &C, task: *const u8, cgroup_id: u64, add: CgroupCpuStats) {
+/// Adds `add` to this CPU's figures of `cgroup_id` in the hash map, creating the entry (and
+/// recording the cgroup's parent) on first use.
+#[inline(never)]
+fn flush<C: EbpfContext>(ctx: &C, cgroup_id: u64, parent_id: u64, add: &CgroupCpuStats) {
     for _attempt in 0..2 {
         if let Some(stats) = CGROUP_CPU.get_ptr_mut(cgroup_id) {
             // SAFETY: per-CPU value of an entry that exists; see `counters`.
             let stats = unsafe { &mut *stats };
-            *stats = stats.add(add);
+            *stats = stats.add(*add);
             return;
         }
-        match CGROUP_CPU.insert(cgroup_id, add, u64::from(BPF_NOEXIST)) {
+        match CGROUP_CPU.insert(cgroup_id, *add, u64::from(BPF_NOEXIST)) {
             Ok(()) => {
-                record_parent(task, cgroup_id);
+                let _ = CGROUP_PARENT.insert(cgroup_id, parent_id, 0);
                 return;
             }
             // Another CPU created the entry between the lookup and the insert: add to it.
@@ -191,48 +236,44 @@ fn charge<C: EbpfContext>(ctx: &C, task: *const u8, cgroup_id: u64, add: CgroupC
     }
 }
 
-/// Cold path (a cgroup's first charge): remember its parent. `task` is the task whose cgroup it
-/// is, null for the current task. (A BPF subprogram: its arguments must be plain scalars, every
-/// register the caller passes must be initialised.)
-#[inline(never)]
-fn record_parent(task: *const u8, cgroup_id: u64) {
-    let task = if task.is_null() {
-        // SAFETY: helper without preconditions.
-        (unsafe { bpf_get_current_task() }) as *const u8
-    } else {
-        task
-    };
-    // SAFETY: `task` is a task_struct pointer; the reads are fault tolerant.
-    match unsafe { task_parent_cgroup_id(task) } {
-        Some(parent) => {
-            let _ = CGROUP_PARENT.insert(cgroup_id, parent, 0);
-        }
-        None => {
-            if let Some(c) = counters() {
-                c.kernel_read_failed += 1;
-            }
-        }
+/// Charges `add` to the current task's cgroup: summed in the CPU's pending charges while they
+/// are for the same cgroup, written to the hash map when the cgroup changes.
+#[inline(always)]
+fn charge<C: EbpfContext, M: KernelMemory>(
+    ctx: &C,
+    slot: &mut RunningTask,
+    prev: *const u8,
+    add: CgroupCpuStats,
+) {
+    let (cgroup_id, node) = current_cgroup_id::<M>(prev);
+    if cgroup_id == slot.pending_cgroup_id {
+        slot.pending = slot.pending.add(add);
+        return;
     }
+    if slot.pending_cgroup_id != 0 {
+        flush(
+            ctx,
+            slot.pending_cgroup_id,
+            slot.pending_parent_id,
+            &slot.pending,
+        );
+    }
+    slot.pending_cgroup_id = cgroup_id;
+    slot.pending_parent_id = current_parent_id::<M>(prev, node);
+    slot.pending = add;
 }
 
 #[inline(always)]
-fn on_switch<C: EbpfContext, M: KernelMemory>(
-    ctx: &C,
-    preempt: bool,
-    next: *const u8,
-    prev_state: u64,
-) {
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let Some(running) = RUNNING.get_ptr_mut(0) else {
+fn on_switch<C: EbpfContext, M: KernelMemory>(ctx: &C, prev: *const u8, next: *const u8) {
+    let Some(slot) = RUNNING.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: this CPU's slot; see `counters`.
-    let running = unsafe { &mut *running };
-    let flags = config!(flags);
-    let track_wait = flags & CONFIG_TRACK_RUN_QUEUE_WAIT != 0;
+    let slot = unsafe { &mut *slot };
+    let track_wait = config!(flags) & CONFIG_TRACK_RUN_QUEUE_WAIT != 0;
 
-    if running.since_ns == 0 {
+    if slot.seen == 0 {
+        slot.seen = 1;
         debug!(
             ctx,
             "accounting started on cpu {}",
@@ -241,144 +282,66 @@ fn on_switch<C: EbpfContext, M: KernelMemory>(
         );
     }
 
-    let prev_pid = bpf_get_current_pid_tgid() as u32;
+    let prev_pid = if M::PLAIN_LOADS {
+        // SAFETY: `prev` is the tracepoint's `struct task_struct *prev`.
+        unsafe { task_pid::<M>(prev) }.unwrap_or(0)
+    } else {
+        bpf_get_current_pid_tgid() as u32
+    };
     if prev_pid != 0 {
-        // Charge `prev` (still `current` in this tracepoint) for its slice. The first switch seen
-        // on a CPU has no start time: that partial slice is not charged.
-        let on_cpu_ns = if running.since_ns != 0 {
-            now.saturating_sub(running.since_ns)
-        } else {
-            0
+        let mut add = CgroupCpuStats {
+            on_cpu_ns: 0,
+            run_queue_wait_ns: 0,
+            context_switches: 1,
         };
-        charge(
-            ctx,
-            core::ptr::null(),
-            // SAFETY: helper without preconditions.
-            unsafe { bpf_get_current_cgroup_id() },
-            CgroupCpuStats {
-                on_cpu_ns,
-                run_queue_wait_ns: 0,
-                context_switches: 1,
-            },
-        );
-        // Preempted (or, where the kernel says, switched out in TASK_RUNNING): it stays on the
-        // run queue and starts waiting now.
-        let still_runnable =
-            preempt || (flags & CONFIG_SWITCH_HAS_PREV_STATE != 0 && prev_state == TASK_RUNNING);
-        if track_wait && still_runnable {
-            let _ = RUNNABLE_SINCE.insert(prev_pid, now, 0);
-        }
-    }
-
-    // SAFETY: `next` is the tracepoint's `struct task_struct *next`.
-    let next_pid = unsafe { task_pid::<M>(next) };
-    let mut next_cgroup = 0;
-    match next_pid {
-        Some(0) => {}
-        Some(pid) => {
+        if slot.pid == prev_pid {
             // SAFETY: as above.
-            match unsafe { task_cgroup_id::<M>(next) } {
-                Some(id) => next_cgroup = id,
+            match unsafe { task_totals::<M>(prev, track_wait) } {
+                Some((runtime, delay)) => {
+                    add.on_cpu_ns = runtime.saturating_sub(slot.start_runtime_ns);
+                    add.run_queue_wait_ns = delay.saturating_sub(slot.start_run_delay_ns);
+                }
                 None => {
                     if let Some(c) = counters() {
                         c.kernel_read_failed += 1;
                     }
                 }
             }
-            if track_wait {
-                // SAFETY: value of an LRU entry, copied out at once.
-                if let Some(&since) = unsafe { RUNNABLE_SINCE.get(pid) } {
-                    let _ = RUNNABLE_SINCE.remove(pid);
-                    if next_cgroup != 0 {
-                        charge(
-                            ctx,
-                            next,
-                            next_cgroup,
-                            CgroupCpuStats {
-                                on_cpu_ns: 0,
-                                run_queue_wait_ns: now.saturating_sub(since),
-                                context_switches: 0,
-                            },
-                        );
-                    }
-                }
-            }
+        } else if let Some(c) = counters() {
+            // The first switch seen on this CPU: prev's slice started before we were attached.
+            c.unknown_slice += 1;
         }
-        None => {
-            if let Some(c) = counters() {
-                c.kernel_read_failed += 1;
-            }
-        }
+        charge::<C, M>(ctx, slot, prev, add);
     }
-    running.since_ns = now;
-    running.cgroup_id = next_cgroup;
-    running.pid = next_pid.unwrap_or(0);
+
+    // SAFETY: `next` is the tracepoint's `struct task_struct *next`.
+    let next_pid = unsafe { task_pid::<M>(next) }.unwrap_or(0);
+    let (runtime, delay) = if next_pid != 0 {
+        // SAFETY: as above.
+        unsafe { task_totals::<M>(next, track_wait) }.unwrap_or((0, 0))
+    } else {
+        (0, 0)
+    };
+    slot.start_runtime_ns = runtime;
+    slot.start_run_delay_ns = delay;
+    slot.pid = next_pid;
 }
 
-#[inline(always)]
-fn on_wakeup<M: KernelMemory>(task: *const u8) {
-    // SAFETY: `task` is the tracepoint's `struct task_struct *p`.
-    if let Some(pid) = unsafe { task_pid::<M>(task) }
-        && pid != 0
-    {
-        // SAFETY: helper without preconditions.
-        let now = unsafe { bpf_ktime_get_ns() };
-        let _ = RUNNABLE_SINCE.insert(pid, now, 0);
-    }
-}
-
-// sched_switch: TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
-//                        unsigned int prev_state)   (prev_state since 5.18)
+// sched_switch: TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn gov_switch_btf(ctx: BtfTracePointContext) -> i32 {
-    let preempt: u64 = ctx.arg(0);
+    let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    let prev_state: u64 = if config!(flags) & CONFIG_SWITCH_HAS_PREV_STATE != 0 {
-        ctx.arg::<u64>(3) & 0xffff_ffff
-    } else {
-        0
-    };
-    on_switch::<_, BtfLoad>(&ctx, preempt & 0xff != 0, next, prev_state);
+    on_switch::<_, BtfLoad>(&ctx, prev, next);
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn gov_switch_raw(ctx: RawTracePointContext) -> i32 {
-    let preempt: u64 = ctx.arg(0);
+    let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    let prev_state: u64 = if config!(flags) & CONFIG_SWITCH_HAS_PREV_STATE != 0 {
-        ctx.arg::<u64>(3) & 0xffff_ffff
-    } else {
-        0
-    };
-    on_switch::<_, ProbeRead>(&ctx, preempt & 0xff != 0, next, prev_state);
-    0
-}
-
-// sched_wakeup, sched_wakeup_new: TP_PROTO(struct task_struct *p)
-
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn gov_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup::<BtfLoad>(ctx.arg(0));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn gov_wakeup_raw(ctx: RawTracePointContext) -> i32 {
-    on_wakeup::<ProbeRead>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn gov_wknew_btf(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup::<BtfLoad>(ctx.arg(0));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn gov_wknew_raw(ctx: RawTracePointContext) -> i32 {
-    on_wakeup::<ProbeRead>(ctx.arg(0));
+    on_switch::<_, ProbeRead>(&ctx, prev, next);
     0
 }
 
@@ -388,7 +351,7 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     loop {}
 }
 
-/// The programs use GPL-only helpers (`bpf_probe_read_kernel`, `bpf_ktime_get_ns` in tracing).
+/// The program uses GPL-only helpers (`bpf_probe_read_kernel`).
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

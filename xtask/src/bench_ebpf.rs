@@ -22,8 +22,11 @@ use crate::vm;
 #[derive(Debug, clap::Args)]
 pub struct BenchEbpfArgs {
     /// Seconds of load per measurement.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
+    /// Runs of each configuration (interleaved; medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
     /// Cgroups for the read-cost measurement.
     #[arg(long, default_value_t = 1000)]
     pub cgroups: usize,
@@ -47,7 +50,10 @@ pub fn run(args: &BenchEbpfArgs) -> Result<()> {
         "ebpf-bench",
     ]))?;
     let bin = cmd::target_dir().join("release/ebpf-bench");
-    let bench_args = format!("--seconds {} --cgroups {}", args.seconds, args.cgroups);
+    let bench_args = format!(
+        "--seconds {} --repeat {} --cgroups {}",
+        args.seconds, args.repeat, args.cgroups
+    );
     let mut results = serde_json::Map::new();
 
     if !args.no_host {
@@ -113,26 +119,29 @@ fn parse(out: &str, place: &str) -> Result<Value> {
 }
 
 fn print_report(report: &Value) {
-    println!("\neBPF CPU accounting: overhead per event (kernel BPF stats: run_time_ns / run_cnt)");
     println!(
-        "{:<6} {:<7} {:<16} {:>10} {:>12} {:>16}",
-        "where", "family", "program", "ns/event", "events/s", "load cost (%)"
+        "\neBPF CPU accounting: sched_switch program cost (kernel BPF stats: run_time_ns / run_cnt)"
+    );
+    println!(
+        "{:<6} {:<20} {:<15} {:>12} {:>12} {:>11} {:>14}",
+        "where", "program", "load", "ns/ev (med)", "ns/ev (min)", "events/s", "load cost (%)"
     );
     for (place, r) in report.as_object().into_iter().flatten() {
-        for family in ["tp_btf", "raw_tp"] {
-            let f = &r[family];
-            if let Some(e) = f.get("error") {
-                println!("{place:<6} {family:<7} error: {e}");
-                continue;
-            }
-            for (prog, p) in f["programs"].as_object().into_iter().flatten() {
+        for config in ["tp_btf", "raw_tp", "tp_btf_without_wait"] {
+            for load in ["same_cgroup", "across_cgroups"] {
+                let f = &r[config][load];
+                if let Some(e) = f.get("error") {
+                    println!("{place:<6} {config:<20} {load:<15} error: {e}");
+                    continue;
+                }
                 println!(
-                    "{:<6} {:<7} {:<16} {:>10.0} {:>12.0} {:>16.1}",
+                    "{:<6} {:<20} {:<15} {:>12.0} {:>12.0} {:>11.0} {:>14.1}",
                     place,
-                    family,
-                    prog,
-                    p["ns_per_event"].as_f64().unwrap_or(f64::NAN),
-                    p["events_per_s"].as_f64().unwrap_or(f64::NAN),
+                    config,
+                    load,
+                    f["ns_per_event_median"].as_f64().unwrap_or(f64::NAN),
+                    f["ns_per_event_min"].as_f64().unwrap_or(f64::NAN),
+                    f["events_per_s_median"].as_f64().unwrap_or(f64::NAN),
                     f["throughput_cost_pct"].as_f64().unwrap_or(f64::NAN),
                 );
             }
@@ -160,10 +169,12 @@ fn print_report(report: &Value) {
     }
     for (place, r) in report.as_object().into_iter().flatten() {
         println!(
-            "{place}: kernel {}, {} CPUs, baseline ping-pong {:.0} round trips/s",
+            "{place}: kernel {}, {} CPUs, {} runs of {} s each; baseline round trips/s: {}",
             r["kernel"].as_str().unwrap_or("?"),
             r["cpus"],
-            r["baseline_round_trips_per_s"].as_f64().unwrap_or(f64::NAN)
+            r["runs"],
+            r["seconds_per_run"],
+            r["baseline_round_trips_per_s"]
         );
     }
 }

@@ -262,18 +262,27 @@ impl Btf {
         None
     }
 
-    /// Byte offset of `strukt.field`, checked to be byte aligned, not a bitfield and `size` bytes.
+    /// Byte offset of `strukt.field` (`field` may be a path into nested structs, like
+    /// `se.sum_exec_runtime`), checked to be byte aligned, not a bitfield and `size` bytes.
     pub fn field_offset(&self, strukt: &str, field: &str, size: u32) -> Result<u32, BtfError> {
-        let id = self
+        let no_field = || BtfError::NoField {
+            strukt: strukt.to_owned(),
+            field: field.to_owned(),
+        };
+        let mut ty = self
             .struct_id(strukt)
             .ok_or_else(|| BtfError::NoStruct(strukt.to_owned()))?;
-        let (bit_offset, bitfield_size, ty) =
-            self.find_member(id, field, 0)
-                .ok_or_else(|| BtfError::NoField {
-                    strukt: strukt.to_owned(),
-                    field: field.to_owned(),
-                })?;
-        if bitfield_size != 0 || bit_offset % 8 != 0 {
+        let mut bits = 0u32;
+        let mut last_bitfield = 0;
+        for part in field.split('.') {
+            let (bit_offset, bitfield_size, member_ty) = self
+                .find_member(self.resolve(ty), part, 0)
+                .ok_or_else(no_field)?;
+            bits += bit_offset;
+            last_bitfield = bitfield_size;
+            ty = member_ty;
+        }
+        if last_bitfield != 0 || bits % 8 != 0 {
             return Err(BtfError::Bitfield {
                 strukt: strukt.to_owned(),
                 field: field.to_owned(),
@@ -288,32 +297,18 @@ impl Btf {
                 expected: size,
             });
         }
-        Ok(bit_offset / 8)
+        Ok(bits / 8)
     }
 
-    /// Number of arguments a tracepoint passes to BPF programs, from the `btf_trace_<name>`
-    /// typedef the kernel declares for each tracepoint (a pointer to a function whose first
-    /// parameter is the context, the others the `TP_PROTO` arguments).
-    pub fn tracepoint_arg_count(&self, tracepoint: &str) -> Option<u32> {
-        let typedef = format!("btf_trace_{tracepoint}");
-        let id = (1..=self.type_offsets.len() as u32).find(|&id| {
-            matches!(self.header(id), Some((name_off, KIND_TYPEDEF, ..)) if self.string(name_off) == typedef.as_bytes())
-        })?;
-        let (_, kind, _, _, pointee) = self.header(self.resolve(id))?;
-        if kind != KIND_PTR {
-            return None;
-        }
-        match self.header(self.resolve(pointee))? {
-            (_, KIND_FUNC_PROTO, vlen, _, _) => vlen.checked_sub(1),
-            _ => None,
-        }
-    }
-
-    /// The offsets the accounting programs need (`flags` left 0 for the caller).
-    pub fn program_offsets(&self) -> Result<ProgramConfig, BtfError> {
-        Ok(ProgramConfig {
+    /// The offsets the accounting programs need (`flags` left 0 for the caller). The run-queue
+    /// wait offset is `None` when the kernel keeps no `sched_info` (CONFIG_SCHED_INFO off).
+    pub fn program_offsets(&self) -> Result<(ProgramConfig, bool), BtfError> {
+        let run_delay = self.field_offset("task_struct", "sched_info.run_delay", 8);
+        let config = ProgramConfig {
             task_pid: self.field_offset("task_struct", "pid", 4)?,
             task_cgroups: self.field_offset("task_struct", "cgroups", 8)?,
+            task_sum_exec_runtime: self.field_offset("task_struct", "se.sum_exec_runtime", 8)?,
+            task_run_delay: *run_delay.as_ref().unwrap_or(&0),
             css_set_dfl_cgrp: self.field_offset("css_set", "dfl_cgrp", 8)?,
             cgroup_kn: self.field_offset("cgroup", "kn", 8)?,
             kernfs_node_id: self.field_offset("kernfs_node", "id", 8)?,
@@ -322,7 +317,8 @@ impl Btf {
                 .field_offset("kernfs_node", "parent", 8)
                 .or_else(|_| self.field_offset("kernfs_node", "__parent", 8))?,
             flags: 0,
-        })
+        };
+        Ok((config, run_delay.is_ok()))
     }
 }
 
@@ -390,18 +386,6 @@ pub(crate) mod tests {
 
         pub(crate) fn typedef(&mut self, name: &str, to: u32) -> u32 {
             self.record(name, KIND_TYPEDEF, 0, false, to)
-        }
-
-        /// `typedef void (*name)(void *ctx, <args> ints)`: how the kernel declares tracepoints.
-        pub(crate) fn tracepoint_typedef(&mut self, name: &str, args: u32) -> u32 {
-            let int = self.int("int", 4);
-            let proto = self.record("", KIND_FUNC_PROTO, args + 1, false, 0);
-            for _ in 0..=args {
-                self.types.extend_from_slice(&0u32.to_le_bytes());
-                self.types.extend_from_slice(&int.to_le_bytes());
-            }
-            let ptr = self.ptr(proto);
-            self.typedef(name, ptr)
         }
 
         pub(crate) fn fwd(&mut self, name: &str) -> u32 {
@@ -497,37 +481,49 @@ pub(crate) mod tests {
         b.fwd("task_struct");
         let anon = b.structure("", 16, &[("tgid", pid_t, 0, 0), ("pid", pid_t, 32, 0)]);
         let flags_union = b.union("", 4, &[("bits", int, 0)]);
+        let sched_entity = b.structure(
+            "sched_entity",
+            256,
+            &[
+                ("exec_start", u64_, 64 * 8, 0),
+                ("sum_exec_runtime", u64_, 72 * 8, 0),
+            ],
+        );
+        let sched_info = b.structure(
+            "sched_info",
+            32,
+            &[("pcount", u64_, 0, 0), ("run_delay", u64_, 8 * 8, 0)],
+        );
         b.structure(
             "task_struct",
             9000,
             &[
                 ("state_bits", int, 0, 3),
                 ("", flags_union, 32, 0),
+                ("se", sched_entity, 128 * 8, 0),
+                ("sched_info", sched_info, 1000 * 8, 0),
                 ("", anon, 2400 * 8, 0),
                 ("cgroups", css_set_ptr, 3192 * 8, 0),
             ],
         );
-        b.tracepoint_typedef("btf_trace_sched_switch", 4);
-        b.tracepoint_typedef("btf_trace_sched_wakeup", 1);
         b.build()
-    }
-
-    #[test]
-    fn counts_tracepoint_arguments() {
-        let btf = Btf::parse(miniature_kernel_btf()).unwrap();
-        assert_eq!(btf.tracepoint_arg_count("sched_switch"), Some(4));
-        assert_eq!(btf.tracepoint_arg_count("sched_wakeup"), Some(1));
-        assert_eq!(btf.tracepoint_arg_count("sched_migrate_task"), None);
     }
 
     #[test]
     fn finds_the_fields_the_programs_follow() {
         let btf = Btf::parse(miniature_kernel_btf()).unwrap();
-        let cfg = btf.program_offsets().unwrap();
+        let (cfg, has_run_delay) = btf.program_offsets().unwrap();
         assert_eq!(
             cfg.task_pid, 2404,
             "pid is 4 bytes into the anonymous struct at 2400"
         );
+        assert_eq!(
+            cfg.task_sum_exec_runtime,
+            128 + 72,
+            "a field of a nested struct"
+        );
+        assert_eq!(cfg.task_run_delay, 1000 + 8);
+        assert!(has_run_delay);
         assert_eq!(cfg.task_cgroups, 3192);
         assert_eq!(cfg.css_set_dfl_cgrp, 136);
         assert_eq!(cfg.cgroup_kn, 296);
@@ -553,6 +549,14 @@ pub(crate) mod tests {
         assert!(matches!(
             btf.field_offset("mm_struct", "pgd", 8),
             Err(BtfError::NoStruct(_))
+        ));
+        assert!(matches!(
+            btf.field_offset("task_struct", "se.vruntime", 8),
+            Err(BtfError::NoField { .. })
+        ));
+        assert!(matches!(
+            btf.field_offset("task_struct", "pid.x", 8),
+            Err(BtfError::NoField { .. })
         ));
     }
 
@@ -580,14 +584,18 @@ pub(crate) mod tests {
             path.display()
         );
         let btf = Btf::from_file(path).unwrap();
-        let cfg = btf.program_offsets().unwrap();
+        let (cfg, has_run_delay) = btf.program_offsets().unwrap();
         assert!(
             cfg.task_pid > 0 && cfg.task_cgroups > cfg.task_pid,
             "{cfg:?}"
         );
-        assert!(cfg.cgroup_kn > 0, "{cfg:?}");
-        // Since 5.18 sched_switch passes prev_state as well.
-        assert_eq!(btf.tracepoint_arg_count("sched_switch"), Some(4));
-        assert_eq!(btf.tracepoint_arg_count("sched_wakeup"), Some(1));
+        assert!(
+            cfg.cgroup_kn > 0 && cfg.task_sum_exec_runtime > 0,
+            "{cfg:?}"
+        );
+        assert!(
+            has_run_delay,
+            "the host kernel keeps sched_info (CONFIG_SCHED_INFO)"
+        );
     }
 }

@@ -12,9 +12,8 @@ use aya::maps::{
 use aya::programs::{BtfTracePoint, Program, RawTracePoint, loaded_programs};
 use aya::{Ebpf, EbpfLoader};
 use governor_common::{
-    CGROUP_CPU_MAP, CGROUP_PARENT_MAP, CONFIG_GLOBAL, CONFIG_SWITCH_HAS_PREV_STATE,
-    CONFIG_TRACK_RUN_QUEUE_WAIT, COUNTERS_MAP, CgroupCpuStats, ProgramCounters, RUNNING_MAP,
-    RunningTask, program,
+    CGROUP_CPU_MAP, CGROUP_PARENT_MAP, CONFIG_GLOBAL, CONFIG_TRACK_RUN_QUEUE_WAIT, COUNTERS_MAP,
+    CgroupCpuStats, ProgramCounters, RUNNING_MAP, RunningTask, program,
 };
 
 use super::btf::Btf;
@@ -23,12 +22,12 @@ use super::sys;
 /// The programs, built by `build.rs` (empty when built with `GOVERNOR_EBPF_BUILD=skip`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/governor-ebpf"));
 
-/// Which program family is attached.
+/// Which flavour of the program is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachKind {
-    /// BTF tracepoints (`tp_btf`): typed arguments, direct field loads.
+    /// BTF tracepoint (`tp_btf`): typed arguments, direct field loads.
     Btf,
-    /// Raw tracepoints (`raw_tp`): `bpf_probe_read_kernel` for the fields.
+    /// Raw tracepoint (`raw_tp`): `bpf_probe_read_kernel` for the fields.
     Raw,
 }
 
@@ -41,15 +40,15 @@ impl AttachKind {
     }
 }
 
-/// Which family to try.
+/// Which flavour to try.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttachMode {
-    /// BTF tracepoints, raw tracepoints if those fail.
+    /// The BTF tracepoint, the raw tracepoint if that fails.
     #[default]
     Auto,
-    /// Only BTF tracepoints.
+    /// Only the BTF tracepoint.
     Btf,
-    /// Only raw tracepoints.
+    /// Only the raw tracepoint.
     Raw,
 }
 
@@ -64,12 +63,10 @@ pub struct Maps {
 /// One read of the maps.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// Per cgroup id, summed over CPUs, without in-flight slices.
+    /// Per cgroup id, summed over CPUs, without the slices in flight.
     pub stats: HashMap<u64, CgroupCpuStats>,
-    /// The task on each CPU when the maps were read.
+    /// The task on each CPU (read after `stats`).
     pub running: Vec<RunningTask>,
-    /// CLOCK_MONOTONIC just before `running` was read (in-flight slices end there).
-    pub taken_at_ns: u64,
 }
 
 impl Maps {
@@ -82,17 +79,10 @@ impl Maps {
         })
     }
 
-    /// Reads every cgroup's counters, then the clock, then the running slots. This order never
-    /// over-counts (an over-count would stick: readings are kept monotonic):
-    /// - a slot read as "task X since S" with S before the clock reading means X was on the CPU
-    ///   for all of [S, clock] (it is still there when its slot is read after the clock), and
-    ///   that slice is not in the counters (it had not ended when they were read);
-    /// - a slice that ends between the counters and the slots is missing from this read only
-    ///   (the next one has it);
-    /// - reading the slots before the clock would let a slice that ends in between (the reader
-    ///   preempted for a while, say) be counted up to the later clock reading; the floor then
-    ///   holds that excess and the next readings fall short by as much (seen in the VM: a
-    ///   throttled group's 5 s delta 35% short of `cpu.stat`).
+    /// Reads every cgroup's counters, then the running slots. In this order nothing is counted
+    /// twice: a slot read as "task X since its totals were T" means X's slice from T had not
+    /// ended when the slots were read, so it was not in the counters read before; a slice that
+    /// ends in between is missing from this read only (the next one has it).
     pub fn snapshot(&self) -> Result<Snapshot, String> {
         let mut stats = HashMap::new();
         for item in self.stats.iter() {
@@ -102,12 +92,10 @@ impl Maps {
                 .fold(CgroupCpuStats::default(), |acc, v| acc.add(*v));
             stats.insert(id, sum);
         }
-        let taken_at_ns = sys::monotonic_now_ns();
         let running = self.running.get(&0, 0).map_err(|e| error_chain(&e))?;
         Ok(Snapshot {
             stats,
             running: running.iter().copied().collect(),
-            taken_at_ns,
         })
     }
 
@@ -140,6 +128,7 @@ impl Maps {
                 .fold(ProgramCounters::default(), |a, c| ProgramCounters {
                     stats_map_full: a.stats_map_full + c.stats_map_full,
                     kernel_read_failed: a.kernel_read_failed + c.kernel_read_failed,
+                    unknown_slice: a.unknown_slice + c.unknown_slice,
                 }),
         )
     }
@@ -157,15 +146,15 @@ pub struct LoadOptions<'a> {
 pub struct Loaded {
     pub kind: AttachKind,
     pub run_queue_wait: bool,
-    /// Kernel ids of the attached programs (for the kernel's run-time statistics).
-    pub program_ids: Vec<(String, u32)>,
+    /// Kernel id of the attached program (for the kernel's run-time statistics).
+    pub program_id: u32,
     // Dropped after the log pump (field order): the pump owns a map of this object.
     _log: Option<LogPump>,
     _ebpf: Ebpf,
 }
 
-/// Loads the object and attaches the `sched_switch` program (and the wakeup programs when
-/// run-queue wait is wanted). The error is one line saying why, for the operator.
+/// Loads the object and attaches the `sched_switch` program. The error is one line saying why,
+/// for the operator.
 pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
     if OBJECT.is_empty() {
         return Err(
@@ -175,19 +164,22 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
     }
     let btf = Btf::from_file(opts.btf_path).map_err(|e| {
         format!(
-            "no usable kernel BTF ({e}); the programs need it to find the task and cgroup fields"
+            "no usable kernel BTF ({e}); the program needs it to find the task and cgroup fields"
         )
     })?;
-    let mut config = btf
+    let (mut config, has_run_delay) = btf
         .program_offsets()
-        .map_err(|e| format!("kernel BTF lacks a field the programs follow: {e}"))?;
-    if opts.run_queue_wait {
+        .map_err(|e| format!("kernel BTF lacks a field the program reads: {e}"))?;
+    drop(btf);
+    let run_queue_wait = opts.run_queue_wait && has_run_delay;
+    if opts.run_queue_wait && !has_run_delay {
+        tracing::warn!(
+            "this kernel keeps no sched_info (CONFIG_SCHED_INFO off): run-queue wait is not measured"
+        );
+    }
+    if run_queue_wait {
         config.flags |= CONFIG_TRACK_RUN_QUEUE_WAIT;
     }
-    if btf.tracepoint_arg_count("sched_switch").unwrap_or(0) >= 4 {
-        config.flags |= CONFIG_SWITCH_HAS_PREV_STATE;
-    }
-    drop(btf);
     let aya_btf = aya::Btf::parse_file(opts.btf_path, aya::Endianness::default())
         .map_err(|e| format!("aya cannot parse the kernel BTF: {}", error_chain(&e)))?;
 
@@ -202,26 +194,26 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
             ))
         })?;
 
-    let families: &[AttachKind] = match opts.attach {
+    let kinds: &[AttachKind] = match opts.attach {
         AttachMode::Auto => &[AttachKind::Btf, AttachKind::Raw],
         AttachMode::Btf => &[AttachKind::Btf],
         AttachMode::Raw => &[AttachKind::Raw],
     };
     let mut failures = Vec::new();
     let mut attached = None;
-    for &kind in families {
-        match attach_family(&mut ebpf, &aya_btf, kind, opts.run_queue_wait) {
-            Ok(ids) => {
-                attached = Some((kind, ids));
+    for &kind in kinds {
+        match attach(&mut ebpf, &aya_btf, kind) {
+            Ok(id) => {
+                attached = Some((kind, id));
                 break;
             }
             Err(e) => {
-                tracing::debug!(family = kind.as_str(), error = %e, "eBPF attach failed");
+                tracing::debug!(kind = kind.as_str(), error = %e, "eBPF attach failed");
                 failures.push(format!("{}: {e}", kind.as_str()));
             }
         }
     }
-    let Some((kind, program_ids)) = attached else {
+    let Some((kind, program_id)) = attached else {
         return Err(explain(&format!(
             "attaching to sched_switch failed ({})",
             failures.join("; ")
@@ -252,80 +244,31 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
         maps,
         Loaded {
             kind,
-            run_queue_wait: opts.run_queue_wait,
-            program_ids,
+            run_queue_wait,
+            program_id,
             _log: log,
             _ebpf: ebpf,
         },
     ))
 }
 
-/// (program name, tracepoint) of a family; the switch program first.
-fn family(kind: AttachKind, run_queue_wait: bool) -> Vec<(&'static str, &'static str)> {
-    let mut v = match kind {
-        AttachKind::Btf => vec![(program::SWITCH_BTF, "sched_switch")],
-        AttachKind::Raw => vec![(program::SWITCH_RAW, "sched_switch")],
-    };
-    if run_queue_wait {
-        match kind {
-            AttachKind::Btf => v.extend([
-                (program::WAKEUP_BTF, "sched_wakeup"),
-                (program::WAKEUP_NEW_BTF, "sched_wakeup_new"),
-            ]),
-            AttachKind::Raw => v.extend([
-                (program::WAKEUP_RAW, "sched_wakeup"),
-                (program::WAKEUP_NEW_RAW, "sched_wakeup_new"),
-            ]),
-        }
+/// The program of a kind.
+fn program_name(kind: AttachKind) -> &'static str {
+    match kind {
+        AttachKind::Btf => program::SWITCH_BTF,
+        AttachKind::Raw => program::SWITCH_RAW,
     }
-    v
 }
 
-/// Loads and attaches every program of a family; on failure unloads what it attached.
-fn attach_family(
-    ebpf: &mut Ebpf,
-    btf: &aya::Btf,
-    kind: AttachKind,
-    run_queue_wait: bool,
-) -> Result<Vec<(String, u32)>, String> {
-    let programs = family(kind, run_queue_wait);
-    let mut done: Vec<&str> = Vec::new();
-    let mut ids = Vec::new();
-    let mut result = Ok(());
-    for &(name, tracepoint) in &programs {
-        let Some(prog) = ebpf.program_mut(name) else {
-            result = Err(format!("the eBPF object has no program {name}"));
-            break;
-        };
-        let r = match (kind, prog) {
-            (AttachKind::Btf, Program::BtfTracePoint(p)) => attach_btf(p, btf, tracepoint),
-            (AttachKind::Raw, Program::RawTracePoint(p)) => attach_raw(p, tracepoint),
-            _ => Err(format!("{name} has an unexpected program type")),
-        };
-        match r {
-            Ok(id) => {
-                done.push(name);
-                ids.push((name.to_owned(), id));
-            }
-            Err(e) => {
-                result = Err(format!("{name} on {tracepoint}: {e}"));
-                break;
-            }
-        }
+/// Loads and attaches the program of `kind` to `sched_switch`; returns its kernel id.
+fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, kind: AttachKind) -> Result<u32, String> {
+    let name = program_name(kind);
+    match (kind, ebpf.program_mut(name)) {
+        (AttachKind::Btf, Some(Program::BtfTracePoint(p))) => attach_btf(p, btf, "sched_switch"),
+        (AttachKind::Raw, Some(Program::RawTracePoint(p))) => attach_raw(p, "sched_switch"),
+        (_, None) => Err(format!("the eBPF object has no program {name}")),
+        _ => Err(format!("{name} has an unexpected program type")),
     }
-    if result.is_err() {
-        for name in done {
-            let unloaded = match ebpf.program_mut(name) {
-                Some(Program::BtfTracePoint(p)) => p.unload(),
-                Some(Program::RawTracePoint(p)) => p.unload(),
-                _ => Ok(()),
-            };
-            if let Err(e) = unloaded {
-                tracing::warn!(program = name, error = %error_chain(&e), "cannot detach a partly attached eBPF program");
-            }
-        }
-    }
-    result.map(|()| ids)
 }
 
 fn attach_btf(p: &mut BtfTracePoint, btf: &aya::Btf, tracepoint: &str) -> Result<u32, String> {
@@ -515,13 +458,8 @@ mod tests {
     }
 
     #[test]
-    fn families_attach_the_switch_program_first() {
-        assert_eq!(
-            family(AttachKind::Raw, false),
-            vec![(program::SWITCH_RAW, "sched_switch")]
-        );
-        let btf = family(AttachKind::Btf, true);
-        assert_eq!(btf[0], (program::SWITCH_BTF, "sched_switch"));
-        assert_eq!(btf.len(), 3);
+    fn each_kind_has_its_program() {
+        assert_eq!(program_name(AttachKind::Btf), program::SWITCH_BTF);
+        assert_eq!(program_name(AttachKind::Raw), program::SWITCH_RAW);
     }
 }

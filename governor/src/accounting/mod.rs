@@ -267,14 +267,14 @@ impl CpuAccounting {
         }
     }
 
-    /// Kernel program ids of the programs this process attached (name, id), for the kernel's
-    /// BPF run-time statistics.
-    pub fn program_ids(&self) -> Vec<(String, u32)> {
+    /// Kernel id of the program this process attached, for the kernel's BPF run-time
+    /// statistics (`None` for the fallback or when reading another process's maps).
+    pub fn program_id(&self) -> Option<u32> {
         match &self.backend {
             Backend::Ebpf(EbpfBackend {
                 loaded: Some(l), ..
-            }) => l.program_ids.clone(),
-            _ => Vec::new(),
+            }) => Some(l.program_id),
+            _ => None,
         }
     }
 
@@ -418,22 +418,24 @@ impl EbpfBackend {
     }
 
     /// Reads the maps, keeps the tree current, deletes entries of removed cgroups (owner only).
-    /// Returns each id's own usage (retired totals not included) and the in-flight slices.
-    fn collect(&mut self) -> Result<(HashMap<u64, CgroupCpuStats>, ebpf::Snapshot), String> {
+    /// Returns each id's own usage (the map's figures plus the charges pending on each CPU;
+    /// retired totals not included) and the slices in flight. The pending charges of a removed
+    /// cgroup reach the map (and so its ancestor) when that CPU next charges another cgroup.
+    fn collect(&mut self, root: &Path) -> Result<Collected, String> {
         let mut snap = self.maps.snapshot()?;
+        let mut in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
         let stats = std::mem::take(&mut snap.stats);
         let unknown = stats.keys().any(|&id| self.tree.is_unknown(id))
-            || snap
-                .running
-                .iter()
-                .any(|r| r.cgroup_id != 0 && self.tree.is_unknown(r.cgroup_id));
+            || in_flight.iter().any(|f| self.tree.is_unknown(f.cgroup_id));
         let walked = if unknown {
             self.tree.refresh(false)
         } else {
             self.tree.recheck_foreign_due()
         };
         if !walked {
-            return Ok((stats, snap));
+            let mut own = stats;
+            add_pending(&mut own, &snap.running);
+            return Ok(Collected { own, in_flight });
         }
         if self.owner() {
             let maps = &self.maps;
@@ -446,39 +448,19 @@ impl EbpfBackend {
         }
         // A walk takes a while on a big tree: read again so that the figures are of now.
         let mut snap = self.maps.snapshot()?;
-        let stats = std::mem::take(&mut snap.stats);
-        Ok((stats, snap))
-    }
-
-    /// Corrects the cgroup of each running slot from `/proc/<tid>/cgroup`: the programs record a
-    /// task's cgroup when it is switched in, and a task moved to another cgroup while it runs
-    /// (how jobs are often placed) keeps the old one until its next switch, which on an otherwise
-    /// idle CPU can be seconds away. One small read per busy CPU per reading. (The daemon must see
-    /// the host's pid and cgroup namespaces, as it must anyway to govern the node.)
-    fn fix_running_cgroups(&self, root: &Path, running: &mut [RunningTask]) {
-        for slot in running.iter_mut().filter(|r| r.pid != 0) {
-            let Ok(text) = std::fs::read_to_string(format!("/proc/{}/cgroup", slot.pid)) else {
-                continue; // exited meanwhile: its slot is being replaced
-            };
-            let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
-                continue;
-            };
-            let path = root.join(rel.trim().trim_start_matches('/'));
-            if let Ok(meta) = std::fs::metadata(&path) {
-                slot.cgroup_id = meta.ino();
-            }
-        }
+        in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
+        let mut own = std::mem::take(&mut snap.stats);
+        add_pending(&mut own, &snap.running);
+        Ok(Collected { own, in_flight })
     }
 
     fn read(&mut self, root: &Path, groups: &[PathBuf]) -> Result<Vec<CpuReading>, String> {
-        let (mut own, snap) = self.collect()?;
+        let Collected { mut own, in_flight } = self.collect(root)?;
         for (&holder, &t) in &self.tree.retired {
             let e = own.entry(holder).or_default();
             *e = e.add(t);
         }
-        let mut running = snap.running;
-        self.fix_running_cgroups(root, &mut running);
-        add_in_flight(&mut own, &running, snap.taken_at_ns);
+        add_in_flight(&mut own, &in_flight);
 
         // Resolve the groups to ids of the index.
         let mut wanted: Vec<Option<u64>> = Vec::with_capacity(groups.len());
@@ -520,10 +502,8 @@ impl EbpfBackend {
     }
 
     fn usage_by_cgroup(&mut self, root: &Path) -> Result<Vec<CgroupUsage>, String> {
-        let (mut own, snap) = self.collect()?;
-        let mut running = snap.running;
-        self.fix_running_cgroups(root, &mut running);
-        add_in_flight(&mut own, &running, snap.taken_at_ns);
+        let Collected { mut own, in_flight } = self.collect(root)?;
+        add_in_flight(&mut own, &in_flight);
         let mut out: Vec<CgroupUsage> = own
             .into_iter()
             .map(|(id, stats)| CgroupUsage {
@@ -537,14 +517,80 @@ impl EbpfBackend {
     }
 }
 
-/// Adds the slice of the task on each CPU, since it was switched in, to its cgroup.
-fn add_in_flight(own: &mut HashMap<u64, CgroupCpuStats>, running: &[RunningTask], now_ns: u64) {
-    for r in running {
-        if r.pid == 0 || r.cgroup_id == 0 || r.since_ns == 0 {
-            continue;
-        }
-        let e = own.entry(r.cgroup_id).or_default();
-        e.on_cpu_ns += now_ns.saturating_sub(r.since_ns);
+/// One read of the maps, with the tasks on the CPUs placed in their cgroups.
+struct Collected {
+    own: HashMap<u64, CgroupCpuStats>,
+    in_flight: Vec<InFlight>,
+}
+
+/// What a task on a CPU has used since it was switched in (not charged until it is switched
+/// out), and its cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct InFlight {
+    cgroup_id: u64,
+    on_cpu_ns: u64,
+    wait_ns: u64,
+}
+
+/// The slice in flight of the task on each CPU, from `/proc/<tid>/schedstat` (its
+/// `sum_exec_runtime`, brought up to date by the read, and `run_delay`) minus the totals the
+/// program recorded at its switch-in, placed in its cgroup from `/proc/<tid>/cgroup`. The
+/// program does not record the cgroup: that would cost four dependent loads on every switch, and
+/// a task moved while it runs would keep its old cgroup until its next switch, seconds away on an
+/// otherwise idle CPU. Two small reads per busy CPU. The daemon must see the host's pid and
+/// cgroup namespaces, as it must anyway to govern the node.
+fn resolve_running(root: &Path, running: &[RunningTask], run_queue_wait: bool) -> Vec<InFlight> {
+    // A task that moved to another CPU while the slots were copied shows twice: keep the older
+    // start, which covers both slices.
+    let mut by_pid: HashMap<u32, RunningTask> = HashMap::new();
+    for r in running.iter().filter(|r| r.pid != 0) {
+        by_pid
+            .entry(r.pid)
+            .and_modify(|e| {
+                if r.start_runtime_ns < e.start_runtime_ns {
+                    *e = *r;
+                }
+            })
+            .or_insert(*r);
+    }
+    by_pid
+        .values()
+        .filter_map(|r| {
+            // A task that exited meanwhile: its CPU has switched; the next read has it.
+            let sched = std::fs::read_to_string(format!("/proc/{}/schedstat", r.pid)).ok()?;
+            let mut fields = sched.split_whitespace().map(|f| f.parse::<u64>().ok());
+            let runtime = fields.next()??;
+            let delay = fields.next()??;
+            let cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", r.pid)).ok()?;
+            let rel = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+            let path = root.join(rel.trim().trim_start_matches('/'));
+            Some(InFlight {
+                cgroup_id: std::fs::metadata(path).ok()?.ino(),
+                on_cpu_ns: runtime.saturating_sub(r.start_runtime_ns),
+                wait_ns: if run_queue_wait {
+                    delay.saturating_sub(r.start_run_delay_ns)
+                } else {
+                    0
+                },
+            })
+        })
+        .collect()
+}
+
+/// Adds the charges each CPU has summed but not yet written to the map.
+fn add_pending(own: &mut HashMap<u64, CgroupCpuStats>, running: &[RunningTask]) {
+    for r in running.iter().filter(|r| r.pending_cgroup_id != 0) {
+        let e = own.entry(r.pending_cgroup_id).or_default();
+        *e = e.add(r.pending);
+    }
+}
+
+/// Adds each task's slice in flight to its cgroup.
+fn add_in_flight(own: &mut HashMap<u64, CgroupCpuStats>, in_flight: &[InFlight]) {
+    for f in in_flight.iter().filter(|f| f.cgroup_id != 0) {
+        let e = own.entry(f.cgroup_id).or_default();
+        e.on_cpu_ns += f.on_cpu_ns;
+        e.run_queue_wait_ns += f.wait_ns;
     }
 }
 
@@ -869,31 +915,87 @@ mod tests {
     #[test]
     fn in_flight_slices_are_added_to_the_running_cgroup() {
         let mut own = HashMap::from([(7, stats(1_000))]);
-        let running = [
-            RunningTask {
-                since_ns: 10_000,
+        let in_flight = [
+            InFlight {
                 cgroup_id: 7,
-                pid: 42,
-                _pad: 0,
+                on_cpu_ns: 5_000,
+                wait_ns: 300,
             },
-            // Idle CPU, a CPU that never switched, and a clock skew: nothing added.
-            RunningTask {
-                since_ns: 10_000,
+            // A task whose cgroup is unknown: nothing added.
+            InFlight {
                 cgroup_id: 0,
-                pid: 0,
-                _pad: 0,
+                on_cpu_ns: 9_000,
+                wait_ns: 9,
             },
-            RunningTask::default(),
-            RunningTask {
-                since_ns: 20_000,
+            InFlight {
                 cgroup_id: 8,
-                pid: 43,
-                _pad: 0,
+                on_cpu_ns: 50,
+                wait_ns: 0,
             },
         ];
-        add_in_flight(&mut own, &running, 15_000);
+        add_in_flight(&mut own, &in_flight);
         assert_eq!(own[&7].on_cpu_ns, 1_000 + 5_000);
-        assert_eq!(own[&8].on_cpu_ns, 0);
+        assert_eq!(own[&7].run_queue_wait_ns, 100 + 300);
+        assert_eq!(own[&8].on_cpu_ns, 50);
+        assert!(!own.contains_key(&0));
+    }
+
+    #[test]
+    fn pending_charges_are_added_to_their_cgroup() {
+        let mut own = HashMap::from([(7, stats(1_000))]);
+        let slot = |pending_cgroup_id, on_cpu_ns| RunningTask {
+            pending_cgroup_id,
+            pending: stats(on_cpu_ns),
+            ..RunningTask::default()
+        };
+        add_pending(&mut own, &[slot(7, 500), slot(9, 40), slot(0, 77)]);
+        assert_eq!(own[&7].on_cpu_ns, 1_500);
+        assert_eq!(own[&7].context_switches, 2);
+        assert_eq!(own[&9].on_cpu_ns, 40);
+        assert!(!own.contains_key(&0));
+    }
+
+    #[test]
+    fn running_tasks_are_measured_and_placed_through_proc() {
+        let root = tempfile::tempdir().unwrap();
+        let text = fs::read_to_string("/proc/self/cgroup").unwrap();
+        let rel = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("no cgroup v2 line in /proc/self/cgroup")
+            .trim()
+            .trim_start_matches('/');
+        let dir = root.path().join(rel);
+        fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        let sched = fs::read_to_string(format!("/proc/{me}/schedstat")).unwrap();
+        let mut fields = sched.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+        let (runtime, delay) = (fields.next().unwrap(), fields.next().unwrap());
+        let task = |pid, start_runtime_ns| RunningTask {
+            start_runtime_ns,
+            pid,
+            seen: 1,
+            ..RunningTask::default()
+        };
+        let running = [
+            task(me, runtime),                           // switched in just now
+            task(me, runtime.saturating_sub(2_000_000)), // the same task seen on another CPU, earlier
+            task(0, 0),                                  // idle
+            task(u32::MAX - 1, 0),                       // no such task (exited)
+        ];
+        let got = resolve_running(root.path(), &running, true);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].cgroup_id, fs::metadata(&dir).unwrap().ino());
+        assert!(
+            got[0].on_cpu_ns >= 2_000_000,
+            "the older start covers both slices: {got:?}"
+        );
+        assert!(
+            got[0].wait_ns >= delay,
+            "all its run_delay ({delay}): {got:?}"
+        );
+        let no_wait = resolve_running(root.path(), &running, false);
+        assert_eq!(no_wait[0].wait_ns, 0);
     }
 
     #[test]

@@ -6,17 +6,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`.
-pub fn monotonic_now_ns() -> u64 {
-    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
-        Ok(ts) => (ts.tv_sec() as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec() as u64),
-        // CLOCK_MONOTONIC cannot fail on Linux; 0 makes every in-flight slice count as nothing.
-        Err(_) => 0,
-    }
-}
-
 /// Whether `path` is on a cgroup v2 filesystem.
 pub fn is_cgroup2(path: &Path) -> io::Result<bool> {
     let fs = nix::sys::statfs::statfs(path).map_err(io::Error::from)?;
@@ -138,14 +127,6 @@ pub fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn monotonic_clock_advances() {
-        let a = monotonic_now_ns();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = monotonic_now_ns();
-        assert!(b >= a + 1_000_000, "{a} -> {b}");
-    }
 
     #[test]
     fn a_temporary_directory_is_not_cgroup2() {

@@ -2,10 +2,13 @@
 //! bench-ebpf` on the host and inside the VM (root required).
 //!
 //! 1. Overhead per event, from the kernel's own BPF statistics (`BPF_ENABLE_STATS`, the
-//!    mechanism behind `kernel.bpf_stats_enabled=1`: `run_time_ns / run_cnt` per program), under
-//!    a context-switch-heavy load: one pair of threads per CPU, pinned to it, ping-ponging a
-//!    byte through two pipes. The load's round trips per second with and without the programs
-//!    give the end-to-end cost. Measured for the BTF (`tp_btf`) and raw (`raw_tp`) families.
+//!    mechanism behind `kernel.bpf_stats_enabled=1`: `run_time_ns / run_cnt` of the program), under
+//!    a context-switch-heavy load: one pair per CPU, pinned to it, ping-ponging a byte through
+//!    two pipes, either two threads of one process (one cgroup: the program's best case, its
+//!    charges stay pending on the CPU) or two processes in two cgroups (every switch changes
+//!    cgroup: the worst case, a hash map update per switch). The load's round trips per second
+//!    with and without the program give the end-to-end cost. Measured for the BTF (`tp_btf`) and
+//!    raw (`raw_tp`) flavours, and for `tp_btf` without run-queue wait.
 //! 2. Read cost: `CpuAccounting::read` of N cgroups that all have map entries (the process hops
 //!    through N freshly created groups so each gets one), against the cgroupfs fallback.
 //!
@@ -22,13 +25,15 @@ use serde_json::{Value, json};
 
 struct Args {
     seconds: f64,
+    repeat: usize,
     cgroups: usize,
     cgroup_root: PathBuf,
 }
 
 fn parse_args() -> Args {
     let mut args = Args {
-        seconds: 5.0,
+        seconds: 3.0,
+        repeat: 3,
         cgroups: 1000,
         cgroup_root: PathBuf::from("/sys/fs/cgroup"),
     };
@@ -41,6 +46,7 @@ fn parse_args() -> Args {
         match a.as_str() {
             "--seconds" => args.seconds = value().parse().unwrap_or_else(|_| usage("--seconds")),
             "--cgroups" => args.cgroups = value().parse().unwrap_or_else(|_| usage("--cgroups")),
+            "--repeat" => args.repeat = value().parse().unwrap_or_else(|_| usage("--repeat")),
             "--cgroup-root" => args.cgroup_root = PathBuf::from(value()),
             _ => usage(&format!("unknown argument {a}")),
         }
@@ -50,7 +56,7 @@ fn parse_args() -> Args {
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "ebpf-bench: {msg}\nusage: ebpf-bench [--seconds S] [--cgroups N] [--cgroup-root DIR]"
+        "ebpf-bench: {msg}\nusage: ebpf-bench [--seconds S] [--repeat R] [--cgroups N] [--cgroup-root DIR]"
     );
     std::process::exit(2)
 }
@@ -104,6 +110,168 @@ fn pin(cpu: usize) {
     }
 }
 
+/// The context-switch-heavy load.
+enum Load {
+    /// Pairs of threads of this process (one cgroup).
+    SameCgroup,
+    /// Pairs of processes, one in each of two cgroups.
+    AcrossCgroups { a: PathBuf, b: PathBuf },
+}
+
+impl Load {
+    fn name(&self) -> &'static str {
+        match self {
+            Load::SameCgroup => "same_cgroup",
+            Load::AcrossCgroups { .. } => "across_cgroups",
+        }
+    }
+
+    /// Runs the load for `d`; returns round trips per second.
+    fn run(&self, d: Duration) -> f64 {
+        match self {
+            Load::SameCgroup => pingpong(d),
+            Load::AcrossCgroups { a, b } => pingpong_across(d, a, b),
+        }
+    }
+}
+
+/// Pairs of processes ping-ponging, one side in cgroup `a`, the other in `b`; returns round trips
+/// per second. The children only make async-signal-safe calls (the parent has threads).
+fn pingpong_across(d: Duration, a: &Path, b: &Path) -> f64 {
+    use std::os::unix::ffi::OsStrExt;
+    let procs = |g: &Path| {
+        std::ffi::CString::new(g.join("cgroup.procs").as_os_str().as_bytes()).expect("path")
+    };
+    let (procs_a, procs_b) = (procs(a), procs(b));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let deadline_ns = now_ns() + d.as_nanos() as u64;
+    let t0 = Instant::now();
+    let mut children = Vec::new();
+    let mut results = Vec::new();
+    for cpu in 0..cpus {
+        let (ab_r, ab_w) = raw_pipe();
+        let (ba_r, ba_w) = raw_pipe();
+        let (res_r, res_w) = raw_pipe();
+        // SAFETY: the child runs only async-signal-safe calls and `_exit`s.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: closing descriptors of this (child) process.
+                unsafe {
+                    libc::close(ab_r);
+                    libc::close(ba_w);
+                    libc::close(res_r);
+                }
+                child_setup(cpu, &procs_a);
+                let mut n = 0u64;
+                let mut byte = [0u8; 1];
+                while now_ns() < deadline_ns {
+                    // SAFETY: one-byte reads and writes on our pipes.
+                    let ok = unsafe {
+                        libc::write(ab_w, b"x".as_ptr().cast(), 1) == 1
+                            && libc::read(ba_r, byte.as_mut_ptr().cast(), 1) == 1
+                    };
+                    if !ok {
+                        break;
+                    }
+                    n += 1;
+                }
+                // SAFETY: as above; `_exit` skips destructors and atexit handlers.
+                unsafe {
+                    libc::write(res_w, (&raw const n).cast(), 8);
+                    libc::_exit(0);
+                }
+            }
+            pid if pid > 0 => children.push(pid),
+            _ => panic!("fork failed: {}", std::io::Error::last_os_error()),
+        }
+        // SAFETY: as above.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: as above.
+                unsafe {
+                    libc::close(ab_w);
+                    libc::close(ba_r);
+                    libc::close(res_r);
+                    libc::close(res_w);
+                }
+                child_setup(cpu, &procs_b);
+                let mut byte = [0u8; 1];
+                // SAFETY: as above.
+                unsafe {
+                    while libc::read(ab_r, byte.as_mut_ptr().cast(), 1) == 1 {
+                        if libc::write(ba_w, b"y".as_ptr().cast(), 1) != 1 {
+                            break;
+                        }
+                    }
+                    libc::_exit(0);
+                }
+            }
+            pid if pid > 0 => children.push(pid),
+            _ => panic!("fork failed: {}", std::io::Error::last_os_error()),
+        }
+        // SAFETY: the parent's copies of the children's ends.
+        unsafe {
+            libc::close(ab_r);
+            libc::close(ab_w);
+            libc::close(ba_r);
+            libc::close(ba_w);
+            libc::close(res_w);
+        }
+        results.push(res_r);
+    }
+    let mut trips = 0u64;
+    for fd in results {
+        let mut n = 0u64;
+        // SAFETY: reading the child's 8-byte count from our pipe, then closing it.
+        unsafe {
+            if libc::read(fd, (&raw mut n).cast(), 8) == 8 {
+                trips += n;
+            }
+            libc::close(fd);
+        }
+    }
+    for pid in children {
+        // SAFETY: reaping our own children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    trips as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// In a forked child: join the cgroup (`0` means the writer) and pin to `cpu`.
+fn child_setup(cpu: usize, procs: &std::ffi::CStr) {
+    // SAFETY: async-signal-safe calls on a NUL-terminated path and a local cpu set.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+            libc::_exit(3);
+        }
+        libc::close(fd);
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn raw_pipe() -> (i32, i32) {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        panic!("pipe: {}", std::io::Error::last_os_error());
+    }
+    (fds[0], fds[1])
+}
+
+/// CLOCK_MONOTONIC in ns (async-signal-safe).
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// (run_time_ns, run_cnt) of a loaded program.
 fn prog_stats(id: u32) -> Option<(u64, u64)> {
     aya::programs::loaded_programs()
@@ -112,50 +280,54 @@ fn prog_stats(id: u32) -> Option<(u64, u64)> {
         .map(|p| (p.run_time().as_nanos() as u64, p.run_count()))
 }
 
-fn overhead(args: &Args, attach: AttachMode, baseline_rps: f64) -> Value {
+fn overhead(
+    args: &Args,
+    load: &Load,
+    attach: AttachMode,
+    run_queue_wait: bool,
+    baseline_rps: f64,
+) -> Value {
     let acct = CpuAccounting::open(
         &args.cgroup_root,
         &AccountingOptions {
             attach,
+            run_queue_wait,
             ..AccountingOptions::default()
         },
     );
     if acct.source() != CpuSource::Ebpf {
         return json!({"error": acct.fallback_reason()});
     }
-    let family = acct.attach_kind().map(|k| k.as_str()).unwrap_or("?");
-    let ids = acct.program_ids();
+    let family = acct.attach_kind().map_or("?", |k| k.as_str());
+    let Some(id) = acct.program_id() else {
+        return json!({"error": "no program id"});
+    };
     let _stats_fd = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
         Ok(fd) => fd,
         Err(e) => return json!({"error": format!("BPF_ENABLE_STATS failed: {e}")}),
     };
-    let before: Vec<Option<(u64, u64)>> = ids.iter().map(|(_, id)| prog_stats(*id)).collect();
+    let before = prog_stats(id);
     let t0 = Instant::now();
-    let rps = pingpong(Duration::from_secs_f64(args.seconds));
+    let rps = load.run(Duration::from_secs_f64(args.seconds));
     let elapsed = t0.elapsed().as_secs_f64();
-    let mut programs = serde_json::Map::new();
-    for ((name, id), b) in ids.iter().zip(before) {
-        let (Some((t0, c0)), Some((t1, c1))) = (b, prog_stats(*id)) else {
-            continue;
-        };
-        let (dt, dc) = (t1 - t0, c1 - c0);
-        programs.insert(
-            name.clone(),
-            json!({
-                "events": dc,
-                "events_per_s": dc as f64 / elapsed,
-                "ns_per_event": if dc > 0 { dt as f64 / dc as f64 } else { 0.0 },
-            }),
-        );
-    }
+    let (Some((run0, cnt0)), Some((run1, cnt1))) = (before, prog_stats(id)) else {
+        return json!({"error": "program statistics unavailable"});
+    };
+    let (dt, dc) = (run1 - run0, cnt1 - cnt0);
     let result = json!({
-        "family": family,
+        "attach": family,
+        "run_queue_wait": run_queue_wait,
         "seconds": elapsed,
-        "programs": programs,
+        "sched_switch_events": dc,
+        "events_per_s": dc as f64 / elapsed,
+        "ns_per_event": if dc > 0 { dt as f64 / dc as f64 } else { 0.0 },
         "pingpong_round_trips_per_s": rps,
         "throughput_cost_pct": (1.0 - rps / baseline_rps) * 100.0,
     });
-    eprintln!("ebpf-bench: {family}: {result}");
+    eprintln!(
+        "ebpf-bench: {family} (run-queue wait {run_queue_wait}), {}: {result}",
+        load.name()
+    );
     result
 }
 
@@ -174,6 +346,26 @@ struct BenchGroups {
     parent: PathBuf,
     children: Vec<PathBuf>,
     home: PathBuf,
+}
+
+impl BenchGroups {
+    /// Creates `parent` and its `children` (names).
+    fn create(parent: &Path, children: &[&str]) -> BenchGroups {
+        std::fs::create_dir(parent)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+        let mut groups = BenchGroups {
+            parent: parent.to_path_buf(),
+            children: Vec::new(),
+            home: own_cgroup(parent.parent().expect("a parent")),
+        };
+        for c in children {
+            let path = parent.join(c);
+            std::fs::create_dir(&path)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+            groups.children.push(path);
+        }
+        groups
+    }
 }
 
 impl Drop for BenchGroups {
@@ -276,6 +468,33 @@ fn read_cost(args: &Args) -> Value {
     result
 }
 
+/// Median of a non-empty list.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Summary of the repeated runs of one configuration: medians, the per-run values, the minimum
+/// ns/event (the least disturbed run on a shared machine).
+fn summarize(runs: &[Value], baseline_rps: f64) -> Value {
+    if let Some(err) = runs.iter().find(|r| r.get("error").is_some()) {
+        return err.clone();
+    }
+    let field = |k: &str| -> Vec<f64> { runs.iter().filter_map(|r| r[k].as_f64()).collect() };
+    let ns = field("ns_per_event");
+    let rps = median(field("pingpong_round_trips_per_s"));
+    json!({
+        "attach": runs[0]["attach"],
+        "run_queue_wait": runs[0]["run_queue_wait"],
+        "ns_per_event_median": median(ns.clone()),
+        "ns_per_event_min": ns.iter().copied().fold(f64::INFINITY, f64::min),
+        "ns_per_event_runs": ns,
+        "events_per_s_median": median(field("events_per_s")),
+        "pingpong_round_trips_per_s_median": rps,
+        "throughput_cost_pct": (1.0 - rps / baseline_rps) * 100.0,
+    })
+}
+
 fn main() {
     let args = parse_args();
     let kernel = nix::sys::utsname::uname()
@@ -283,21 +502,63 @@ fn main() {
         .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
-        "ebpf-bench: kernel {kernel}, {cpus} CPUs, {} s per run",
-        args.seconds
+        "ebpf-bench: kernel {kernel}, {cpus} CPUs, {} s per run, {} runs each",
+        args.seconds, args.repeat
     );
-    let baseline = pingpong(Duration::from_secs_f64(args.seconds));
-    eprintln!("ebpf-bench: baseline ping-pong {baseline:.0} round trips/s");
-    let btf = overhead(&args, AttachMode::Btf, baseline);
-    let raw = overhead(&args, AttachMode::Raw, baseline);
-    let read = read_cost(&args);
-    let out = json!({
-        "kernel": kernel,
-        "cpus": cpus,
-        "baseline_round_trips_per_s": baseline,
-        "tp_btf": btf,
-        "raw_tp": raw,
-        "read_cost": read,
-    });
-    println!("{out}");
+    // Two cgroups for the cross-cgroup load (removed at the end).
+    let pp = BenchGroups::create(
+        &args
+            .cgroup_root
+            .join(format!("governor-bench-pp-{}", std::process::id())),
+        &["a", "b"],
+    );
+    let loads = [
+        Load::SameCgroup,
+        Load::AcrossCgroups {
+            a: pp.children[0].clone(),
+            b: pp.children[1].clone(),
+        },
+    ];
+    // Interleaved, so that a burst of load elsewhere on the machine hits every configuration.
+    let configs = [
+        ("tp_btf", AttachMode::Btf, true),
+        ("raw_tp", AttachMode::Raw, true),
+        ("tp_btf_without_wait", AttachMode::Btf, false),
+    ];
+    let mut baselines: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
+    let mut runs: Vec<Vec<Vec<Value>>> = vec![vec![Vec::new(); loads.len()]; configs.len()];
+    for _ in 0..args.repeat.max(1) {
+        for (l, load) in loads.iter().enumerate() {
+            let baseline = load.run(Duration::from_secs_f64(args.seconds));
+            eprintln!(
+                "ebpf-bench: baseline {}: {baseline:.0} round trips/s",
+                load.name()
+            );
+            baselines[l].push(baseline);
+            for (c, &(_, attach, wait)) in configs.iter().enumerate() {
+                runs[c][l].push(overhead(&args, load, attach, wait, baseline));
+            }
+        }
+    }
+    drop(pp);
+    let baselines: Vec<f64> = baselines.into_iter().map(median).collect();
+    let mut out = serde_json::Map::new();
+    out.insert("kernel".into(), json!(kernel));
+    out.insert("cpus".into(), json!(cpus));
+    out.insert("seconds_per_run".into(), json!(args.seconds));
+    out.insert("runs".into(), json!(args.repeat));
+    let mut base = serde_json::Map::new();
+    for (l, load) in loads.iter().enumerate() {
+        base.insert(load.name().into(), json!(baselines[l]));
+    }
+    out.insert("baseline_round_trips_per_s".into(), Value::Object(base));
+    for (c, &(name, _, _)) in configs.iter().enumerate() {
+        let mut per_load = serde_json::Map::new();
+        for (l, load) in loads.iter().enumerate() {
+            per_load.insert(load.name().into(), summarize(&runs[c][l], baselines[l]));
+        }
+        out.insert(name.into(), Value::Object(per_load));
+    }
+    out.insert("read_cost".into(), read_cost(&args));
+    println!("{}", Value::Object(out));
 }
