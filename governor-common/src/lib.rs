@@ -64,15 +64,31 @@ impl CgroupCpuStats {
     }
 }
 
+/// Charges not yet written to [`CGROUP_CPU_MAP`], for one cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingCharge {
+    /// The cgroup (0: slot free).
+    pub cgroup_id: u64,
+    /// Its parent (recorded in [`CGROUP_PARENT_MAP`] with a new entry).
+    pub parent_id: u64,
+    /// The charges.
+    pub stats: CgroupCpuStats,
+}
+
+/// Cgroups whose charges a CPU keeps pending at once (a power of two).
+pub const PENDING_SLOTS: usize = 8;
+
 /// What the program keeps per CPU (one entry per CPU):
 /// - the task on the CPU and its kernel totals when it was switched in: at switch-out the
 ///   differences are its slice and the run-queue wait that preceded it; userspace adds the slice
 ///   still in flight from `/proc/<pid>/schedstat` (and places the task in its cgroup from
 ///   `/proc/<pid>/cgroup`);
-/// - charges not yet added to [`CGROUP_CPU_MAP`]: consecutive charges to the same cgroup on a CPU
-///   (a job's threads, with idle in between) are summed here and written to the hash map only
-///   when the CPU charges another cgroup. A hash map update costs more than the rest of the
-///   program; userspace adds `pending` to the map's figures.
+/// - charges not yet added to [`CGROUP_CPU_MAP`], for the last [`PENDING_SLOTS`] cgroups charged
+///   on this CPU: a hash map update costs more than the rest of the program, and a CPU mostly
+///   switches among a few cgroups (a job's threads, idle, a neighbour). A charge to another cgroup
+///   writes one of them (round robin) to the map. Userspace adds the pending charges to the map's
+///   figures.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunningTask {
@@ -81,16 +97,16 @@ pub struct RunningTask {
     /// `sched_info.run_delay` of the task when it was switched in (ns); its wait for this slice
     /// is added by the kernel right after the tracepoint, so it is charged at switch-out.
     pub start_run_delay_ns: u64,
-    /// Cgroup the `pending` charges belong to (0: none).
-    pub pending_cgroup_id: u64,
-    /// Parent of `pending_cgroup_id` (recorded in [`CGROUP_PARENT_MAP`] with a new entry).
-    pub pending_parent_id: u64,
-    /// Charges to `pending_cgroup_id` not yet in [`CGROUP_CPU_MAP`].
-    pub pending: CgroupCpuStats,
     /// Thread id of the task (0 when the CPU is idle).
     pub pid: u32,
     /// 1 once the program has seen a switch on this CPU.
     pub seen: u32,
+    /// Next pending slot to write to the map when all are taken.
+    pub victim: u32,
+    /// Explicit padding so the layout has no implicit holes.
+    pub _pad: u32,
+    /// Charges not yet in [`CGROUP_CPU_MAP`].
+    pub pending: [PendingCharge; PENDING_SLOTS],
 }
 
 /// Things the programs could not do, counted per CPU (userspace reports them).
@@ -171,6 +187,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::RunningTask {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::PendingCharge {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ProgramCounters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ProgramConfig {}
@@ -184,7 +202,12 @@ mod tests {
     #[test]
     fn layouts_have_no_padding() {
         assert_eq!(size_of::<CgroupCpuStats>(), 3 * 8);
-        assert_eq!(size_of::<RunningTask>(), 4 * 8 + 3 * 8 + 4 + 4);
+        assert_eq!(size_of::<PendingCharge>(), 2 * 8 + 3 * 8);
+        assert_eq!(
+            size_of::<RunningTask>(),
+            2 * 8 + 4 * 4 + PENDING_SLOTS * size_of::<PendingCharge>()
+        );
+        assert!(PENDING_SLOTS.is_power_of_two());
         assert_eq!(size_of::<ProgramCounters>(), 3 * 8);
         assert_eq!(size_of::<ProgramConfig>(), 9 * 4);
         assert_eq!(align_of::<ProgramConfig>(), 4);

@@ -7,8 +7,8 @@
 //! 1. the task switched out (`prev`, still `current`) is charged the growth of its two totals
 //!    since it was switched in on this CPU (remembered in a per-CPU slot), plus one context
 //!    switch, under its cgroup v2 id in a per-CPU hash map; the idle task (pid 0) is skipped.
-//!    Consecutive charges to one cgroup on a CPU are summed in the slot and written to the hash
-//!    map when the CPU charges another cgroup (the update is the costliest step);
+//!    Charges are summed per CPU for the last few cgroups charged there and written to the hash
+//!    map when another cgroup needs the room (the update is the costliest step);
 //! 2. the task switched in (`next`) is remembered in the slot: its pid and its two totals.
 //!
 //! No clock is read and no other tracepoint is needed: the run-queue wait that ends with a
@@ -39,8 +39,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{debug, warn};
 use governor_common::{
-    CONFIG_TRACK_RUN_QUEUE_WAIT, CgroupCpuStats, MAX_CGROUPS, ProgramConfig, ProgramCounters,
-    RunningTask,
+    CONFIG_TRACK_RUN_QUEUE_WAIT, CgroupCpuStats, MAX_CGROUPS, PENDING_SLOTS, PendingCharge,
+    ProgramConfig, ProgramCounters, RunningTask,
 };
 
 /// Filled in by the loader (`EbpfLoader::override_global`) before the program is verified.
@@ -236,8 +236,9 @@ fn flush<C: EbpfContext>(ctx: &C, cgroup_id: u64, parent_id: u64, add: &CgroupCp
     }
 }
 
-/// Charges `add` to the current task's cgroup: summed in the CPU's pending charges while they
-/// are for the same cgroup, written to the hash map when the cgroup changes.
+/// Charges `add` to the current task's cgroup: summed in the CPU's pending charges of that
+/// cgroup; a cgroup that has none takes a free slot, or the slot of the cgroup charged longest
+/// ago (round robin), whose charges are written to the hash map first.
 #[inline(always)]
 fn charge<C: EbpfContext, M: KernelMemory>(
     ctx: &C,
@@ -246,21 +247,31 @@ fn charge<C: EbpfContext, M: KernelMemory>(
     add: CgroupCpuStats,
 ) {
     let (cgroup_id, node) = current_cgroup_id::<M>(prev);
-    if cgroup_id == slot.pending_cgroup_id {
-        slot.pending = slot.pending.add(add);
-        return;
+    let mut free = PENDING_SLOTS;
+    for i in 0..PENDING_SLOTS {
+        let p = &mut slot.pending[i];
+        if p.cgroup_id == cgroup_id {
+            p.stats = p.stats.add(add);
+            return;
+        }
+        if p.cgroup_id == 0 && free == PENDING_SLOTS {
+            free = i;
+        }
     }
-    if slot.pending_cgroup_id != 0 {
-        flush(
-            ctx,
-            slot.pending_cgroup_id,
-            slot.pending_parent_id,
-            &slot.pending,
-        );
-    }
-    slot.pending_cgroup_id = cgroup_id;
-    slot.pending_parent_id = current_parent_id::<M>(prev, node);
-    slot.pending = add;
+    let target = if free < PENDING_SLOTS {
+        free
+    } else {
+        let victim = slot.victim as usize & (PENDING_SLOTS - 1);
+        slot.victim = slot.victim.wrapping_add(1);
+        let evicted = slot.pending[victim];
+        flush(ctx, evicted.cgroup_id, evicted.parent_id, &evicted.stats);
+        victim
+    };
+    slot.pending[target & (PENDING_SLOTS - 1)] = PendingCharge {
+        cgroup_id,
+        parent_id: current_parent_id::<M>(prev, node),
+        stats: add,
+    };
 }
 
 #[inline(always)]

@@ -155,8 +155,8 @@ fn host_counts_real_cpu_time(attach: AttachMode, expected: AttachKind) {
         "the programs failed to read task fields: wrong BTF offsets?"
     );
     assert!(
-        acct.tracked_cgroup_ids().unwrap().contains(&1),
-        "root id 1 not in the map"
+        acct.usage_by_cgroup().iter().any(|u| u.id == 1),
+        "the root group (id 1) has no figures"
     );
 }
 
@@ -382,7 +382,13 @@ fn ebpf_vm_removed_cgroups_leave_no_map_entries() {
         reading(&r, child.path()).cpu_seconds_total > 0.5,
         "the child burned for 1.5 s: {r:?}"
     );
-    assert!(acct.tracked_cgroup_ids().unwrap().contains(&child_id));
+    // Charge more cgroups on every CPU than a CPU keeps pending: the child's charges are
+    // written to the map.
+    let mut churned = churn(parent.path(), "churn-a");
+    assert!(
+        acct.tracked_cgroup_ids().unwrap().contains(&child_id),
+        "the child's charges did not reach the map"
+    );
     drop(burner);
     drop(child);
 
@@ -394,9 +400,10 @@ fn ebpf_vm_removed_cgroups_leave_no_map_entries() {
     sleep(Duration::from_millis(300));
     drop(burner);
     drop(ghost);
+    churned.extend(churn(parent.path(), "churn-b"));
 
     // Walks after an unknown id are rate-limited to one a second: give it a few reads.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(15);
     let parent_groups = vec![parent.path().to_path_buf()];
     let mut parent_after = 0.0;
     loop {
@@ -406,23 +413,65 @@ fn ebpf_vm_removed_cgroups_leave_no_map_entries() {
             .cpu_seconds_total
             .max(parent_after);
         let ids = acct.tracked_cgroup_ids().unwrap();
-        if !ids.contains(&child_id) && !ids.contains(&ghost_id) {
+        let left: Vec<u64> = [child_id, ghost_id]
+            .iter()
+            .chain(&churned)
+            .copied()
+            .filter(|id| ids.contains(id))
+            .collect();
+        if left.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "entries of removed cgroups are still in the map after 10 s (child {child_id}: {}, ghost {ghost_id}: {})",
-            ids.contains(&child_id),
-            ids.contains(&ghost_id)
+            "entries of removed cgroups are still in the map after 15 s: {left:?} \
+             (child {child_id}, ghost {ghost_id}, {} churned)",
+            churned.len()
         );
     }
     eprintln!(
-        "parent: {parent_before:.3} s while the child ran, {parent_after:.3} s after both children were removed"
+        "parent: {parent_before:.3} s while the child ran, {parent_after:.3} s after {} children were removed",
+        churned.len() + 2
     );
     assert!(
         parent_after >= parent_before + 0.1,
         "the parent's counter must keep its removed children's CPU (ghost burned ~0.3 s): {parent_before:.3} -> {parent_after:.3}"
     );
+}
+
+/// Creates 2 x PENDING_SLOTS groups under `parent`, runs this process in each of them on every
+/// CPU in turn (so that every CPU charges them and writes older pending charges to the map),
+/// moves it back and removes them. Returns their ids.
+fn churn(parent: &Path, prefix: &str) -> Vec<u64> {
+    let home = {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let rel = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        Path::new(CGROUP2_ROOT).join(rel.trim().trim_start_matches('/'))
+    };
+    let n = 2 * governor_common::PENDING_SLOTS;
+    let groups: Vec<TestCgroup> = (0..n)
+        .map(|i| TestCgroup::create(parent, &format!("{prefix}-{i}")))
+        .collect();
+    let ids = groups
+        .iter()
+        .map(|g| std::fs::metadata(g.path()).unwrap().ino())
+        .collect();
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let all = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    for cpu in 0..cpus {
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).unwrap();
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+        for g in &groups {
+            g.write("cgroup.procs", "0");
+            // Sleep, so that this thread is switched out (and charged) here.
+            sleep(Duration::from_millis(2));
+        }
+    }
+    std::fs::write(home.join("cgroup.procs"), "0").expect("move back");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &all).unwrap();
+    drop(groups);
+    ids
 }
 
 #[test]

@@ -424,31 +424,34 @@ impl EbpfBackend {
     fn collect(&mut self, root: &Path) -> Result<Collected, String> {
         let mut snap = self.maps.snapshot()?;
         let mut in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
+        let pending = pending_parents(&snap.running);
         let stats = std::mem::take(&mut snap.stats);
         let unknown = stats.keys().any(|&id| self.tree.is_unknown(id))
+            || pending.keys().any(|&id| self.tree.is_unknown(id))
             || in_flight.iter().any(|f| self.tree.is_unknown(f.cgroup_id));
         let walked = if unknown {
             self.tree.refresh(false)
         } else {
             self.tree.recheck_foreign_due()
         };
-        if !walked {
-            let mut own = stats;
-            add_pending(&mut own, &snap.running);
-            return Ok(Collected { own, in_flight });
-        }
-        if self.owner() {
+        // Only the process that attached the program maintains its map (and folds the totals of
+        // removed cgroups); `governor top` reading the daemon's maps leaves that to the daemon.
+        if walked && self.owner() {
             let maps = &self.maps;
-            let gone = self.tree.reconcile(&stats, |id| maps.parent_of(id));
+            let gone = self
+                .tree
+                .reconcile(&stats, &pending, |id| maps.parent_of(id));
             for id in gone {
                 if let Err(e) = self.maps.remove(id) {
                     tracing::debug!(cgroup_id = id, error = %e, "cannot delete a removed cgroup's entry");
                 }
             }
         }
-        // A walk takes a while on a big tree: read again so that the figures are of now.
-        let mut snap = self.maps.snapshot()?;
-        in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
+        if walked {
+            // A walk takes a while on a big tree: read again so that the figures are of now.
+            snap = self.maps.snapshot()?;
+            in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
+        }
         let mut own = std::mem::take(&mut snap.stats);
         add_pending(&mut own, &snap.running);
         Ok(Collected { own, in_flight })
@@ -482,6 +485,7 @@ impl EbpfBackend {
             }
             wanted.push(self.tree.index.contains(id).then_some(id));
         }
+        self.tree.redirect_removed(&mut own);
         let wanted_set: HashSet<u64> = wanted.iter().flatten().copied().collect();
         let sums = aggregate(&own, &self.tree.index, &wanted_set);
         let mut out = Vec::with_capacity(groups.len());
@@ -579,10 +583,22 @@ fn resolve_running(root: &Path, running: &[RunningTask], run_queue_wait: bool) -
 
 /// Adds the charges each CPU has summed but not yet written to the map.
 fn add_pending(own: &mut HashMap<u64, CgroupCpuStats>, running: &[RunningTask]) {
-    for r in running.iter().filter(|r| r.pending_cgroup_id != 0) {
-        let e = own.entry(r.pending_cgroup_id).or_default();
-        *e = e.add(r.pending);
+    for p in running.iter().flat_map(|r| r.pending.iter()) {
+        if p.cgroup_id != 0 {
+            let e = own.entry(p.cgroup_id).or_default();
+            *e = e.add(p.stats);
+        }
     }
+}
+
+/// The cgroups with pending charges on some CPU, with the parent the program recorded.
+fn pending_parents(running: &[RunningTask]) -> HashMap<u64, u64> {
+    running
+        .iter()
+        .flat_map(|r| r.pending.iter())
+        .filter(|p| p.cgroup_id != 0)
+        .map(|p| (p.cgroup_id, p.parent_id))
+        .collect()
 }
 
 /// Adds each task's slice in flight to its cgroup.
@@ -727,11 +743,13 @@ impl CgroupTree {
     }
 
     /// After a walk: finds which map entries belong to removed cgroups, moves their totals to the
-    /// nearest live ancestor and returns their ids (to delete from the map). `parent_of` gives
-    /// the parent the programs recorded for an id.
+    /// nearest live ancestor and returns their ids (to delete from the map). `pending` are the
+    /// ids (and parents) of the CPUs' pending charges; `parent_of` gives the parent the program
+    /// recorded for an id.
     fn reconcile(
         &mut self,
         stats: &HashMap<u64, CgroupCpuStats>,
+        pending: &HashMap<u64, u64>,
         parent_of: impl Fn(u64) -> Option<u64>,
     ) -> Vec<u64> {
         let now = Instant::now();
@@ -765,33 +783,74 @@ impl CgroupTree {
 
         let mut gone = Vec::new();
         for (&id, &totals) in stats {
-            if self.index.contains(id) {
+            let Some(holder) = self.classify(id, || parent_of(id), now) else {
                 continue;
-            }
-            let holder = if let Some(&(holder, _)) = self.graveyard.get(&id) {
-                holder
-            } else if self.previous.contains(id) {
-                self.holder_of(id)
-            } else {
-                match (self.exists)(id) {
-                    Some(false) => self.holder_via_parent(parent_of(id)),
-                    // Exists outside our root, or the kernel will not say: leave it alone.
-                    _ => {
-                        self.foreign.insert(id, now);
-                        continue;
-                    }
-                }
             };
-            self.foreign.remove(&id);
             if let Some(h) = holder {
                 let e = self.retired.entry(h).or_default();
                 *e = e.add(totals);
             }
-            self.graveyard.insert(id, (holder, now));
             tracing::debug!(cgroup_id = id, holder = ?holder, "cgroup removed: entry deleted, totals kept by its ancestor");
             gone.push(id);
         }
+        // Ids only in the CPUs' pending charges: classified, so that reads count their charges
+        // for the holder until they reach the map (and then the entry is deleted as above).
+        for (&id, &parent) in pending {
+            if !stats.contains_key(&id) {
+                self.classify(
+                    id,
+                    || Some(parent).filter(|&p| p != 0).or_else(|| parent_of(id)),
+                    now,
+                );
+            }
+        }
         gone
+    }
+
+    /// For an id not in the (fresh) index: `Some(holder)` if its cgroup is gone (recorded in the
+    /// graveyard), `None` if it is live or exists outside our root (recorded as foreign).
+    fn classify(
+        &mut self,
+        id: u64,
+        parent: impl FnOnce() -> Option<u64>,
+        now: Instant,
+    ) -> Option<Option<u64>> {
+        if self.index.contains(id) {
+            return None;
+        }
+        let holder = if let Some(&(holder, _)) = self.graveyard.get(&id) {
+            holder
+        } else if self.previous.contains(id) {
+            self.holder_of(id)
+        } else {
+            match (self.exists)(id) {
+                Some(false) => self.holder_via_parent(parent()),
+                // Exists outside our root, or the kernel will not say: leave it alone.
+                _ => {
+                    self.foreign.insert(id, now);
+                    return None;
+                }
+            }
+        };
+        self.foreign.remove(&id);
+        self.graveyard.insert(id, (holder, now));
+        Some(holder)
+    }
+
+    /// Moves the figures of removed cgroups (late or pending charges not yet folded into
+    /// `retired`) to the ancestor that holds their totals.
+    fn redirect_removed(&self, own: &mut HashMap<u64, CgroupCpuStats>) {
+        let removed: Vec<(u64, u64)> = own
+            .keys()
+            .filter(|&&id| !self.index.contains(id))
+            .filter_map(|&id| Some((id, self.graveyard.get(&id)?.0?)))
+            .collect();
+        for (id, holder) in removed {
+            if let Some(t) = own.remove(&id) {
+                let e = own.entry(holder).or_default();
+                *e = e.add(t);
+            }
+        }
     }
 
     /// Reports at least what was reported before for this group.
@@ -810,6 +869,7 @@ impl CgroupTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor_common::PendingCharge;
     use std::fs;
 
     fn stats(on_cpu_ns: u64) -> CgroupCpuStats {
@@ -943,16 +1003,52 @@ mod tests {
     #[test]
     fn pending_charges_are_added_to_their_cgroup() {
         let mut own = HashMap::from([(7, stats(1_000))]);
-        let slot = |pending_cgroup_id, on_cpu_ns| RunningTask {
-            pending_cgroup_id,
-            pending: stats(on_cpu_ns),
-            ..RunningTask::default()
+        let mut cpu0 = RunningTask::default();
+        cpu0.pending[0] = PendingCharge {
+            cgroup_id: 7,
+            parent_id: 1,
+            stats: stats(500),
         };
-        add_pending(&mut own, &[slot(7, 500), slot(9, 40), slot(0, 77)]);
-        assert_eq!(own[&7].on_cpu_ns, 1_500);
-        assert_eq!(own[&7].context_switches, 2);
+        cpu0.pending[5] = PendingCharge {
+            cgroup_id: 9,
+            parent_id: 7,
+            stats: stats(40),
+        };
+        let mut cpu1 = RunningTask::default();
+        cpu1.pending[2] = PendingCharge {
+            cgroup_id: 7,
+            parent_id: 1,
+            stats: stats(60),
+        };
+        let running = [cpu0, cpu1];
+        add_pending(&mut own, &running);
+        assert_eq!(own[&7].on_cpu_ns, 1_560);
+        assert_eq!(own[&7].context_switches, 3);
         assert_eq!(own[&9].on_cpu_ns, 40);
-        assert!(!own.contains_key(&0));
+        assert!(!own.contains_key(&0), "free slots add nothing");
+        assert_eq!(pending_parents(&running), HashMap::from([(7, 1), (9, 7)]));
+    }
+
+    #[test]
+    fn pending_charges_of_a_removed_cgroup_count_for_its_parent() {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir(root.path().join("job")).unwrap();
+        let job = fs::metadata(root.path().join("job")).unwrap().ino();
+        let ghost = 987_654_321;
+        let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| Some(false)));
+        assert!(tree.refresh(true));
+        // Only pending on a CPU: classified, not deleted (it is not in the map).
+        let gone = tree.reconcile(&HashMap::new(), &HashMap::from([(ghost, job)]), |_| None);
+        assert!(gone.is_empty());
+        let mut own = HashMap::from([(job, stats(10)), (ghost, stats(500))]);
+        tree.redirect_removed(&mut own);
+        assert_eq!(own[&job].on_cpu_ns, 510);
+        assert!(!own.contains_key(&ghost));
+        // Later written to the map: folded into the parent's retired totals and deleted.
+        let map = HashMap::from([(ghost, stats(500))]);
+        assert!(tree.refresh(true));
+        assert_eq!(tree.reconcile(&map, &HashMap::new(), |_| None), vec![ghost]);
+        assert_eq!(tree.retired[&job].on_cpu_ns, 500);
     }
 
     #[test]
@@ -1032,7 +1128,7 @@ mod tests {
         assert!(tree.refresh(true));
         let mut map = HashMap::from([(job, stats(10)), (step, stats(200)), (inner, stats(3000))]);
         assert!(
-            tree.reconcile(&map, |_| None).is_empty(),
+            tree.reconcile(&map, &HashMap::new(), |_| None).is_empty(),
             "nothing removed yet"
         );
         let before = aggregate(&map, &tree.index, &HashSet::from([job]))[&job];
@@ -1042,7 +1138,7 @@ mod tests {
         fs::remove_dir(root.path().join("job/step-1/inner")).unwrap();
         fs::remove_dir(root.path().join("job/step-1")).unwrap();
         assert!(tree.refresh(true));
-        let mut gone = tree.reconcile(&map, |_| None);
+        let mut gone = tree.reconcile(&map, &HashMap::new(), |_| None);
         gone.sort();
         let mut expected = vec![step, inner];
         expected.sort();
@@ -1069,7 +1165,10 @@ mod tests {
         // A late charge to a removed id (a task exiting after rmdir) follows the same way.
         let late = HashMap::from([(inner, stats(5))]);
         assert!(tree.refresh(true));
-        assert_eq!(tree.reconcile(&late, |_| None), vec![inner]);
+        assert_eq!(
+            tree.reconcile(&late, &HashMap::new(), |_| None),
+            vec![inner]
+        );
         assert_eq!(tree.retired[&job].on_cpu_ns, 3205);
     }
 
@@ -1079,7 +1178,7 @@ mod tests {
         let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| None));
         assert!(tree.refresh(true));
         let map = HashMap::from([(123_456_789, stats(1))]);
-        assert!(tree.reconcile(&map, |_| None).is_empty());
+        assert!(tree.reconcile(&map, &HashMap::new(), |_| None).is_empty());
         assert!(
             !tree.is_unknown(123_456_789),
             "remembered as foreign: no walk on every read"
@@ -1095,13 +1194,13 @@ mod tests {
         let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| Some(false)));
         assert!(tree.refresh(true));
         let map = HashMap::from([(job, stats(10)), (ghost, stats(500))]);
-        let gone = tree.reconcile(&map, |id| (id == ghost).then_some(job));
+        let gone = tree.reconcile(&map, &HashMap::new(), |id| (id == ghost).then_some(job));
         assert_eq!(gone, vec![ghost]);
         assert_eq!(tree.retired[&job].on_cpu_ns, 500);
         // Without a recorded parent the totals cannot be placed: dropped, but the entry goes.
         let mut tree = CgroupTree::with_existence(root.path(), Box::new(|_| Some(false)));
         assert!(tree.refresh(true));
-        assert_eq!(tree.reconcile(&map, |_| None), vec![ghost]);
+        assert_eq!(tree.reconcile(&map, &HashMap::new(), |_| None), vec![ghost]);
         assert!(tree.retired.is_empty());
     }
 
