@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::thread::JoinHandle;
 
@@ -55,6 +55,11 @@ pub enum AttachMode {
 /// Userspace handles on the programs' maps.
 pub struct Maps {
     stats: PerCpuHashMap<MapData, u64, CgroupCpuStats>,
+    /// The stats map's descriptor, for batched reads (`None`: the kernel has no batch lookup,
+    /// entries are read one by one).
+    stats_batch_fd: std::cell::Cell<Option<std::os::fd::RawFd>>,
+    _stats_fd: Option<std::os::fd::OwnedFd>,
+    possible_cpus: usize,
     parents: BpfHashMap<MapData, u64, u64>,
     running: PerCpuArray<MapData, RunningTask>,
     counters: PerCpuArray<MapData, ProgramCounters>,
@@ -71,7 +76,15 @@ pub struct Snapshot {
 
 impl Maps {
     fn from_maps(stats: Map, parents: Map, running: Map, counters: Map) -> Result<Maps, String> {
+        let stats_fd = match &stats {
+            Map::PerCpuHashMap(data) => data.fd().as_fd().try_clone_to_owned().ok(),
+            _ => None,
+        };
+        let possible_cpus = aya::util::nr_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
         Ok(Maps {
+            stats_batch_fd: std::cell::Cell::new(stats_fd.as_ref().map(|fd| fd.as_raw_fd())),
+            _stats_fd: stats_fd,
+            possible_cpus,
             stats: stats.try_into().map_err(|e| error_chain(&e))?,
             parents: parents.try_into().map_err(|e| error_chain(&e))?,
             running: running.try_into().map_err(|e| error_chain(&e))?,
@@ -84,6 +97,53 @@ impl Maps {
     /// ended when the slots were read, so it was not in the counters read before; a slice that
     /// ends in between is missing from this read only (the next one has it).
     pub fn snapshot(&self) -> Result<Snapshot, String> {
+        let stats = match self.batched_stats() {
+            Some(stats) => stats,
+            None => self.stats_one_by_one()?,
+        };
+        let running = self.running.get(&0, 0).map_err(|e| error_chain(&e))?;
+        Ok(Snapshot {
+            stats,
+            running: running.iter().copied().collect(),
+        })
+    }
+
+    /// Every entry in a few batched syscalls; `None` where the kernel cannot (then never again).
+    fn batched_stats(&self) -> Option<HashMap<u64, CgroupCpuStats>> {
+        let raw = self.stats_batch_fd.get()?;
+        // SAFETY: `raw` belongs to `_stats_fd`, which lives as long as `self`.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+        let stride = size_of::<CgroupCpuStats>().next_multiple_of(8);
+        let per_key = stride * self.possible_cpus;
+        match sys::lookup_batch_u64_keys(fd, per_key) {
+            Ok((keys, values)) => Some(
+                keys.iter()
+                    .zip(values.chunks_exact(per_key))
+                    .map(|(&id, per_cpu)| {
+                        let sum = per_cpu.chunks_exact(stride).fold(
+                            CgroupCpuStats::default(),
+                            |acc, v| {
+                                // SAFETY: `v` holds `stride >= size_of::<CgroupCpuStats>()`
+                                // bytes the kernel copied from a `CgroupCpuStats`; every bit
+                                // pattern is a valid value (it is `Pod`).
+                                let v: CgroupCpuStats =
+                                    unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+                                acc.add(v)
+                            },
+                        );
+                        (id, sum)
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "batched map reads unavailable; reading entries one by one");
+                self.stats_batch_fd.set(None);
+                None
+            }
+        }
+    }
+
+    fn stats_one_by_one(&self) -> Result<HashMap<u64, CgroupCpuStats>, String> {
         let mut stats = HashMap::new();
         for item in self.stats.iter() {
             let (id, per_cpu) = item.map_err(|e| error_chain(&e))?;
@@ -92,11 +152,7 @@ impl Maps {
                 .fold(CgroupCpuStats::default(), |acc, v| acc.add(*v));
             stats.insert(id, sum);
         }
-        let running = self.running.get(&0, 0).map_err(|e| error_chain(&e))?;
-        Ok(Snapshot {
-            stats,
-            running: running.iter().copied().collect(),
-        })
+        Ok(stats)
     }
 
     /// Cgroup ids that have an entry.
@@ -455,6 +511,52 @@ mod tests {
     fn permission_errors_get_a_hint() {
         assert!(explain("bpf_prog_load: Operation not permitted (os error 1)").contains("CAP_BPF"));
         assert_eq!(explain("verifier said no"), "verifier said no");
+    }
+
+    /// Needs root (it loads the program), like the host tests of `tests/`.
+    #[test]
+    fn batched_reads_match_entry_by_entry_reads() {
+        let btf = std::path::PathBuf::from(super::super::KERNEL_BTF);
+        let (mut maps, _loaded) = load(&LoadOptions {
+            attach: AttachMode::Auto,
+            run_queue_wait: true,
+            btf_path: &btf,
+        })
+        .unwrap_or_else(|e| panic!("the program must load on the host (as root): {e}"));
+        // More entries than one batch holds, with a different value on every CPU. The program
+        // only charges real cgroup ids; these are far above any.
+        let cpus = maps.possible_cpus;
+        for i in 0..700u64 {
+            let values: Vec<CgroupCpuStats> = (0..cpus as u64)
+                .map(|c| CgroupCpuStats {
+                    on_cpu_ns: i * 1000 + c,
+                    run_queue_wait_ns: i,
+                    context_switches: c + 1,
+                })
+                .collect();
+            maps.stats
+                .insert(
+                    (1 << 60) + i,
+                    aya::maps::PerCpuValues::try_from(values).unwrap(),
+                    0,
+                )
+                .unwrap();
+        }
+        let batched = maps
+            .batched_stats()
+            .expect("BPF_MAP_LOOKUP_BATCH works on 6.18");
+        let one_by_one = maps.stats_one_by_one().unwrap();
+        for i in 0..700u64 {
+            let id = (1 << 60) + i;
+            let n = cpus as u64;
+            let want = CgroupCpuStats {
+                on_cpu_ns: n * i * 1000 + n * (n - 1) / 2,
+                run_queue_wait_ns: n * i,
+                context_switches: n * (n + 1) / 2,
+            };
+            assert_eq!(batched.get(&id), Some(&want), "batched read of {id}");
+            assert_eq!(one_by_one.get(&id), Some(&want), "entry read of {id}");
+        }
     }
 
     #[test]

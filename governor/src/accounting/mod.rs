@@ -138,6 +138,34 @@ struct EbpfBackend {
     loaded: Option<ebpf::Loaded>,
     shared_program_id: Option<u32>,
     tree: CgroupTree,
+    /// Ids of the groups `read` was asked for, by path as given.
+    group_ids: HashMap<PathBuf, u64>,
+    /// `tree.walks` when `group_ids` was last cleared.
+    group_ids_walks: u64,
+    group_ids_checked: Option<Instant>,
+}
+
+impl EbpfBackend {
+    fn new(
+        maps: ebpf::Maps,
+        kind: AttachKind,
+        run_queue_wait: bool,
+        loaded: Option<ebpf::Loaded>,
+        shared_program_id: Option<u32>,
+        root: &Path,
+    ) -> EbpfBackend {
+        EbpfBackend {
+            maps,
+            kind,
+            run_queue_wait,
+            loaded,
+            shared_program_id,
+            tree: CgroupTree::new(root),
+            group_ids: HashMap::new(),
+            group_ids_walks: 0,
+            group_ids_checked: None,
+        }
+    }
 }
 
 /// Per-cgroup CPU accounting; see the module documentation.
@@ -199,14 +227,14 @@ impl CpuAccounting {
                 Ok(Some((maps, kind, prog_id))) => {
                     return CpuAccounting {
                         root: cgroup_root.to_path_buf(),
-                        backend: Backend::Ebpf(EbpfBackend {
+                        backend: Backend::Ebpf(EbpfBackend::new(
                             maps,
                             kind,
-                            run_queue_wait: true,
-                            loaded: None,
-                            shared_program_id: Some(prog_id),
-                            tree: CgroupTree::new(cgroup_root),
-                        }),
+                            true,
+                            None,
+                            Some(prog_id),
+                            cgroup_root,
+                        )),
                         fallback_reason: None,
                         warned: HashSet::new(),
                     };
@@ -393,14 +421,14 @@ fn try_ebpf(root: &Path, options: &AccountingOptions) -> Result<EbpfBackend, Str
         run_queue_wait: options.run_queue_wait,
         btf_path: &options.btf_path,
     })?;
-    Ok(EbpfBackend {
+    Ok(EbpfBackend::new(
         maps,
-        kind: loaded.kind,
-        run_queue_wait: loaded.run_queue_wait,
-        loaded: Some(loaded),
-        shared_program_id: None,
-        tree: CgroupTree::new(root),
-    })
+        loaded.kind,
+        loaded.run_queue_wait,
+        Some(loaded),
+        None,
+        root,
+    ))
 }
 
 fn absolute(root: &Path, group: &Path) -> PathBuf {
@@ -465,9 +493,24 @@ impl EbpfBackend {
         }
         add_in_flight(&mut own, &in_flight);
 
-        // Resolve the groups to ids of the index.
+        // Resolve the groups to ids of the index. Their directories are looked up again at most
+        // once per MIN_WALK_INTERVAL and after every walk (a stat per group is the costliest part
+        // of a read of 1,000 groups); a group removed meanwhile is reported a little longer.
+        if self.group_ids_walks != self.tree.walks
+            || self
+                .group_ids_checked
+                .is_none_or(|t| t.elapsed() >= MIN_WALK_INTERVAL)
+        {
+            self.group_ids.clear();
+            self.group_ids_walks = self.tree.walks;
+            self.group_ids_checked = Some(Instant::now());
+        }
         let mut wanted: Vec<Option<u64>> = Vec::with_capacity(groups.len());
         for group in groups {
+            if let Some(&id) = self.group_ids.get(group) {
+                wanted.push(Some(id));
+                continue;
+            }
             let abs = absolute(root, group);
             let id = match std::fs::metadata(&abs) {
                 Ok(m) => m.ino(),
@@ -483,7 +526,11 @@ impl EbpfBackend {
                 // A group created since the last walk.
                 self.tree.refresh(true);
             }
-            wanted.push(self.tree.index.contains(id).then_some(id));
+            let known = self.tree.index.contains(id).then_some(id);
+            if let Some(id) = known {
+                self.group_ids.insert(group.clone(), id);
+            }
+            wanted.push(known);
         }
         self.tree.redirect_removed(&mut own);
         let wanted_set: HashSet<u64> = wanted.iter().flatten().copied().collect();
@@ -650,6 +697,8 @@ struct CgroupTree {
     /// Whether a cgroup id exists (`None`: cannot tell); file handles on the real root.
     exists: Box<dyn Fn(u64) -> Option<bool> + Send>,
     walk_error_logged: bool,
+    /// Successful walks so far.
+    walks: u64,
 }
 
 /// Foreign ids are checked again this often (they may have been removed meanwhile).
@@ -677,6 +726,7 @@ impl CgroupTree {
             floor: HashMap::new(),
             exists,
             walk_error_logged: false,
+            walks: 0,
         }
     }
 
@@ -699,6 +749,7 @@ impl CgroupTree {
             Ok(index) => {
                 self.previous = std::mem::replace(&mut self.index, index);
                 self.walk_error_logged = false;
+                self.walks += 1;
                 true
             }
             Err(e) => {
@@ -1202,6 +1253,13 @@ mod tests {
         assert!(tree.refresh(true));
         assert_eq!(tree.reconcile(&map, &HashMap::new(), |_| None), vec![ghost]);
         assert!(tree.retired.is_empty());
+    }
+
+    #[test]
+    fn accounting_can_move_to_another_thread() {
+        // The daemon keeps it in a task of its own.
+        fn assert_send<T: Send>() {}
+        assert_send::<CpuAccounting>();
     }
 
     #[test]

@@ -12,6 +12,86 @@ pub fn is_cgroup2(path: &Path) -> io::Result<bool> {
     Ok(fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
 }
 
+/// `BPF_MAP_LOOKUP_BATCH` (kernel 5.6+).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Reads every entry of a hash map with 8-byte keys in a few `BPF_MAP_LOOKUP_BATCH` calls
+/// instead of two syscalls per entry. `value_bytes` is the size of one entry's value as the
+/// kernel copies it out (for per-CPU maps: the value rounded up to 8 bytes, times the number of
+/// possible CPUs). Returns the keys and their values, back to back.
+pub fn lookup_batch_u64_keys(
+    map: BorrowedFd<'_>,
+    value_bytes: usize,
+) -> io::Result<(Vec<u64>, Vec<u8>)> {
+    let mut keys_out = Vec::new();
+    let mut values_out = Vec::new();
+    let mut chunk: usize = 256;
+    // The batch token of hash maps is a bucket index (u32).
+    let mut token_in: u32 = 0;
+    let mut token_out: u32 = 0;
+    let mut first = true;
+    loop {
+        let mut keys = vec![0u64; chunk];
+        let mut values = vec![0u8; chunk * value_bytes];
+        let mut attr = BatchAttr {
+            in_batch: if first {
+                0
+            } else {
+                (&raw const token_in) as u64
+            },
+            out_batch: (&raw mut token_out) as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
+            map_fd: map.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: `attr` points at buffers of `count` keys and `count * value_bytes` bytes that
+        // live across the call, and at the two tokens; the size passed is that of `attr`.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &raw mut attr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        let err = (rc < 0).then(io::Error::last_os_error);
+        let n = attr.count as usize;
+        match err.as_ref().and_then(io::Error::raw_os_error) {
+            // A bucket holds more entries than `chunk`: retry it with more room.
+            Some(libc::ENOSPC) if n == 0 => {
+                chunk *= 2;
+                continue;
+            }
+            None | Some(libc::ENOENT) => {}
+            Some(_) => return Err(err.unwrap_or_else(io::Error::last_os_error)),
+        }
+        keys_out.extend_from_slice(&keys[..n]);
+        values_out.extend_from_slice(&values[..n * value_bytes]);
+        if err.is_some() {
+            // ENOENT: that was the last batch.
+            return Ok((keys_out, values_out));
+        }
+        token_in = token_out;
+        first = false;
+    }
+}
+
 /// `struct file_handle` with room for the 8 bytes of a kernfs handle.
 #[repr(C)]
 struct FileHandle {

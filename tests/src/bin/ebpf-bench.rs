@@ -9,8 +9,9 @@
 //!    cgroup: the worst case, a hash map update per switch). The load's round trips per second
 //!    with and without the program give the end-to-end cost. Measured for the BTF (`tp_btf`) and
 //!    raw (`raw_tp`) flavours, and for `tp_btf` without run-queue wait.
-//! 2. Read cost: `CpuAccounting::read` of N cgroups that all have map entries (the process hops
-//!    through N freshly created groups so each gets one), against the cgroupfs fallback.
+//! 2. Read cost: `CpuAccounting::read` of N cgroups that all have figures (the process hops
+//!    through N freshly created groups so each gets charged), every 250 ms as the daemon reads,
+//!    against the cgroupfs fallback.
 //!
 //! Prints one JSON object on stdout; progress on stderr.
 
@@ -421,8 +422,10 @@ fn read_cost(args: &Args) -> Value {
         let first_t = Instant::now();
         let first = acct.read(&paths);
         let first_ms = first_t.elapsed().as_secs_f64() * 1e3;
+        // As the daemon reads: every 250 ms.
         let mut samples = Vec::new();
         for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(250));
             let t = Instant::now();
             let r = acct.read(&paths);
             samples.push(t.elapsed().as_secs_f64() * 1e3);
