@@ -10,6 +10,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -24,9 +25,12 @@ pub struct BenchEbpfArgs {
     /// Seconds of load per measurement.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Runs of each configuration (interleaved; medians are reported).
+    /// Runs of each configuration on the host (interleaved; medians are reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Runs of each configuration in the VM (under TCG one round takes minutes).
+    #[arg(long, default_value_t = 1)]
+    pub vm_repeat: usize,
     /// Cgroups for the read-cost measurement.
     #[arg(long, default_value_t = 1000)]
     pub cgroups: usize,
@@ -50,10 +54,12 @@ pub fn run(args: &BenchEbpfArgs) -> Result<()> {
         "ebpf-bench",
     ]))?;
     let bin = cmd::target_dir().join("release/ebpf-bench");
-    let bench_args = format!(
-        "--seconds {} --repeat {} --cgroups {}",
-        args.seconds, args.repeat, args.cgroups
-    );
+    let bench_args = |repeat: usize| {
+        format!(
+            "--seconds {} --repeat {repeat} --cgroups {}",
+            args.seconds, args.cgroups
+        )
+    };
     let mut results = serde_json::Map::new();
 
     if !args.no_host {
@@ -70,7 +76,7 @@ pub fn run(args: &BenchEbpfArgs) -> Result<()> {
         );
         let out = cmd::output(
             Command::new(&bin)
-                .args(bench_args.split_whitespace())
+                .args(bench_args(args.repeat).split_whitespace())
                 .arg("--cgroup-root")
                 .arg(&root),
         )?;
@@ -78,13 +84,15 @@ pub fn run(args: &BenchEbpfArgs) -> Result<()> {
     }
     if !args.no_vm {
         eprintln!("== VM: {} under TCG", bed.kernel_release);
-        let out = vm::run_guest_command(
+        let out = vm::run_guest_command_for(
             &bed,
             "bench-ebpf",
             &format!(
-                "{} {bench_args} --cgroup-root /sys/fs/cgroup",
-                bin.display()
+                "{} {} --cgroup-root /sys/fs/cgroup",
+                bin.display(),
+                bench_args(args.vm_repeat)
             ),
+            Duration::from_secs(1800),
         )?;
         results.insert("vm".into(), parse(&out, "VM")?);
     }

@@ -227,6 +227,16 @@ fn guest_epilogue() -> &'static str {
 
 /// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
 pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> {
+    run_guest_command_for(bed, tag, command, Duration::from_secs(300))
+}
+
+/// [`run_guest_command`] with a time limit other than 5 minutes (benchmarks).
+pub fn run_guest_command_for(
+    bed: &Bed,
+    tag: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<String> {
     let run_dir = new_run_dir(tag)?;
     let name = "guest";
     let script = run_dir.join("guest.sh");
@@ -249,11 +259,7 @@ pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> 
             script,
         },
     )?;
-    wait_guests(
-        std::slice::from_mut(&mut child),
-        &mut [],
-        Duration::from_secs(300),
-    )?;
+    wait_guests(std::slice::from_mut(&mut child), &mut [], timeout)?;
     let rc = guest_status(&run_dir, name)?;
     if rc != 0 {
         let log = fs::read_to_string(run_dir.join("guest.log")).unwrap_or_default();

@@ -282,7 +282,7 @@ impl Btf {
             last_bitfield = bitfield_size;
             ty = member_ty;
         }
-        if last_bitfield != 0 || bits % 8 != 0 {
+        if last_bitfield != 0 || !bits.is_multiple_of(8) {
             return Err(BtfError::Bitfield {
                 strukt: strukt.to_owned(),
                 field: field.to_owned(),

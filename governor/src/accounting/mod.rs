@@ -1,24 +1,29 @@
 //! Per-cgroup CPU accounting: the denominator of a job's growth efficiency.
 //!
-//! [`CpuAccounting::open`] loads the eBPF programs of `governor-ebpf` (a `sched_switch` program
-//! that charges on-CPU time to the cgroup of the task switched out, plus `sched_wakeup*` programs
-//! for run-queue wait) and falls back to cgroupfs counters (`cpu.stat usage_usec` on v2,
-//! `cpuacct.usage` on v1) where they cannot load, logging one line that says why.
-//! [`CpuAccounting::read`] returns cumulative, monotonic counters per job cgroup; the daemon
-//! differences them.
+//! [`CpuAccounting::open`] loads the `sched_switch` program of `governor-ebpf` and falls back to
+//! cgroupfs counters (`cpu.stat usage_usec` on v2, `cpuacct.usage` on v1) where it cannot load,
+//! logging one line that says why. [`CpuAccounting::read`] returns cumulative, monotonic counters
+//! per job cgroup (CPU time, run-queue wait, context switches); the daemon differences them.
 //!
-//! How an eBPF reading is made (cheap enough for 1,000 cgroups every 250 ms, see
+//! The program charges the task switched out with the growth of the kernel's own per-task totals
+//! since it was switched in: `se.sum_exec_runtime` (what `cpu.stat` is made of) and
+//! `sched_info.run_delay` (time runnable but waiting for a CPU), summed per CPU for the last few
+//! cgroups charged there and written to a per-CPU hash map keyed by cgroup v2 id when another
+//! cgroup needs the room (see `governor-ebpf/src/main.rs`).
+//!
+//! How an eBPF reading is made (1,000 cgroups every 250 ms cost about 1% of a CPU, see
 //! `cargo xtask bench-ebpf`):
-//! 1. the per-CPU map is read and summed per cgroup id, then each CPU's running slot: the slice
-//!    of a task still on a CPU is added to its cgroup (a busy job that is never switched out would
-//!    otherwise look idle; the cgroup is checked in `/proc/<tid>/cgroup` in case the task was
-//!    moved while running);
+//! 1. the hash map is read in batches and summed per cgroup id, then each CPU's slot: its pending
+//!    charges, and the slice of the task still on the CPU, from `/proc/<tid>/schedstat`, placed
+//!    by `/proc/<tid>/cgroup` (a busy job that is never switched out would otherwise look idle,
+//!    and a task moved while it runs counts for its new cgroup);
 //! 2. ids are mapped to directories through an index of the cgroup v2 tree (the id of a v2
 //!    cgroup is its directory's inode number), walked again when an unknown id or group appears;
 //! 3. a group's figures are those of its own id plus every descendant, like `cpu.stat`;
 //! 4. entries of cgroups that are gone are deleted from the map and their totals kept by the
 //!    nearest live ancestor, so a parent's counter never goes backwards when a child is removed
-//!    (the kernel's `cpu.stat` behaves the same way).
+//!    (the kernel's `cpu.stat` behaves the same way); the program records each new cgroup's
+//!    parent, which places cgroups created and removed between two readings.
 
 pub mod btf;
 mod cgroupfs;
@@ -83,7 +88,8 @@ impl std::fmt::Display for CpuSource {
 pub struct AccountingOptions {
     /// Do not try eBPF (the fallback reason says so). [`DISABLE_EBPF_ENV`] has the same effect.
     pub disable_ebpf: bool,
-    /// Measure run-queue wait (attaches `sched_wakeup` and `sched_wakeup_new` as well).
+    /// Measure run-queue wait (`sched_info.run_delay`; nearly free, kernels without
+    /// CONFIG_SCHED_INFO have none).
     pub run_queue_wait: bool,
     /// Which tracepoint flavour to attach.
     pub attach: AttachMode,
@@ -175,6 +181,8 @@ pub struct CpuAccounting {
     fallback_reason: Option<String>,
     /// Groups whose read failed once (warned about once, not at every tick).
     warned: HashSet<PathBuf>,
+    /// A failed map read was logged (until one succeeds again).
+    map_error_logged: bool,
 }
 
 impl CpuAccounting {
@@ -196,6 +204,7 @@ impl CpuAccounting {
                     backend: Backend::Ebpf(backend),
                     fallback_reason: None,
                     warned: HashSet::new(),
+                    map_error_logged: false,
                 }
             }
             Err(reason) => {
@@ -214,6 +223,7 @@ impl CpuAccounting {
                     backend: Backend::CgroupFs(kind),
                     fallback_reason: Some(reason),
                     warned: HashSet::new(),
+                    map_error_logged: false,
                 }
             }
         }
@@ -237,6 +247,7 @@ impl CpuAccounting {
                         )),
                         fallback_reason: None,
                         warned: HashSet::new(),
+                        map_error_logged: false,
                     };
                 }
                 Ok(None) => {}
@@ -260,25 +271,20 @@ impl CpuAccounting {
         self.fallback_reason.as_deref()
     }
 
-    /// One line for `governor status`, e.g.
-    /// `ebpf (tp_btf: sched_switch, sched_wakeup, sched_wakeup_new)` or
+    /// One line for `governor status`, e.g. `ebpf (tp_btf on sched_switch, run-queue wait)` or
     /// `cpu.stat (eBPF unavailable: ...)`.
     pub fn describe(&self) -> String {
         match &self.backend {
-            Backend::Ebpf(b) => {
-                let tps = if b.run_queue_wait {
-                    "sched_switch, sched_wakeup, sched_wakeup_new"
-                } else {
-                    "sched_switch"
-                };
-                match b.shared_program_id {
-                    Some(id) => format!(
-                        "ebpf ({}: {tps}; maps of the running program {id})",
-                        b.kind.as_str()
-                    ),
-                    None => format!("ebpf ({}: {tps})", b.kind.as_str()),
+            Backend::Ebpf(b) => match b.shared_program_id {
+                Some(id) => format!(
+                    "ebpf ({} on sched_switch; maps of the running program {id})",
+                    b.kind.as_str()
+                ),
+                None if b.run_queue_wait => {
+                    format!("ebpf ({} on sched_switch, run-queue wait)", b.kind.as_str())
                 }
-            }
+                None => format!("ebpf ({} on sched_switch)", b.kind.as_str()),
+            },
             Backend::CgroupFs(_) => format!(
                 "{} (eBPF unavailable: {})",
                 self.source(),
@@ -318,10 +324,14 @@ impl CpuAccounting {
         let root = self.root.clone();
         match &mut self.backend {
             Backend::Ebpf(b) => match b.read(&root, groups) {
-                Ok(r) => r,
+                Ok(r) => {
+                    self.map_error_logged = false;
+                    r
+                }
                 Err(e) => {
-                    if self.warned.insert(PathBuf::new()) {
+                    if !self.map_error_logged {
                         tracing::warn!(error = %e, "cannot read the eBPF accounting maps");
+                        self.map_error_logged = true;
                     }
                     Vec::new()
                 }
@@ -369,7 +379,8 @@ impl CpuAccounting {
         }
     }
 
-    /// Cgroup ids that have an entry in the eBPF map (`None` for the fallback).
+    /// Cgroup ids that have an entry in the eBPF hash map (`None` for the fallback); charges
+    /// still pending on a CPU are not entries yet.
     pub fn tracked_cgroup_ids(&self) -> Option<Vec<u64>> {
         match &self.backend {
             Backend::Ebpf(b) => Some(b.maps.ids()),
