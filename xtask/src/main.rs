@@ -2,6 +2,7 @@
 //! two README commands (`cargo xtask demo`, `cargo xtask test`) work on a fresh machine.
 #![forbid(unsafe_code)]
 
+mod bench_ebpf;
 mod cmd;
 mod demo;
 mod plot;
@@ -31,6 +32,8 @@ enum Command {
     VmTest(vm::VmTestArgs),
     /// The main job: a live local demo of governed training jobs in the VM.
     Demo(demo::DemoArgs),
+    /// Overhead of the eBPF CPU accounting (ns/event, events/s) and its read cost, host and VM.
+    BenchEbpf(bench_ebpf::BenchEbpfArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::BenchEbpf(args) => bench_ebpf::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
