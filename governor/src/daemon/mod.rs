@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 
 use self::core::{CoreSettings, CpuSource, NodeCore};
 use self::discovery::Discovery;
+use crate::accounting::{AccountingOptions, CpuAccounting};
 use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
 use crate::config::DaemonConfig;
 use crate::control::{self, PendingRequest, Request, Response};
@@ -116,18 +117,30 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// CPU usage read from the cgroup files the actuator already reads (`cpu.stat` usage_usec on
-/// v2, `cpuacct.usage` on v1): returning `None` makes the core use those readings.
-struct CgroupFileCpu {
-    name: &'static str,
+/// CPU usage from the eBPF accounting program, or from `cpu.stat`/`cpuacct` where it cannot
+/// load (see [`crate::accounting`]).
+struct AccountedCpu {
+    accounting: CpuAccounting,
 }
 
-impl CpuSource for CgroupFileCpu {
+impl CpuSource for AccountedCpu {
     fn name(&self) -> String {
-        self.name.into()
+        self.accounting.source().as_str().into()
+    }
+    fn note(&self) -> Option<String> {
+        self.accounting.fallback_reason().map(str::to_owned)
     }
     fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
-        vec![None; groups.len()]
+        let paths: Vec<PathBuf> = groups.iter().map(|g| g.relative().to_path_buf()).collect();
+        let readings = self.accounting.read(&paths);
+        let by_path: std::collections::HashMap<&Path, f64> = readings
+            .iter()
+            .map(|r| (r.path.as_path(), r.cpu_seconds_total))
+            .collect();
+        paths
+            .iter()
+            .map(|p| by_path.get(p.as_path()).copied())
+            .collect()
     }
 }
 
@@ -159,8 +172,10 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     };
     let policy = policy::by_name(&config.policy)?;
     let mut core = NodeCore::new(settings.clone(), policy, actuator, now);
-    let mut cpu: Box<dyn CpuSource> = Box::new(CgroupFileCpu {
-        name: if kind.is_v2() { "cpu.stat" } else { "cpuacct" },
+    // eBPF accounting (sched_switch), or cpu.stat / cpuacct where it cannot load; the reason
+    // is logged once and shown by `governor status`.
+    let mut cpu: Box<dyn CpuSource> = Box::new(AccountedCpu {
+        accounting: CpuAccounting::open(&config.cgroup_root, &AccountingOptions::default()),
     });
     core.set_cpu_source(cpu.name(), cpu.note());
     info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
