@@ -387,8 +387,13 @@ impl NodeCore {
                 continue;
             };
             let mut alloc = alloc.clone();
+            if self.settings.govern_memory {
+                let usage = entry.usage.as_ref().and_then(|u| u.memory_current);
+                alloc.memory = memory_proposal(&alloc, usage);
+            }
             clamp_to_bounds(&mut alloc, &entry.spec);
             if !self.settings.govern_memory {
+                // Memory files are not governed (the actuator would not write them anyway).
                 alloc.memory = Default::default();
             }
             let changed = entry.allocation.as_ref().is_none_or(|a| {
@@ -554,6 +559,25 @@ impl JobEntry {
     }
 }
 
+/// The memory policy (with `govern_memory`): a job that is still learning keeps whatever memory
+/// limits its orchestrator set; a job the policy sees as slowing down or converged is asked to
+/// shrink to its current usage (`memory.high`), which reclaims its cold page cache for the jobs
+/// that still learn. The actuator's memory guard turns "current usage" into usage plus headroom,
+/// raises the limit as the job grows, and lifts it at once on any pressure event, so the
+/// proposal can never get a job OOM-killed. A policy's own memory proposal takes precedence.
+fn memory_proposal(alloc: &Allocation, usage: Option<u64>) -> MemoryAllocation {
+    if alloc.memory != MemoryAllocation::default() {
+        return alloc.memory;
+    }
+    match (alloc.category, usage) {
+        (Category::Watching | Category::Converged, Some(bytes)) if bytes > 0 => MemoryAllocation {
+            high_bytes: Some(bytes),
+            max_bytes: None,
+        },
+        _ => MemoryAllocation::default(),
+    }
+}
+
 /// Operator bounds override any policy: a cap never below `min_cores`, never above `max_cores`.
 fn clamp_to_bounds(alloc: &mut Allocation, spec: &JobSpec) {
     let b = &spec.bounds;
@@ -607,6 +631,39 @@ mod tests {
         let mut a = Allocation::unmanaged(Category::Progressing, "t");
         a.cpu.max_cores = max;
         a
+    }
+
+    #[test]
+    fn memory_policy_shrinks_only_jobs_that_stopped_learning() {
+        let mut a = alloc(None);
+        assert_eq!(
+            memory_proposal(&a, Some(500 << 20)),
+            MemoryAllocation::default(),
+            "a progressing job keeps its limits"
+        );
+        a.category = Category::Converged;
+        assert_eq!(
+            memory_proposal(&a, Some(500 << 20)).high_bytes,
+            Some(500 << 20)
+        );
+        assert_eq!(
+            memory_proposal(&a, None),
+            MemoryAllocation::default(),
+            "no usage reading: no proposal"
+        );
+        a.category = Category::Unknown;
+        assert_eq!(
+            memory_proposal(&a, Some(500 << 20)),
+            MemoryAllocation::default(),
+            "no progress seen yet: hands off"
+        );
+        a.category = Category::Watching;
+        a.memory.max_bytes = Some(1 << 30);
+        assert_eq!(
+            memory_proposal(&a, Some(500 << 20)).max_bytes,
+            Some(1 << 30),
+            "the policy's own proposal wins"
+        );
     }
 
     #[test]
