@@ -358,3 +358,57 @@ fn run_job_starts_a_governed_job_in_its_own_cgroup_and_cleans_up() {
         "job cgroup left behind"
     );
 }
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test`"]
+fn a_memory_hungry_job_under_the_memory_policy_is_never_oom_killed() {
+    require_vm();
+    let mut d = Daemon::configure("governor", "[actuation]\ngovern_memory = true\n");
+    let mut jobs = two_jobs(&d, "vmd-mem");
+    d.spawn();
+    // Job b keeps learning; job a has converged (flat loss) and grows its memory to 300 MiB in
+    // 2 MiB steps: the memory policy shrinks a to its usage, the guard must keep it alive.
+    let k = both_progress(&mut jobs, 0, 4);
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} 300 3 2 40",
+        jobs.a.path().display(),
+        governor_integration_tests::daemon::bin("memhog").display()
+    );
+    let mut hog = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .spawn()
+        .unwrap();
+    let flat = 2.0 * 0.96f64.powi(k as i32);
+    let mut k = k;
+    let mut high_seen = None;
+    let status = loop {
+        jobs.log_a.append(flat);
+        jobs.log_b.append(2.0 * 0.96f64.powi(k as i32));
+        k += 1;
+        let high = read(jobs.a.path(), "memory.high");
+        if high != "max" {
+            high_seen.get_or_insert(high);
+        }
+        if let Some(s) = hog.try_wait().unwrap() {
+            break s;
+        }
+        sleep(Duration::from_millis(200));
+    };
+    let events = governor_integration_tests::read_keyed(&jobs.a.path().join("memory.events"));
+    eprintln!("memhog: {status}; memory.high first set to {high_seen:?}; memory.events {events:?}");
+    assert!(
+        status.success(),
+        "the memory-hungry job died: {status}; events {events:?}\nlog:\n{}",
+        d.log_tail()
+    );
+    assert_eq!(
+        events.get("oom_kill").copied().unwrap_or(0),
+        0,
+        "OOM kill in a governed job"
+    );
+    assert!(
+        high_seen.is_some(),
+        "the memory policy never limited the converged job (nothing was tested)\nlog:\n{}",
+        d.log_tail()
+    );
+}
