@@ -2,6 +2,7 @@
 //! two README commands (`cargo xtask demo`, `cargo xtask test`) work on a fresh machine.
 #![forbid(unsafe_code)]
 
+mod bench_daemon;
 mod cmd;
 mod demo;
 mod plot;
@@ -31,6 +32,8 @@ enum Command {
     VmTest(vm::VmTestArgs),
     /// The main job: a live local demo of governed training jobs in the VM.
     Demo(demo::DemoArgs),
+    /// CPU and RSS of the release daemon governing 1,000 simulated jobs (fake cgroup root on tmpfs).
+    BenchDaemon(bench_daemon::BenchDaemonArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::BenchDaemon(args) => bench_daemon::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
