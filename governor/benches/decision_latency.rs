@@ -31,7 +31,7 @@
 //!
 //! Run: `cargo bench -p governor --bench decision_latency`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ use governor::policy::{
     NodeResources, Plan, ProgressPoint, Seconds, Usage,
 };
 use governor::progress::{
-    Format, FormatChoice, Record, SignalConfig, WatchEvent, WatchEventKind, WatchSpec, Watcher,
+    FormatChoice, Record, SignalConfig, WatchEvent, WatchEventKind, WatchSpec, Watcher,
     WatcherHandle,
 };
 use hdrhistogram::Histogram;
@@ -172,7 +172,6 @@ struct Bed {
     core: NodeCore,
     _watcher: WatcherHandle,
     events: mpsc::Receiver<WatchEvent>,
-    formats: HashMap<Arc<str>, Format>,
     jobs: Vec<BenchJob>,
     next: usize,
     last_tick: Instant,
@@ -276,7 +275,6 @@ impl Bed {
             core,
             _watcher: watcher,
             events,
-            formats: HashMap::new(),
             jobs,
             next: 0,
             last_tick: Instant::now(),
@@ -312,21 +310,19 @@ impl Bed {
     /// moved the signal.
     fn handle_event(&mut self, ev: WatchEvent) -> Option<JobCgroup> {
         match ev.kind {
-            WatchEventKind::Format(f) => {
-                self.formats.insert(ev.key, f);
-                None
-            }
             WatchEventKind::Record(record) => self.on_record(&ev.key, &record),
             WatchEventKind::Problem(m) => panic!("watcher problem for {}: {m}", ev.key),
-            WatchEventKind::Opened | WatchEventKind::Truncated | WatchEventKind::Closed => None,
+            WatchEventKind::Format(_)
+            | WatchEventKind::Opened
+            | WatchEventKind::Truncated
+            | WatchEventKind::Closed => None,
         }
     }
 
     fn on_record(&mut self, key: &Arc<str>, record: &Record) -> Option<JobCgroup> {
         let cgroup = JobCgroup::new(&**key).ok()?;
-        let format = self.formats.get(key).copied();
         self.core
-            .on_record(Instant::now(), &cgroup, format, record)
+            .on_record(Instant::now(), &cgroup, record)
             .then_some(cgroup)
     }
 

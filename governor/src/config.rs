@@ -83,6 +83,9 @@ pub struct NodeConfig {
     pub memory: Option<ByteSize>,
     /// Name reported to the coordinator (default: the host name).
     pub name: Option<String>,
+    /// GPUs to report on a machine without NVIDIA GPUs (tests, the VM bed). Real GPUs are
+    /// found through NVML.
+    pub simulated_gpus: Vec<crate::gpu::SimulatedGpu>,
 }
 
 /// How jobs are found.
@@ -509,6 +512,10 @@ sample_interval = "1s"
 # cores = 16
 # memory = "64GiB"
 # name = "gpu-node-7"
+# GPUs are found through NVML. For test clusters without GPUs, declare simulated ones:
+# [[node.simulated_gpus]]
+# model = "NVIDIA H200"
+# memory = "141GiB"
 
 [discovery]
 # Adopt processes started with GOVERNOR_LOG=<path> in their environment

@@ -3,13 +3,16 @@
 //! Data flows from a job's log line to a cgroup write like this (see docs/architecture.md):
 //! [`progress`] tails and parses the logs into records and a progress signal; [`policy`] turns
 //! progress and resource usage into per-job allocations; the daemon applies them through
-//! [`cgroup`], the only module that writes cgroupfs.
+//! [`cgroup`], the only module that writes cgroupfs. [`accounting`] measures each job's CPU use
+//! (eBPF on `sched_switch`, cgroupfs counters as the fallback).
+pub mod accounting;
 pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod discovery;
+pub mod gpu;
 pub mod policy;
 pub mod progress;
 pub mod status;

@@ -594,7 +594,7 @@ async fn many_files_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (h, mut ev) = start();
     let paths: Vec<PathBuf> = (0..300)
-        .map(|i| dir.path().join(format!("job{i}/train.log")))
+        .map(|i| dir.path().join(format!("job{i}/run/train.log")))
         .collect();
     for (i, p) in paths.iter().enumerate() {
         h.add(&format!("job{i}"), spec(&[p], FormatChoice::Auto))
@@ -612,4 +612,53 @@ async fn many_files_at_once() {
     files.dedup();
     assert_eq!(files.len(), 300);
     assert_eq!(h.stats().await.unwrap().files, 300);
+}
+
+#[tokio::test]
+async fn watched_records_drive_a_jobs_progress_signal() {
+    use governor::progress::{SignalConfig, SignalTracker, SignalUpdate};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("train.log");
+    append(
+        &path,
+        "step 0: train loss 4.2, val loss 4.3\niter 0: loss 4.0, time 1.0ms, mfu 0.01%\niter 5: loss 3.0, time 1.0ms, mfu 0.01%\n",
+    );
+    let (h, mut ev) = start();
+    h.add("job", spec(&[&path], FormatChoice::Auto))
+        .await
+        .unwrap();
+    let mut tracker = SignalTracker::new(SignalConfig::default());
+    let (recs, _) = ev.records(3).await;
+    let updates: Vec<SignalUpdate> = recs.iter().map(|r| tracker.observe(r)).collect();
+    assert_eq!(
+        updates,
+        vec![
+            SignalUpdate::Absent,
+            SignalUpdate::Value {
+                value: 4.0,
+                new_segment: false
+            },
+            SignalUpdate::Value {
+                value: 3.0,
+                new_segment: false
+            },
+        ]
+    );
+    // The run diverges, then a new run is appended to the same file.
+    append(
+        &path,
+        "iter 10: loss nan, time 1.0ms, mfu 0.01%\niter 0: loss 4.1, time 1.0ms, mfu 0.01%\n",
+    );
+    let (recs, _) = ev.records(2).await;
+    let updates: Vec<SignalUpdate> = recs.iter().map(|r| tracker.observe(r)).collect();
+    assert!(matches!(updates[0], SignalUpdate::NonFinite { value } if value.is_nan()));
+    assert_eq!(
+        updates[1],
+        SignalUpdate::Value {
+            value: 4.1,
+            new_segment: true
+        }
+    );
+    assert_eq!(tracker.metric(), Some("loss"));
+    assert_eq!(tracker.runs(), 2);
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bench_daemon;
+mod bench_ebpf;
 mod cmd;
 mod demo;
 mod plot;
@@ -34,6 +35,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// CPU and RSS of the release daemon governing 1,000 simulated jobs (fake cgroup root on tmpfs).
     BenchDaemon(bench_daemon::BenchDaemonArgs),
+    /// Overhead of the eBPF CPU accounting (ns/event, events/s) and its read cost, host and VM.
+    BenchEbpf(bench_ebpf::BenchEbpfArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
         Command::BenchDaemon(args) => bench_daemon::run(&args),
+        Command::BenchEbpf(args) => bench_ebpf::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -233,6 +233,16 @@ pub fn wait_with_log(child: &mut Child, log: &Path, timeout: Duration) -> Result
 
 /// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
 pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> {
+    run_guest_command_for(bed, tag, command, Duration::from_secs(300))
+}
+
+/// [`run_guest_command`] with a time limit other than 5 minutes (benchmarks).
+pub fn run_guest_command_for(
+    bed: &Bed,
+    tag: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<String> {
     let run_dir = new_run_dir(tag)?;
     let name = "guest";
     let script = run_dir.join("guest.sh");
@@ -255,11 +265,7 @@ pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> 
             script,
         },
     )?;
-    wait_guests(
-        std::slice::from_mut(&mut child),
-        &mut [],
-        Duration::from_secs(300),
-    )?;
+    wait_guests(std::slice::from_mut(&mut child), &mut [], timeout)?;
     let rc = guest_rc(&run_dir, name)?;
     if rc != 0 {
         let log = fs::read_to_string(run_dir.join("guest.log")).unwrap_or_default();
@@ -436,6 +442,15 @@ fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
             run_dir.join(format!("{name}.log")).display()
         );
     }
+    let log = fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default();
+    let ran = tests_run(&log);
+    if ran == 0 {
+        bail!(
+            "no VM test matched {:?} (FILTER is a test binary name such as `vm_daemon`, or part of a test name)",
+            args.filter.as_deref().unwrap_or("")
+        );
+    }
+    eprintln!("== {ran} VM test(s) ran");
     Ok(())
 }
 
@@ -530,6 +545,10 @@ echo "== $NIC = 10.10.0.{node}/24"
             failed.join("; "),
             run_dir.display()
         );
+    }
+    let ran = tests_run(&fs::read_to_string(run_dir.join("node1.log")).unwrap_or_default());
+    if ran == 0 {
+        bail!("no multi-node scenario (tests named multinode_*) matched");
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod parse;
 pub mod run_job;
 pub mod status;
+pub mod top;
 
 /// Governor: a per-node resource governor for deep-learning training jobs.
 #[derive(Debug, Parser)]
@@ -38,6 +39,8 @@ pub enum Command {
     Parse(parse::ParseArgs),
     /// List the supported training-log formats with a one-line example each.
     Formats,
+    /// Live per-cgroup CPU use, run-queue wait and context switches from the eBPF maps.
+    Top(top::TopArgs),
 }
 
 /// Initialise tracing to stderr from `--log-level` or RUST_LOG (default `warn` for one-shot
@@ -77,5 +80,6 @@ pub fn main() -> ExitCode {
         Command::RunJob(args) => run_job::run(args),
         Command::Parse(args) => parse::run_parse(args),
         Command::Formats => parse::run_formats(),
+        Command::Top(args) => top::run_top(args),
     }
 }

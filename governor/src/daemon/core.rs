@@ -19,7 +19,7 @@ use crate::policy::{
     Allocation, Category, CpuAllocation, JobSpec, MemoryAllocation, NodePolicy, NodeResources,
     Plan, ProgressPoint, Usage,
 };
-use crate::progress::{Format, Record, SignalConfig, SignalTracker, SignalUpdate};
+use crate::progress::{Record, SignalConfig, SignalTracker, SignalUpdate};
 use crate::status::{JobStatus, NodeStatus};
 
 /// How a job came to be governed.
@@ -258,13 +258,7 @@ impl NodeCore {
     }
 
     /// A record from one of a job's logs. Returns true when it moved the progress signal.
-    pub fn on_record(
-        &mut self,
-        now: Instant,
-        cgroup: &JobCgroup,
-        format: Option<Format>,
-        record: &Record,
-    ) -> bool {
+    pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
         let t = self.secs(now);
         let Some(entry) = self.jobs.get_mut(cgroup) else {
             return false;
@@ -272,7 +266,7 @@ impl NodeCore {
         entry.records += 1;
         entry.log_file = Some(record.file.display().to_string());
         entry.log_problem = None;
-        match entry.tracker.observe(format, record) {
+        match entry.tracker.observe(record) {
             SignalUpdate::Value { value, new_segment } => {
                 if new_segment {
                     info!(job = %entry.name, file = %record.file.display(), "the log restarted its counters: new run segment");

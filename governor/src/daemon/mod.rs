@@ -9,9 +9,7 @@
 pub mod core;
 mod discovery;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -21,11 +19,12 @@ use tracing::{error, info, warn};
 
 use self::core::{CoreSettings, CpuSource, NodeCore};
 use self::discovery::Discovery;
+use crate::accounting::{AccountingOptions, CpuAccounting};
 use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
 use crate::config::DaemonConfig;
 use crate::control::{self, PendingRequest, Request, Response};
 use crate::policy::{self, NodeResources};
-use crate::progress::{Format, WatchEvent, WatchEventKind, Watcher, WatcherHandle};
+use crate::progress::{WatchEvent, WatchEventKind, Watcher, WatcherHandle};
 use crate::sys::proc_events::{ProcEvent, ProcEvents};
 
 /// Command-line options of `governor daemon`.
@@ -118,18 +117,30 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// CPU usage read from the cgroup files the actuator already reads (`cpu.stat` usage_usec on
-/// v2, `cpuacct.usage` on v1): returning `None` makes the core use those readings.
-struct CgroupFileCpu {
-    name: &'static str,
+/// CPU usage from the eBPF accounting program, or from `cpu.stat`/`cpuacct` where it cannot
+/// load (see [`crate::accounting`]).
+struct AccountedCpu {
+    accounting: CpuAccounting,
 }
 
-impl CpuSource for CgroupFileCpu {
+impl CpuSource for AccountedCpu {
     fn name(&self) -> String {
-        self.name.into()
+        self.accounting.source().as_str().into()
+    }
+    fn note(&self) -> Option<String> {
+        self.accounting.fallback_reason().map(str::to_owned)
     }
     fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
-        vec![None; groups.len()]
+        let paths: Vec<PathBuf> = groups.iter().map(|g| g.relative().to_path_buf()).collect();
+        let readings = self.accounting.read(&paths);
+        let by_path: std::collections::HashMap<&Path, f64> = readings
+            .iter()
+            .map(|r| (r.path.as_path(), r.cpu_seconds_total))
+            .collect();
+        paths
+            .iter()
+            .map(|p| by_path.get(p.as_path()).copied())
+            .collect()
     }
 }
 
@@ -161,12 +172,15 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     };
     let policy = policy::by_name(&config.policy)?;
     let mut core = NodeCore::new(settings.clone(), policy, actuator, now);
-    let mut cpu: Box<dyn CpuSource> = Box::new(CgroupFileCpu {
-        name: if kind.is_v2() { "cpu.stat" } else { "cpuacct" },
+    // eBPF accounting (sched_switch), or cpu.stat / cpuacct where it cannot load; the reason
+    // is logged once and shown by `governor status`.
+    let mut cpu: Box<dyn CpuSource> = Box::new(AccountedCpu {
+        accounting: CpuAccounting::open(&config.cgroup_root, &AccountingOptions::default()),
     });
     core.set_cpu_source(cpu.name(), cpu.note());
     info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
 
+    raise_open_file_limit();
     let (watcher, mut watch_events) =
         Watcher::spawn(4096).context("cannot start the log watcher (inotify)")?;
     let listener = control::bind(&config.socket, config.socket_group.as_deref())?;
@@ -192,7 +206,6 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     let mut shell = Shell {
         core,
         watcher,
-        formats: BTreeMap::new(),
         discovery,
         config_path: opts.config_path.clone(),
         opts: opts.clone(),
@@ -265,6 +278,18 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     }
 }
 
+/// The watcher keeps one descriptor per followed log file: raise the soft RLIMIT_NOFILE to the
+/// hard limit so a node with thousands of jobs does not run out.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+    }
+}
+
 async fn next_proc_events(
     events: &mut Option<ProcEvents>,
     buf: &mut Vec<ProcEvent>,
@@ -279,8 +304,6 @@ async fn next_proc_events(
 struct Shell {
     core: NodeCore,
     watcher: WatcherHandle,
-    /// Detected format of each job's current log file.
-    formats: BTreeMap<Arc<str>, Format>,
     discovery: Discovery,
     config_path: PathBuf,
     opts: DaemonOptions,
@@ -311,7 +334,6 @@ impl Shell {
     async fn stop_job(&mut self, now: Instant, cgroup: &JobCgroup, why: &str) {
         let key = cgroup.to_string();
         let _ = self.watcher.remove(&key).await;
-        self.formats.remove(key.as_str());
         self.core.remove_job(now, cgroup, why);
         self.discovery.forget(cgroup, &self.core);
     }
@@ -321,18 +343,17 @@ impl Shell {
             return;
         };
         match ev.kind {
-            WatchEventKind::Format(f) => {
-                self.formats.insert(ev.key.clone(), f);
-            }
             WatchEventKind::Record(record) => {
-                let format = self.formats.get(&ev.key).copied();
-                if self.core.on_record(now, &cgroup, format, &record) {
+                if self.core.on_record(now, &cgroup, &record) {
                     // Sub-second reaction: decide as soon as the signal moves.
                     self.core.decide_and_apply(now);
                 }
             }
             WatchEventKind::Problem(message) => self.core.on_log_problem(&cgroup, message),
-            WatchEventKind::Opened | WatchEventKind::Truncated | WatchEventKind::Closed => {}
+            WatchEventKind::Format(_)
+            | WatchEventKind::Opened
+            | WatchEventKind::Truncated
+            | WatchEventKind::Closed => {}
         }
     }
 

@@ -180,7 +180,8 @@ impl LogParser {
         self.records += (out.len() - before) as u64;
     }
 
-    /// The file was truncated or replaced (see [`LineParser::restart`]).
+    /// The file was truncated or replaced: a document format starts over, line formats keep
+    /// their state (a logger that copytruncates goes on under the same CSV header).
     pub fn restart(&mut self) {
         match &mut self.mode {
             Mode::Decided { parser, .. } => parser.restart(),

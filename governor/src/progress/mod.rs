@@ -41,6 +41,49 @@ pub use record::{Metrics, Record, RecordData, Split};
 pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, summarize};
 pub use watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
 
+/// A job's progress configuration, as written in its TOML section:
+///
+/// ```toml
+/// paths = ["/proc/4242/root/workspace/out/lightning_logs/version_*/metrics.csv"]
+/// format = "auto"
+/// [signal]
+/// metric = "val_loss"
+/// direction = "minimise"
+/// [custom]
+/// regex = '^it=(?P<step>\d+) L=(?P<loss>\S+)$'
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressConfig {
+    /// Absolute paths or globs of the job's log files (host paths).
+    pub paths: Vec<PathBuf>,
+    /// Format of the files (default: detect).
+    #[serde(default)]
+    pub format: FormatChoice,
+    /// Which metric is the progress signal (default: the training loss).
+    #[serde(default)]
+    pub signal: SignalConfig,
+    /// A custom format, used instead of detection when given.
+    #[serde(default)]
+    pub custom: Option<CustomFormat>,
+}
+
+impl ProgressConfig {
+    /// What the watcher should follow.
+    pub fn watch_spec(&self) -> WatchSpec {
+        WatchSpec {
+            paths: self.paths.clone(),
+            format: self.format,
+            custom: self.custom.clone(),
+        }
+    }
+
+    /// A fresh tracker of the job's progress signal.
+    pub fn signal_tracker(&self) -> SignalTracker {
+        SignalTracker::new(self.signal.clone())
+    }
+}
+
 /// Errors of progress ingestion. Messages name files, never quote them.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgressError {
@@ -149,9 +192,16 @@ impl LogStream {
     }
 
     fn drain(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
+        if self.scratch.is_empty() {
+            return;
+        }
+        // Records are only released once the format is decided.
+        debug_assert!(self.parser.format().is_some());
+        let format = self.parser.format().unwrap_or(Format::PrintKv);
         for d in self.scratch.drain(..) {
             out.push(Record::from_data(
                 self.file.clone(),
+                format,
                 self.next_index,
                 observed_at,
                 d,
@@ -314,6 +364,45 @@ mod tests {
                 .starts_with("cannot read /nonexistent/x.log: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn job_configuration_from_toml() {
+        let text = r#"
+            paths = ["/proc/4242/root/workspace/out/lightning_logs/version_*/metrics.csv"]
+            format = "auto"
+
+            [signal]
+            metric = "val_loss"
+            direction = "minimise"
+
+            [custom]
+            regex = '^it=(?P<step>\d+) ep=(?P<epoch>[\d.]+) L=(?P<loss>\S+)$'
+            split = "train"
+        "#;
+        let c: ProgressConfig = toml::from_str(text).unwrap();
+        assert_eq!(c.format, FormatChoice::Auto);
+        assert_eq!(c.signal.metric.as_deref(), Some("val_loss"));
+        assert_eq!(c.signal.direction, Some(crate::policy::Direction::Minimise));
+        assert_eq!(c.custom.as_ref().unwrap().split, Some(Split::Train));
+        assert!(c.custom.as_ref().unwrap().validate().is_ok());
+        assert_eq!(c.watch_spec().paths, c.paths);
+        assert_eq!(c.signal_tracker().metric(), Some("val_loss"));
+        let minimal: ProgressConfig = toml::from_str("paths = ['/var/log/train.log']").unwrap();
+        assert_eq!(minimal.signal, SignalConfig::default());
+        assert!(
+            toml::from_str::<ProgressConfig>(
+                "paths = []
+bogus = 1"
+            )
+            .is_err()
+        );
+        let fixed: ProgressConfig = toml::from_str(
+            "paths = ['/x']
+format = 'keras_csv'",
+        )
+        .unwrap();
+        assert_eq!(fixed.format, FormatChoice::Fixed(Format::KerasCsv));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::time::SystemTime;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
+use super::format::Format;
+
 /// Which phase of training a record describes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -98,7 +100,9 @@ impl Metrics {
 
     /// Sets `name` to `value`, replacing an earlier value of the same name.
     pub fn insert(&mut self, name: Arc<str>, value: f64) {
-        if let Some(slot) = self.0.iter_mut().find(|(k, _)| *k == name) {
+        // Names of one file are shared: pointer equality settles most comparisons.
+        let same = |k: &Arc<str>| Arc::ptr_eq(k, &name) || (k.len() == name.len() && *k == name);
+        if let Some(slot) = self.0.iter_mut().find(|(k, _)| same(k)) {
             slot.1 = value;
         } else {
             self.0.push((name, value));
@@ -173,6 +177,8 @@ pub struct RecordData {
 pub struct Record {
     /// The file it was read from.
     pub file: Arc<Path>,
+    /// The file's format (detected or configured).
+    pub format: Format,
     /// 0-based position among the records of this file (keeps counting across truncation and
     /// rotation while the file is being watched).
     pub index: u64,
@@ -189,14 +195,17 @@ pub struct Record {
 }
 
 impl Record {
-    pub(crate) fn from_data(
+    /// A record of `file` from what its parser extracted.
+    pub fn from_data(
         file: Arc<Path>,
+        format: Format,
         index: u64,
         observed_at: SystemTime,
         d: RecordData,
     ) -> Self {
         Record {
             file,
+            format,
             index,
             observed_at,
             epoch: d.epoch,

@@ -188,9 +188,8 @@ impl SignalTracker {
         self.non_finite
     }
 
-    /// Observes the next record of the job. `format` is the record's file's format (it refines
-    /// the default signal's names).
-    pub fn observe(&mut self, format: Option<Format>, record: &Record) -> SignalUpdate {
+    /// Observes the next record of the job (records of all its files, in delivery order).
+    pub fn observe(&mut self, record: &Record) -> SignalUpdate {
         if record.split == Split::Train {
             let counters = (record.epoch, record.step);
             match self.last_train_counters {
@@ -212,7 +211,7 @@ impl SignalTracker {
             return SignalUpdate::Absent;
         }
         if self.metric.is_none() {
-            self.metric = resolve_default(format, record);
+            self.metric = resolve_default(record.format, record);
         }
         let Some(name) = &self.metric else {
             return SignalUpdate::Absent;
@@ -243,15 +242,15 @@ fn went_back(prev: (Option<f64>, Option<u64>), cur: (Option<f64>, Option<u64>)) 
     matches!((prev.1, cur.1), (Some(a), Some(b)) if b < a)
 }
 
-fn resolve_default(format: Option<Format>, record: &Record) -> Option<Arc<str>> {
-    let preferred = format.map_or(&[][..], |f| f.preferred_signal_names());
+fn resolve_default(format: Format, record: &Record) -> Option<Arc<str>> {
+    let preferred = format.preferred_signal_names();
     for name in preferred.iter().chain(COMMON_LOSS_NAMES.iter()) {
         if let Some((k, _)) = record.metrics.entries().iter().find(|(k, _)| &**k == *name) {
             return Some(k.clone());
         }
     }
     let entries = record.metrics.entries();
-    if format == Some(Format::Basicsr)
+    if format == Format::Basicsr
         && let Some((k, _)) = entries.iter().find(|(k, _)| k.starts_with("l_"))
     {
         return Some(k.clone());
@@ -287,7 +286,7 @@ pub fn summarize(log: &ParsedLog, config: &SignalConfig) -> Summary {
         if r.split == Split::Train {
             train += 1;
         }
-        if let SignalUpdate::Value { value, .. } = tracker.observe(Some(log.format), r) {
+        if let SignalUpdate::Value { value, .. } = tracker.observe(r) {
             first.get_or_insert(value);
             last = Some(value);
         }
@@ -314,8 +313,19 @@ mod tests {
     use std::time::SystemTime;
 
     fn rec(split: Split, epoch: Option<f64>, step: Option<u64>, m: &[(&str, f64)]) -> Record {
+        rec_of(Format::PrintKv, split, epoch, step, m)
+    }
+
+    fn rec_of(
+        format: Format,
+        split: Split,
+        epoch: Option<f64>,
+        step: Option<u64>,
+        m: &[(&str, f64)],
+    ) -> Record {
         Record::from_data(
             Arc::from(Path::new("x")),
+            format,
             0,
             SystemTime::UNIX_EPOCH,
             RecordData {
@@ -333,7 +343,7 @@ mod tests {
     #[test]
     fn default_signal_locks_on_the_first_loss_name() {
         let mut t = SignalTracker::new(SignalConfig::default());
-        let u = t.observe(None, &rec(Split::Train, Some(0.1), None, &[("loss", 1.0)]));
+        let u = t.observe(&rec(Split::Train, Some(0.1), None, &[("loss", 1.0)]));
         assert_eq!(
             u,
             SignalUpdate::Value {
@@ -342,13 +352,10 @@ mod tests {
             }
         );
         // An HF summary with train_loss only is not progress.
-        let u = t.observe(
-            None,
-            &rec(Split::Train, Some(3.0), None, &[("train_loss", 0.3)]),
-        );
+        let u = t.observe(&rec(Split::Train, Some(3.0), None, &[("train_loss", 0.3)]));
         assert_eq!(u, SignalUpdate::Absent);
         // Eval records are not the training loss.
-        let u = t.observe(None, &rec(Split::Eval, Some(3.0), None, &[("loss", 0.3)]));
+        let u = t.observe(&rec(Split::Eval, Some(3.0), None, &[("loss", 0.3)]));
         assert_eq!(u, SignalUpdate::Absent);
         assert_eq!(t.metric(), Some("loss"));
         assert_eq!(t.direction(), Direction::Minimise);
@@ -359,25 +366,25 @@ mod tests {
         let mut t = SignalTracker::new(SignalConfig::default());
         let e = |ep: f64, v: f64| rec(Split::Train, Some(ep), None, &[("loss", v)]);
         assert!(matches!(
-            t.observe(None, &e(0.0, 1.0)),
+            t.observe(&e(0.0, 1.0)),
             SignalUpdate::Value {
                 new_segment: false,
                 ..
             }
         ));
         assert!(matches!(
-            t.observe(None, &e(1.0, 0.5)),
+            t.observe(&e(1.0, 0.5)),
             SignalUpdate::Value {
                 new_segment: false,
                 ..
             }
         ));
         assert!(matches!(
-            t.observe(None, &e(0.0, f64::NAN)),
+            t.observe(&e(0.0, f64::NAN)),
             SignalUpdate::NonFinite { .. }
         ));
         assert_eq!(
-            t.observe(None, &e(1.0, 0.9)),
+            t.observe(&e(1.0, 0.9)),
             SignalUpdate::Value {
                 value: 0.9,
                 new_segment: true
@@ -398,7 +405,8 @@ mod tests {
 
     #[test]
     fn fallbacks_and_configured_metrics() {
-        let r = rec(
+        let r = rec_of(
+            Format::LightningCsv,
             Split::Train,
             None,
             None,
@@ -409,13 +417,24 @@ mod tests {
             ],
         );
         let mut t = SignalTracker::new(SignalConfig::default());
-        t.observe(Some(Format::LightningCsv), &r);
+        t.observe(&r);
         assert_eq!(t.metric(), Some("critic_loss"));
 
+        let r = rec_of(
+            Format::Basicsr,
+            Split::Train,
+            None,
+            None,
+            &[("lr", 1e-5), ("l_mos", 8e-3)],
+        );
+        let mut t = SignalTracker::new(SignalConfig::default());
+        t.observe(&r);
+        assert_eq!(t.metric(), Some("l_mos"));
+        // Without the format's hint, BasicSR's l_* losses are not recognised.
         let r = rec(Split::Train, None, None, &[("lr", 1e-5), ("l_mos", 8e-3)]);
         let mut t = SignalTracker::new(SignalConfig::default());
-        t.observe(Some(Format::Basicsr), &r);
-        assert_eq!(t.metric(), Some("l_mos"));
+        t.observe(&r);
+        assert_eq!(t.metric(), None);
 
         let mut t = SignalTracker::new(SignalConfig {
             metric: Some("val_accuracy".into()),
@@ -423,7 +442,7 @@ mod tests {
         });
         assert_eq!(t.direction(), Direction::Maximise);
         let r = rec(Split::Eval, None, None, &[("val_accuracy", 0.9)]);
-        assert!(matches!(t.observe(None, &r), SignalUpdate::Value { .. }));
+        assert!(matches!(t.observe(&r), SignalUpdate::Value { .. }));
     }
 
     #[test]

@@ -124,7 +124,7 @@ fn split_fields(line: &str, out: &mut Vec<String>) {
 
 impl LineParser for CsvParser {
     fn line(&mut self, line: &str, out: &mut Vec<RecordData>) {
-        if self.rejected || line.trim().is_empty() {
+        if self.rejected {
             return;
         }
         if !self.seen_first_line {
@@ -135,8 +135,9 @@ impl LineParser for CsvParser {
             }
             return;
         }
+        let quoted = memchr::memchr(b'"', line.as_bytes()).is_some();
         let first = line.split(',').next().unwrap_or("").trim();
-        if !first.is_empty() && parse_plain(first).is_none() && !line.contains('"') {
+        if !first.is_empty() && !quoted && parse_plain(first).is_none() {
             // Not a data row: a repeated or new header, or noise.
             if let Some(cols) = self.header(line) {
                 self.columns = Some(cols);
@@ -159,7 +160,7 @@ impl LineParser for CsvParser {
                 Column::Metric(name) => rec.metrics.push_unique(name.clone(), v),
             }
         };
-        if line.contains('"') {
+        if quoted {
             split_fields(line, &mut self.fields);
             for (col, cell) in columns.iter().zip(self.fields.iter()) {
                 handle(col, cell);

@@ -290,7 +290,8 @@ fn python_number(text: &str) -> Option<f64> {
 
 impl LineParser for ConsoleDicts {
     fn line(&mut self, line: &str, out: &mut Vec<RecordData>) {
-        let Some(start) = line.find("{'").or_else(|| line.find("{\"")) else {
+        // Python prints dicts with single-quoted keys; `{"` lines are JSON, not this format.
+        let Some(start) = line.find("{'") else {
             return;
         };
         let dict = &line[start..];

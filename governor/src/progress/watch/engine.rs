@@ -28,6 +28,9 @@ const UNDETECTED_REPORT_BYTES: u64 = 1 << 20;
 /// Bytes before the read offset remembered to notice a file rewritten in place. Log lines
 /// often end alike (`, mfu 0.01%`): the window covers whole lines, values included.
 const FINGERPRINT: usize = 256;
+/// Rounds of watching newly found directories in one resync (a path being created level by
+/// level while we watch it).
+const MAX_RESYNC_ROUNDS: usize = 16;
 /// Size of the buffer inotify events are read into.
 const EVENT_BUFFER: usize = 64 << 10;
 
@@ -382,52 +385,19 @@ impl Engine {
 
     /// Brings a pattern's watched directories and followed file in line with the filesystem.
     fn resync(&mut self, key: &Arc<str>, idx: usize) {
+        // Watch first, look second: an entry created after a directory's listing but before its
+        // watch existed would otherwise never be seen. Each round watches what the previous one
+        // found (a directory that appeared meanwhile), until nothing new turns up.
+        for _ in 0..MAX_RESYNC_ROUNDS {
+            if !self.sync_directories(key, idx) {
+                break;
+            }
+        }
         let Some(ps) = self.pattern_mut(key, idx) else {
             return;
         };
-        let needed: HashSet<PathBuf> = ps.pattern.directories().into_iter().collect();
-        let stale: Vec<(PathBuf, i32)> = ps
-            .dirs
-            .iter()
-            .filter(|(d, _)| !needed.contains(*d))
-            .map(|(d, wd)| (d.clone(), *wd))
-            .collect();
-        let fresh: Vec<PathBuf> = needed
-            .into_iter()
-            .filter(|d| !ps.dirs.contains_key(d))
-            .collect();
         let candidate = ps.pattern.current_file();
         let current = ps.current;
-        for (dir, wd) in stale {
-            if let Some(ps) = self.pattern_mut(key, idx) {
-                ps.dirs.remove(&dir);
-            }
-            self.release_dir(wd, key, idx);
-        }
-        for dir in fresh {
-            match self.watches.add(&dir, dir_mask()) {
-                Ok(wd) => {
-                    let id = wd.get_watch_descriptor_id();
-                    self.dir_watches
-                        .entry(id)
-                        .or_insert_with(|| DirWatch {
-                            wd,
-                            users: HashSet::new(),
-                        })
-                        .users
-                        .insert((key.clone(), idx));
-                    if let Some(ps) = self.pattern_mut(key, idx) {
-                        ps.dirs.insert(dir, id);
-                    }
-                }
-                // Gone again already: the parent's event will bring us back here.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    let message = watch_error_message(&dir, &e);
-                    self.path_problem(key, idx, PathProblem::Watch, &dir, message);
-                }
-            }
-        }
         let cand_inode = candidate
             .as_ref()
             .and_then(|p| std::fs::metadata(p).ok())
@@ -457,6 +427,58 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Watches the directories the pattern needs now and drops the others; true when a new
+    /// watch was added.
+    fn sync_directories(&mut self, key: &Arc<str>, idx: usize) -> bool {
+        let Some(ps) = self.pattern_mut(key, idx) else {
+            return false;
+        };
+        let needed: HashSet<PathBuf> = ps.pattern.directories().into_iter().collect();
+        let stale: Vec<(PathBuf, i32)> = ps
+            .dirs
+            .iter()
+            .filter(|(d, _)| !needed.contains(*d))
+            .map(|(d, wd)| (d.clone(), *wd))
+            .collect();
+        let fresh: Vec<PathBuf> = needed
+            .into_iter()
+            .filter(|d| !ps.dirs.contains_key(d))
+            .collect();
+        for (dir, wd) in stale {
+            if let Some(ps) = self.pattern_mut(key, idx) {
+                ps.dirs.remove(&dir);
+            }
+            self.release_dir(wd, key, idx);
+        }
+        let mut added = false;
+        for dir in fresh {
+            match self.watches.add(&dir, dir_mask()) {
+                Ok(wd) => {
+                    let id = wd.get_watch_descriptor_id();
+                    self.dir_watches
+                        .entry(id)
+                        .or_insert_with(|| DirWatch {
+                            wd,
+                            users: HashSet::new(),
+                        })
+                        .users
+                        .insert((key.clone(), idx));
+                    if let Some(ps) = self.pattern_mut(key, idx) {
+                        ps.dirs.insert(dir, id);
+                    }
+                    added = true;
+                }
+                // Gone again already: the parent's event will bring us back here.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let message = watch_error_message(&dir, &e);
+                    self.path_problem(key, idx, PathProblem::Watch, &dir, message);
+                }
+            }
+        }
+        added
     }
 
     fn release_dir(&mut self, wd: i32, key: &Arc<str>, idx: usize) {
@@ -673,10 +695,22 @@ impl Engine {
         } else {
             READ_BUDGET
         };
+        // Read up to the size just seen (bytes written since will bring their own event),
+        // except when draining a file that is being dropped: then up to the very end.
+        let limit = if trigger == Trigger::Drain {
+            u64::MAX
+        } else {
+            size
+        };
         let mut read_now = 0u64;
         let mut at_end = false;
         while read_now < budget {
-            let want = (buf.len() as u64).min(budget - read_now) as usize;
+            let remaining = limit.saturating_sub(t.offset);
+            if remaining == 0 {
+                at_end = true;
+                break;
+            }
+            let want = (buf.len() as u64).min(budget - read_now).min(remaining) as usize;
             match t.file.read_at(&mut buf[..want], t.offset) {
                 Ok(0) => {
                     at_end = true;
