@@ -705,6 +705,8 @@ fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> 
         "rss_mib_end": round(rss_end as f64 / 1024.0, 1),
         "rss_mib_peak": round(hwm as f64 / 1024.0, 1),
         "status": {
+            "cpu_source": status["cpu_source"],
+            "cpu_source_note": status["cpu_source_note"],
             "jobs_governed": governed,
             "jobs_with_records": with_records,
             "records_delivered": records,
@@ -816,6 +818,11 @@ fn print_table(r: &Value) {
         text(&r["status"]["jobs_with_records"]),
         text(&r["status"]["records_delivered"]),
         text(&r["status"]["rows_written"])
+    );
+    println!(
+        "CPU source: {} {}",
+        text(&r["status"]["cpu_source"]),
+        text(&r["status"]["cpu_source_note"])
     );
     println!("goals: < 2% of one core, < 50 MiB RSS");
 }
