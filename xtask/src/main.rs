@@ -2,6 +2,7 @@
 //! two README commands (`cargo xtask demo`, `cargo xtask test`) work on a fresh machine.
 #![forbid(unsafe_code)]
 
+mod bench_daemon;
 mod bench_ebpf;
 mod cmd;
 mod demo;
@@ -32,6 +33,8 @@ enum Command {
     VmTest(vm::VmTestArgs),
     /// The main job: a live local demo of governed training jobs in the VM.
     Demo(demo::DemoArgs),
+    /// CPU and RSS of the release daemon governing 1,000 simulated jobs (fake cgroup root on tmpfs).
+    BenchDaemon(bench_daemon::BenchDaemonArgs),
     /// Overhead of the eBPF CPU accounting (ns/event, events/s) and its read cost, host and VM.
     BenchEbpf(bench_ebpf::BenchEbpfArgs),
 }
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::BenchDaemon(args) => bench_daemon::run(&args),
         Command::BenchEbpf(args) => bench_ebpf::run(&args),
     };
     match result {

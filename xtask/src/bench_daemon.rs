@@ -1,0 +1,860 @@
+//! `cargo xtask bench-daemon`: CPU and memory of the real `governor daemon` governing 1,000
+//! simulated jobs.
+//!
+//! Everything lives in `/dev/shm/governor-bench-daemon-<pid>/` (tmpfs): a fake cgroup v2 root
+//! (plain files laid out like cgroupfs, as `governor::cgroup::fake::FakeCgroupRoot` makes them:
+//! the daemon never touches the real `/sys/fs/cgroup`), one declared job file per job
+//! (`jobs.d/*.toml`), one Keras CSV log per job, the configuration, state file and control
+//! socket. The release daemon (what a node runs) is started on it as root, then:
+//!
+//! 1. start-up: until `governor status` shows every job (time and CPU reported);
+//! 2. idle (`--idle-seconds`): no log line written; the cgroups' `cpu.stat` and `memory.current`
+//!    still advance every second, as running jobs' do;
+//! 3. busy (`--seconds`): each job appends one row to its log every `--min-interval` to
+//!    `--max-interval` seconds (uniformly random: 1-10 s gives ~180 lines/s for 1,000 jobs).
+//!
+//! The daemon's CPU time (`/proc/<pid>/stat` utime + stime, all threads) is read at the phase
+//! boundaries, its RSS (`VmRSS`) every second and its peak (`VmHWM`) at the end. At the end
+//! `governor status --json` must show every job governed and every row written delivered as a
+//! record. The daemon is stopped with SIGTERM and the directory removed, also on failure
+//! (directories left by a killed run are removed by the next one).
+//!
+//! Prints a table and writes `target/bench/daemon.json`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+
+use crate::cmd;
+
+/// Arguments of `cargo xtask bench-daemon`.
+#[derive(Debug, clap::Args)]
+pub struct BenchDaemonArgs {
+    /// Node policy the daemon runs (any name `governor daemon --policy` accepts).
+    #[arg(long, default_value = "fair")]
+    pub policy: String,
+    /// Simulated jobs.
+    #[arg(long, default_value_t = 1000)]
+    pub jobs: usize,
+    /// Seconds of the busy phase (log rows written).
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Seconds of the idle phase before it (no log row written); 0 skips it.
+    #[arg(long, default_value_t = 30)]
+    pub idle_seconds: u64,
+    /// Shortest interval between two rows of one job, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub min_interval: f64,
+    /// Longest interval between two rows of one job, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_interval: f64,
+    /// Measure the dev build (target/debug) instead of the release build.
+    #[arg(long)]
+    pub dev: bool,
+    /// Start the daemon with this soft limit on open files (systemd's default for services is
+    /// 1024); default: inherit.
+    #[arg(long)]
+    pub nofile: Option<u64>,
+    /// Run the daemon under this command, e.g. `valgrind --tool=callgrind` (profiling; the
+    /// figures then describe the wrapper).
+    #[arg(long)]
+    pub wrap: Option<String>,
+}
+
+/// The files of a fresh cgroup v2 group, as `FakeCgroupRoot` (governor/src/cgroup/fake.rs)
+/// writes them.
+const V2_GROUP_FILES: &[(&str, &str)] = &[
+    ("cgroup.procs", ""),
+    ("cgroup.controllers", "cpu memory pids\n"),
+    ("cgroup.subtree_control", "\n"),
+    ("cgroup.events", "populated 1\nfrozen 0\n"),
+    ("cpu.weight", "100\n"),
+    ("cpu.max", "max 100000\n"),
+    (
+        "cpu.stat",
+        "usage_usec 0\nuser_usec 0\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+    ),
+    ("memory.current", "0\n"),
+    ("memory.low", "0\n"),
+    ("memory.high", "max\n"),
+    ("memory.max", "max\n"),
+    (
+        "memory.events",
+        "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+    ),
+    ("memory.stat", "anon 0\nfile 0\nkernel 0\n"),
+    ("pids.current", "0\n"),
+    ("pids.max", "max\n"),
+];
+
+const ROOT_FILES: &[(&str, &str)] = &[
+    ("cgroup.controllers", "cpuset cpu io memory hugetlb pids\n"),
+    ("cgroup.subtree_control", "cpu memory pids\n"),
+    ("cgroup.procs", ""),
+];
+
+const DIR_PREFIX: &str = "governor-bench-daemon-";
+
+pub fn run(args: &BenchDaemonArgs) -> Result<()> {
+    ensure!(args.jobs > 0, "--jobs must be positive");
+    ensure!(
+        args.min_interval > 0.0 && args.max_interval >= args.min_interval,
+        "need 0 < --min-interval <= --max-interval"
+    );
+    ensure!(
+        cmd::is_root(),
+        "run as root (the daemon needs root for the process connector and its checks)"
+    );
+    crate::setup::run()?;
+    let profile = if args.dev { "dev" } else { "release" };
+    eprintln!("== building the governor ({profile})");
+    let mut build = cmd::cargo();
+    build.args(["build", "-p", "governor", "--bin", "governor"]);
+    if !args.dev {
+        build.arg("--release");
+    }
+    cmd::run(&mut build)?;
+    let bin = cmd::target_dir()
+        .join(if args.dev { "debug" } else { "release" })
+        .join("governor");
+
+    remove_stale_dirs();
+    let mut bed = Bed::create(args)?;
+    let result = measure(args, &bin, &mut bed, profile);
+    let stopped = bed.stop_daemon();
+    let result = result.and_then(|mut r| {
+        let status = stopped?;
+        r["daemon_exit"] = json!(status);
+        ensure!(
+            status == "exit status: 0",
+            "the daemon did not stop cleanly ({status}); log tail:\n{}",
+            bed.log_tail()
+        );
+        Ok(r)
+    });
+    if result.is_err() {
+        eprintln!("daemon log tail:\n{}", bed.log_tail());
+    }
+    drop(bed);
+    let result = result?;
+    let out = cmd::target_dir().join("bench/daemon.json");
+    fs::create_dir_all(out.parent().unwrap())?;
+    fs::write(&out, serde_json::to_string_pretty(&result)? + "\n")?;
+    print_table(&result);
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Directories of earlier runs whose xtask process is gone (killed before its clean-up).
+fn remove_stale_dirs() {
+    let Ok(entries) = fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix(DIR_PREFIX)
+            && pid.parse::<u32>().is_ok()
+            && !Path::new("/proc").join(pid).exists()
+        {
+            eprintln!("removing {} left by an earlier run", e.path().display());
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The temporary world of one run; dropping it stops the daemon and removes everything.
+struct Bed {
+    dir: PathBuf,
+    cgroup_root: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+    jobs: Vec<SimJob>,
+    daemon: Option<Child>,
+    rng: SplitMix64,
+}
+
+struct SimJob {
+    name: String,
+    cgroup_dir: PathBuf,
+    log: File,
+    rows: u64,
+    cpu_usec: u64,
+    /// CPU cores this simulated job uses (drives `cpu.stat`).
+    cores: f64,
+    memory: u64,
+}
+
+impl Bed {
+    fn create(args: &BenchDaemonArgs) -> Result<Bed> {
+        let dir = Path::new("/dev/shm").join(format!("{DIR_PREFIX}{}", std::process::id()));
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let cgroup_root = dir.join("cgroup");
+        let mut bed = Bed {
+            config: dir.join("governor.toml"),
+            socket: dir.join("governor.sock"),
+            log: dir.join("daemon.log"),
+            cgroup_root,
+            dir,
+            jobs: Vec::with_capacity(args.jobs),
+            daemon: None,
+            rng: SplitMix64(0x5eed_0f60_7e42),
+        };
+        // Never anything but a fake root on tmpfs.
+        ensure!(bed.cgroup_root.starts_with("/dev/shm/"));
+        write_files(&bed.cgroup_root, ROOT_FILES)?;
+        write_files(&bed.cgroup_root.join("bench.slice"), V2_GROUP_FILES)?;
+        let jobs_dir = bed.dir.join("jobs.d");
+        fs::create_dir_all(&jobs_dir)?;
+        for k in 0..args.jobs {
+            let name = format!("job-{k:04}");
+            let cgroup_dir = bed.cgroup_root.join("bench.slice").join(&name);
+            write_files(&cgroup_dir, V2_GROUP_FILES)?;
+            let log_path = bed.dir.join("logs").join(&name).join("training.log");
+            fs::create_dir_all(log_path.parent().unwrap())?;
+            fs::write(&log_path, "epoch,loss\n")?;
+            fs::write(
+                jobs_dir.join(format!("{name}.toml")),
+                format!(
+                    "name = \"{name}\"\ncgroup = \"/bench.slice/{name}\"\nlogs = [\"{}\"]\n",
+                    log_path.display()
+                ),
+            )?;
+            let log = fs::OpenOptions::new()
+                .append(true)
+                .open(&log_path)
+                .with_context(|| {
+                    format!(
+                        "cannot open {} (1 file per job stays open: raise `ulimit -n`)",
+                        log_path.display()
+                    )
+                })?;
+            let cores = 0.1 + 3.9 * bed.rng.unit();
+            let memory = (256 << 20) + (bed.rng.next() % (4 << 30));
+            bed.jobs.push(SimJob {
+                name,
+                cgroup_dir,
+                log,
+                rows: 0,
+                cpu_usec: 0,
+                cores,
+                memory,
+            });
+        }
+        fs::write(
+            &bed.config,
+            format!(
+                "policy = \"{}\"\njobs_dir = \"{}\"\ncgroup_root = \"{}\"\nstate_file = \"{}\"\n\
+                 socket = \"{}\"\n\n[node]\ncores = 64\nmemory = \"256GiB\"\nname = \"bench\"\n",
+                args.policy,
+                jobs_dir.display(),
+                bed.cgroup_root.display(),
+                bed.dir.join("state.json").display(),
+                bed.socket.display(),
+            ),
+        )?;
+        bed.advance_counters(Duration::from_secs(1))?;
+        Ok(bed)
+    }
+
+    fn start_daemon(&mut self, bin: &Path, args: &BenchDaemonArgs) -> Result<u32> {
+        let log = File::create(&self.log)?;
+        let mut command = Vec::<String>::new();
+        if let Some(w) = &args.wrap {
+            command.extend(w.split_whitespace().map(str::to_owned));
+        }
+        command.push(bin.display().to_string());
+        command.extend(["daemon", "--config"].map(String::from));
+        command.push(self.config.display().to_string());
+        let mut c = match args.nofile {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("ulimit -Sn {n} && exec \"$@\""), "sh"])
+                    .args(&command);
+                c
+            }
+            None => {
+                let mut c = Command::new(&command[0]);
+                c.args(&command[1..]);
+                c
+            }
+        };
+        c.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .current_dir(&self.dir);
+        eprintln!("  $ {}", cmd::describe(&c));
+        let child = c.spawn().context("cannot start the daemon")?;
+        let pid = child.id();
+        self.daemon = Some(child);
+        Ok(pid)
+    }
+
+    /// Whether the daemon process is still running.
+    fn daemon_alive(&mut self) -> bool {
+        match self.daemon.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// SIGTERM, wait (30 s, then SIGKILL); returns how it exited.
+    fn stop_daemon(&mut self) -> Result<String> {
+        let Some(mut child) = self.daemon.take() else {
+            bail!("the daemon was not running");
+        };
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.to_string());
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status.to_string());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the daemon did not exit within 30 s of SIGTERM: killed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// `governor status --json`, parsed (None while the daemon does not answer).
+    fn status(&self, bin: &Path) -> Option<Value> {
+        let out = Command::new(bin)
+            .args(["status", "--json", "--socket"])
+            .arg(&self.socket)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Advance every job's `cpu.stat` usage and `memory.current` by `elapsed`, each file
+    /// replaced atomically (rename) so that the daemon never reads a half-written one.
+    fn advance_counters(&mut self, elapsed: Duration) -> Result<()> {
+        let tmp = self.dir.join("counter.tmp");
+        for job in &mut self.jobs {
+            job.cpu_usec += (job.cores * elapsed.as_secs_f64() * 1e6) as u64;
+            let user = job.cpu_usec * 9 / 10;
+            fs::write(
+                &tmp,
+                format!(
+                    "usage_usec {}\nuser_usec {user}\nsystem_usec {}\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+                    job.cpu_usec,
+                    job.cpu_usec - user
+                ),
+            )?;
+            fs::rename(&tmp, job.cgroup_dir.join("cpu.stat"))?;
+            job.memory = job.memory.wrapping_add(4096) % (8 << 30);
+            fs::write(&tmp, format!("{}\n", job.memory))?;
+            fs::rename(&tmp, job.cgroup_dir.join("memory.current"))?;
+        }
+        Ok(())
+    }
+
+    /// Append job `k`'s next row (one `write`, as a logger flushing a line).
+    fn write_row(&mut self, k: usize) -> Result<()> {
+        let job = &mut self.jobs[k];
+        job.rows += 1;
+        let epoch = job.rows;
+        let loss = 0.05 + 2.5 * (-(epoch as f64) / 40.0).exp() + 0.01 * ((epoch * 7 % 11) as f64);
+        job.log
+            .write_all(format!("{epoch},{loss:.5}\n").as_bytes())
+            .with_context(|| format!("cannot append to {}'s log", job.name))
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        if self.daemon.is_some()
+            && let Err(e) = self.stop_daemon()
+        {
+            eprintln!("warning: {e:#}");
+        }
+        if let Err(e) = fs::remove_dir_all(&self.dir) {
+            eprintln!("warning: cannot remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, content) in files {
+        fs::write(dir.join(name), content)?;
+    }
+    Ok(())
+}
+
+/// A small deterministic PRNG (SplitMix64): reproducible schedules without a dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The daemon's cumulative CPU time (user + system, all threads), from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32, clock_ticks: f64) -> Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = &stat[stat.rfind(')').context("malformed /proc/<pid>/stat")? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields[11].parse()?;
+    let stime: f64 = fields[12].parse()?;
+    Ok((utime + stime) / clock_ticks)
+}
+
+/// `VmRSS` and `VmHWM` in KiB, from `/proc/<pid>/status`.
+fn memory_kib(pid: u32) -> Result<(u64, u64)> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
+    let get = |key: &str| -> Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .with_context(|| format!("no {key} in /proc/{pid}/status"))
+    };
+    Ok((get("VmRSS:")?, get("VmHWM:")?))
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// What one phase measured.
+struct Phase {
+    seconds: f64,
+    cpu_seconds: f64,
+    rss_kib: Vec<u64>,
+    rows: u64,
+    load_before: String,
+    load_after: String,
+}
+
+impl Phase {
+    fn json(&self) -> Value {
+        let mut rss = self.rss_kib.clone();
+        rss.sort_unstable();
+        let median = rss.get(rss.len() / 2).copied().unwrap_or(0);
+        json!({
+            "seconds": round(self.seconds, 2),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "cpu_percent_of_one_core": round(100.0 * self.cpu_seconds / self.seconds, 3),
+            "rss_mib_median": round(median as f64 / 1024.0, 1),
+            "rss_mib_max": round(rss.last().copied().unwrap_or(0) as f64 / 1024.0, 1),
+            "rows_written": self.rows,
+            "rows_per_second": round(self.rows as f64 / self.seconds, 1),
+            "load_average_before": self.load_before,
+            "load_average_after": self.load_after,
+        })
+    }
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+/// Run one phase: rows written on the schedule if `busy`, counters advanced and RSS sampled
+/// every second.
+fn phase(
+    bed: &mut Bed,
+    pid: u32,
+    ticks: f64,
+    seconds: u64,
+    busy: Option<(f64, f64)>,
+) -> Result<Phase> {
+    let load_before = load_average();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(seconds);
+    let cpu0 = cpu_seconds(pid, ticks)?;
+    // (due, job), soonest first; first rows spread over one longest interval.
+    let mut schedule = BinaryHeap::new();
+    if let Some((_, max)) = busy {
+        for k in 0..bed.jobs.len() {
+            let due = start + Duration::from_secs_f64(max * bed.rng.unit());
+            schedule.push(Reverse((due, k)));
+        }
+    }
+    let mut rows = 0;
+    let mut rss = Vec::new();
+    let mut last_counters = start;
+    let mut next_second = start + Duration::from_secs(1);
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        while let Some(&Reverse((due, k))) = schedule.peek() {
+            if due > now {
+                break;
+            }
+            schedule.pop();
+            bed.write_row(k)?;
+            rows += 1;
+            let (min, max) = busy.expect("a schedule only when busy");
+            let next = due + Duration::from_secs_f64(min + (max - min) * bed.rng.unit());
+            schedule.push(Reverse((next, k)));
+        }
+        if now >= next_second {
+            ensure!(bed.daemon_alive(), "the daemon exited during the run");
+            bed.advance_counters(now - last_counters)?;
+            last_counters = now;
+            rss.push(memory_kib(pid)?.0);
+            next_second += Duration::from_secs(1);
+        }
+        let wake = schedule
+            .peek()
+            .map(|Reverse((due, _))| *due)
+            .unwrap_or(end)
+            .min(next_second)
+            .min(end);
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+    let cpu1 = cpu_seconds(pid, ticks)?;
+    Ok(Phase {
+        seconds: start.elapsed().as_secs_f64(),
+        cpu_seconds: cpu1 - cpu0,
+        rss_kib: rss,
+        rows,
+        load_before,
+        load_after: load_average(),
+    })
+}
+
+fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> Result<Value> {
+    let ticks = clock_ticks();
+    let load_at_start = load_average();
+    eprintln!(
+        "== {} jobs in {}; policy {}; load average {load_at_start}",
+        args.jobs,
+        bed.dir.display(),
+        args.policy
+    );
+    let started = Instant::now();
+    let pid = bed.start_daemon(bin, args)?;
+
+    // 1. Start-up: until every job is governed.
+    let deadline = started + Duration::from_secs(180);
+    let governed = loop {
+        ensure!(
+            bed.daemon_alive(),
+            "the daemon exited at start-up; log tail:\n{}",
+            bed.log_tail()
+        );
+        if let Some(s) = bed.status(bin) {
+            let n = governed_jobs(&s, bed);
+            if n == bed.jobs.len() {
+                break n;
+            }
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "not every job was governed within 180 s; log tail:\n{}",
+            bed.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let startup_seconds = started.elapsed().as_secs_f64();
+    let startup_cpu = cpu_seconds(pid, ticks)?;
+    let (startup_rss, _) = memory_kib(pid)?;
+    eprintln!(
+        "   {governed} jobs governed after {startup_seconds:.2} s ({startup_cpu:.2} s CPU, RSS {:.1} MiB)",
+        startup_rss as f64 / 1024.0
+    );
+    // Let the start-up's last decisions and the status requests settle.
+    std::thread::sleep(Duration::from_secs(2));
+
+    // 2. Idle, 3. busy.
+    let idle = if args.idle_seconds > 0 {
+        eprintln!("== idle: {} s without log rows", args.idle_seconds);
+        let p = phase(bed, pid, ticks, args.idle_seconds, None)?;
+        eprintln!(
+            "   CPU {:.3}% of one core",
+            100.0 * p.cpu_seconds / p.seconds
+        );
+        Some(p)
+    } else {
+        None
+    };
+    eprintln!(
+        "== busy: {} s, one row per job every {}-{} s",
+        args.seconds, args.min_interval, args.max_interval
+    );
+    let busy = phase(
+        bed,
+        pid,
+        ticks,
+        args.seconds,
+        Some((args.min_interval, args.max_interval)),
+    )?;
+    eprintln!(
+        "   CPU {:.3}% of one core, {} rows",
+        100.0 * busy.cpu_seconds / busy.seconds,
+        busy.rows
+    );
+    let (rss_end, hwm) = memory_kib(pid)?;
+
+    // Every row delivered? The watcher may still be draining the last ones.
+    let rows_written: u64 = bed.jobs.iter().map(|j| j.rows).sum();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, records) = loop {
+        let s = bed.status(bin).context("the daemon stopped answering")?;
+        let records = declared_records(&s, bed);
+        if records >= rows_written || Instant::now() > deadline {
+            break (s, records);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let governed = governed_jobs(&status, bed);
+    let with_records = bed
+        .jobs
+        .iter()
+        .filter(|j| job_status(&status, &j.name).is_some_and(|s| s["records"].as_u64() > Some(0)))
+        .count();
+    let problems: Vec<String> = status["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| {
+            j["log_problem"]
+                .as_str()
+                .map(|p| format!("{}: {p}", j["name"]))
+        })
+        .take(5)
+        .collect();
+    ensure!(
+        governed == bed.jobs.len(),
+        "only {governed} of {} jobs are governed at the end",
+        bed.jobs.len()
+    );
+    ensure!(problems.is_empty(), "log problems reported: {problems:?}");
+    ensure!(
+        records == rows_written,
+        "{rows_written} rows written but {records} records delivered"
+    );
+    let jobs_with_rows = bed.jobs.iter().filter(|j| j.rows > 0).count();
+    ensure!(
+        with_records == jobs_with_rows,
+        "{jobs_with_rows} jobs logged rows but {with_records} have records in status"
+    );
+
+    let mut result = json!({
+        "command": format!("cargo xtask bench-daemon --policy {} --jobs {} --seconds {} --idle-seconds {} --min-interval {} --max-interval {}{}{}",
+            args.policy, args.jobs, args.seconds, args.idle_seconds, args.min_interval, args.max_interval,
+            if args.dev { " --dev" } else { "" },
+            args.nofile.map(|n| format!(" --nofile {n}")).unwrap_or_default()),
+        "build": profile,
+        "policy": args.policy,
+        "jobs": args.jobs,
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load_at_start,
+            "kernel": fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        },
+        "startup": {
+            "seconds_until_all_governed": round(startup_seconds, 2),
+            "cpu_seconds": round(startup_cpu, 3),
+            "rss_mib": round(startup_rss as f64 / 1024.0, 1),
+        },
+        "busy": busy.json(),
+        "rss_mib_end": round(rss_end as f64 / 1024.0, 1),
+        "rss_mib_peak": round(hwm as f64 / 1024.0, 1),
+        "status": {
+            "cpu_source": status["cpu_source"],
+            "cpu_source_note": status["cpu_source_note"],
+            "jobs_governed": governed,
+            "jobs_with_records": with_records,
+            "records_delivered": records,
+            "rows_written": rows_written,
+        },
+        "goals": {
+            "cpu_percent_of_one_core_below": 2.0,
+            "rss_mib_below": 50.0,
+        },
+    });
+    if let Some(idle) = idle {
+        result["idle"] = idle.json();
+        if busy.rows > 0 {
+            let extra = busy.cpu_seconds / busy.seconds - idle.cpu_seconds / idle.seconds;
+            result["busy"]["cpu_microseconds_per_row_above_idle"] =
+                json!(round(1e6 * extra / (busy.rows as f64 / busy.seconds), 1));
+        }
+    }
+    Ok(result)
+}
+
+fn job_status<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
+    status["jobs"]
+        .as_array()?
+        .iter()
+        .find(|j| j["name"].as_str() == Some(name))
+}
+
+/// How many of the bench's jobs the status shows (the host's own GOVERNOR_LOG processes, if
+/// any, are not counted).
+fn governed_jobs(status: &Value, bed: &Bed) -> usize {
+    let names: std::collections::HashSet<&str> = status["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    bed.jobs
+        .iter()
+        .filter(|j| names.contains(j.name.as_str()))
+        .count()
+}
+
+fn declared_records(status: &Value, bed: &Bed) -> u64 {
+    bed.jobs
+        .iter()
+        .filter_map(|j| job_status(status, &j.name)?["records"].as_u64())
+        .sum()
+}
+
+/// A JSON value as plain text (strings unquoted), for the table.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    }
+}
+
+fn print_table(r: &Value) {
+    println!();
+    println!(
+        "governor daemon, {} jobs, policy {}, {} build, {} CPUs, load average at start {}",
+        text(&r["jobs"]),
+        text(&r["policy"]),
+        text(&r["build"]),
+        text(&r["machine"]["cpus"]),
+        text(&r["machine"]["load_average_at_start"])
+    );
+    println!(
+        "{:<6} {:>8} {:>8} {:>13} {:>12} {:>12} {:>16}",
+        "phase",
+        "seconds",
+        "rows/s",
+        "CPU % 1 core",
+        "RSS MiB med",
+        "RSS MiB max",
+        "load avg after"
+    );
+    for name in ["idle", "busy"] {
+        let p = &r[name];
+        if p.is_null() {
+            continue;
+        }
+        println!(
+            "{:<6} {:>8} {:>8} {:>13} {:>12} {:>12} {:>16}",
+            name,
+            text(&p["seconds"]),
+            text(&p["rows_per_second"]),
+            text(&p["cpu_percent_of_one_core"]),
+            text(&p["rss_mib_median"]),
+            text(&p["rss_mib_max"]),
+            text(&p["load_average_after"])
+        );
+    }
+    println!(
+        "start-up: all governed after {} s, {} s CPU; RSS at end {} MiB, peak (VmHWM) {} MiB",
+        text(&r["startup"]["seconds_until_all_governed"]),
+        text(&r["startup"]["cpu_seconds"]),
+        text(&r["rss_mib_end"]),
+        text(&r["rss_mib_peak"])
+    );
+    if let Some(us) = r["busy"]["cpu_microseconds_per_row_above_idle"].as_f64() {
+        println!("CPU per log row (busy minus idle): {us} µs");
+    }
+    println!(
+        "status: {} jobs governed, {} with records, {} records for {} rows written",
+        text(&r["status"]["jobs_governed"]),
+        text(&r["status"]["jobs_with_records"]),
+        text(&r["status"]["records_delivered"]),
+        text(&r["status"]["rows_written"])
+    );
+    println!(
+        "CPU source: {} {}",
+        text(&r["status"]["cpu_source"]),
+        text(&r["status"]["cpu_source_note"])
+    );
+    println!("goals: < 2% of one core, < 50 MiB RSS");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix_is_uniform_enough_and_reproducible() {
+        let mut a = SplitMix64(1);
+        let mut b = SplitMix64(1);
+        let xs: Vec<f64> = (0..10_000).map(|_| a.unit()).collect();
+        assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
+        assert_eq!(b.unit(), xs[0], "same seed, same sequence");
+    }
+
+    #[test]
+    fn proc_stat_cpu_time_is_parsed_after_the_command_name() {
+        // Our own process: the command name cannot confuse the parser, and time only grows.
+        let pid = std::process::id();
+        let t0 = cpu_seconds(pid, clock_ticks()).unwrap();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        std::hint::black_box(x);
+        let t1 = cpu_seconds(pid, clock_ticks()).unwrap();
+        assert!(t1 >= t0, "cpu time went backwards: {t0} -> {t1}");
+        let (rss, hwm) = memory_kib(pid).unwrap();
+        assert!(rss > 0 && hwm >= rss, "rss {rss} KiB, hwm {hwm} KiB");
+    }
+}
