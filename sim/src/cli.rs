@@ -83,6 +83,9 @@ struct NodeArgs {
     /// Include each job's cores over time in the output.
     #[arg(long)]
     timeline: bool,
+    /// Include every decision (weights, caps and the policy's reasons) in the output.
+    #[arg(long)]
+    decisions: bool,
     #[command(flatten)]
     workload: WorkloadArgs,
 }
@@ -202,6 +205,7 @@ fn run_node_command(args: NodeArgs) -> Result<()> {
         bail!("the scenario has no jobs");
     }
     scenario.node.record_timeline = args.timeline;
+    scenario.node.record_decisions = args.decisions;
     let policies = expand_policies(&args.policy);
     for p in &policies {
         make_policy(p)?;
@@ -212,7 +216,7 @@ fn run_node_command(args: NodeArgs) -> Result<()> {
         args.seed,
         &policies,
         make_policy,
-        args.timeline,
+        args.timeline || args.decisions,
     )?;
     let output = if outcomes.len() == 1 {
         serde_json::to_value(&outcomes[0])?

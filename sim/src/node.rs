@@ -46,6 +46,8 @@ pub struct NodeConfig {
     pub horizon: f64,
     /// Record every job's cores over time in the result.
     pub record_timeline: bool,
+    /// Record every decision's allocations (with the policy's reasons) in the result.
+    pub record_decisions: bool,
 }
 
 impl Default for NodeConfig {
@@ -57,6 +59,7 @@ impl Default for NodeConfig {
             progress_delay: 0.2,
             horizon: 30.0 * 24.0 * 3600.0,
             record_timeline: false,
+            record_decisions: false,
         }
     }
 }
@@ -102,6 +105,9 @@ pub struct NodeRun {
     pub decisions: u64,
     /// Migration requests the policy emitted (not executed on a single node).
     pub migrations: Vec<(f64, MigrationRequest)>,
+    /// Every decision, when `record_decisions` is set: `(time, job, weight, cap, reason)`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub decision_log: Vec<(f64, String, u32, Option<f64>, String)>,
 }
 
 struct Live {
@@ -194,6 +200,7 @@ pub fn run_node(
     let mut next_decision: Option<f64> = None;
     let mut migrations = Vec::new();
     let mut decisions = 0u64;
+    let mut decision_log = Vec::new();
     let mut idle_core_seconds = 0.0;
     let first_submit = arrivals.first().map_or(0.0, |&i| jobs[i].submit.max(0.0));
     let mut t = first_submit;
@@ -405,6 +412,11 @@ pub fn run_node(
         if changed {
             let plan = policy.decide(t, &node);
             decisions += 1;
+            if config.record_decisions {
+                for (id, a) in &plan.allocations {
+                    decision_log.push((t, id.0.clone(), a.cpu.weight, a.cpu.max_cores, a.reason.clone()));
+                }
+            }
             allocations = plan
                 .allocations
                 .into_iter()
@@ -460,5 +472,6 @@ pub fn run_node(
         makespan_lower_bound: makespan_lower_bound(jobs, config.cores),
         decisions,
         migrations,
+        decision_log,
     }
 }

@@ -23,12 +23,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod allocate;
 pub mod fair;
 pub mod flowcon;
 pub mod governor;
 pub mod share;
 pub mod signal;
 pub mod specon;
+pub mod speedup;
 
 /// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
 pub type Seconds = f64;
