@@ -16,8 +16,10 @@ const QUANTA: f64 = 400.0;
 /// One job's claim on the node.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Claim {
-    /// Worth of one unit of this job's work (≥ 0).
+    /// Worth of one unit of this job's work done on its first core (≥ 0).
     pub value: f64,
+    /// Worth of one unit of its work done on cores beyond the first (≥ 0).
+    pub value_above_one: f64,
     /// Amdahl parallel fraction of its speed-up curve.
     pub parallel_fraction: f64,
     /// Cores it gets before anyone gets more (its floor or guarantee).
@@ -79,12 +81,21 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     }
     let gain = |i: usize, cores: &[f64]| -> Option<(f64, f64)> {
         let step = quantum.min(max[i] - cores[i]);
-        if step <= 1e-12 || !(claims[i].value > 0.0) {
+        if step <= 1e-12 {
             return None;
         }
         let f = claims[i].parallel_fraction;
-        let g = claims[i].value * (amdahl_speed(cores[i] + step, f) - amdahl_speed(cores[i], f))
-            / step;
+        // Quanta straddle one core only at its boundary: value the step by where it starts.
+        let step = if cores[i] < 1.0 { step.min(1.0 - cores[i]) } else { step };
+        let value = if cores[i] < 1.0 {
+            claims[i].value
+        } else {
+            claims[i].value_above_one
+        };
+        if !(value > 0.0) {
+            return None;
+        }
+        let g = value * (amdahl_speed(cores[i] + step, f) - amdahl_speed(cores[i], f)) / step;
         Some((g, step))
     };
     let mut heap: BinaryHeap<Candidate> = (0..claims.len())
@@ -114,6 +125,7 @@ mod tests {
     fn claim(value: f64, f: f64, min: f64, max: f64) -> Claim {
         Claim {
             value,
+            value_above_one: value,
             parallel_fraction: f,
             min,
             max,

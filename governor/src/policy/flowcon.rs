@@ -92,6 +92,9 @@ pub struct FlowConParams {
     pub max_interval: Seconds,
     /// Which lists set the threshold (Algorithm 3). Default: NL and CL (the prose).
     pub threshold_lists: ThresholdLists,
+    /// Leave NL jobs uncapped (the prose: "allocate more resources to containers in NL")
+    /// instead of capping them at `G/ΣG` (line 26). Default false (the pseudocode).
+    pub nl_uncapped: bool,
 }
 
 impl Default for FlowConParams {
@@ -100,16 +103,19 @@ impl Default for FlowConParams {
             interval: 10.0,
             max_interval: 320.0,
             threshold_lists: ThresholdLists::default(),
+            nl_uncapped: false,
         }
     }
 }
 
 impl FlowConParams {
-    /// Set a parameter by name (`interval`, `max_interval`, `threshold_lists` = `nl_cl` | `nl_wl`).
+    /// Set a parameter by name (`interval`, `max_interval`, `threshold_lists` = `nl_cl` | `nl_wl`,
+    /// `nl_uncapped` = `true` | `false`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "interval" => self.interval = positive(key, value)?,
             "max_interval" => self.max_interval = positive(key, value)?,
+            "nl_uncapped" => self.nl_uncapped = super::parse_param(key, value)?,
             "threshold_lists" => {
                 self.threshold_lists = match value {
                     "nl_cl" => ThresholdLists::NewAndCompleting,
@@ -350,6 +356,7 @@ impl FlowCon {
             match job.list {
                 List::Completing => job.limit = share.max(1.0 / n).min(1.0),
                 List::Watching => {}
+                List::New if self.params.nl_uncapped => job.limit = 1.0,
                 List::New => job.limit = share.clamp(f64::MIN_POSITIVE, 1.0),
             }
         }
@@ -637,6 +644,26 @@ mod tests {
         // b's share 0.05/0.055 ≈ 0.91; a's max(0.09, 0.5) = 0.5.
         assert!((p.limit(&id("a")).unwrap() - 0.5).abs() < 1e-12);
         assert!((p.limit(&id("b")).unwrap() - 0.05 / 0.055).abs() < 1e-12);
+    }
+
+    #[test]
+    fn prose_reading_leaves_nl_jobs_uncapped() {
+        let mut p = FlowCon::new(FlowConParams {
+            nl_uncapped: true,
+            ..FlowConParams::default()
+        });
+        p.job_added(0.0, &JobSpec::new("a"));
+        p.job_added(0.0, &JobSpec::new("b"));
+        observe(&mut p, 0.0, "a", 10.0, 0.0);
+        observe(&mut p, 0.0, "b", 10.0, 0.0);
+        p.decide(0.0, &NODE);
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 7.0, 20.0);
+        let plan = p.decide(10.0, &NODE);
+        assert_eq!(list_of(&p, "a"), List::New);
+        assert_eq!(list_of(&p, "b"), List::New);
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, None);
+        assert_eq!(plan.allocations[&id("b")].cpu.max_cores, None);
     }
 
     #[test]

@@ -11,6 +11,30 @@ use super::{
     NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
 };
 
+/// How to treat a job whose remaining work is unknown (its log has not said how far along it
+/// is, or never does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnknownWork {
+    /// Rank it as if it needed as much work again as the CPU time it has had (least attained
+    /// service first): newcomers are served first and soon report their size.
+    #[default]
+    Attained,
+    /// Keep it at its fair share, outside the ranking.
+    Neutral,
+}
+
+/// What jobs are ranked by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RankBy {
+    /// Estimated remaining work (shortest first), with a projection-based guard.
+    #[default]
+    Remaining,
+    /// Completion time under fair sharing, stretched by the slack (earliest first).
+    FairDeadline,
+    /// Time to spare before that deadline if the job ran as fast as it can from now on.
+    Laxity,
+}
+
 /// The governor policy's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GovernorParams {
@@ -18,6 +42,9 @@ pub struct GovernorParams {
     /// `k^concentration`. 0 ignores remaining work (pure throughput); 1 is the fluid optimum
     /// of mean completion time; larger values approach strict shortest-remaining-first.
     pub concentration: f64,
+    /// How much of a job's rank value still counts for cores beyond its first: 0 splits them
+    /// for throughput alone, 1 uses the full rank value everywhere.
+    pub spread: f64,
     /// Every job gets at least this fraction of its fair share (what it would get with every
     /// knob at the kernel default).
     pub floor: f64,
@@ -36,12 +63,16 @@ pub struct GovernorParams {
     pub smoothing: f64,
     /// Re-decide at least this often, seconds.
     pub interval: Seconds,
+    pub order: RankBy,
+    pub unknown: UnknownWork,
+    pub project_boosts: bool,
 }
 
 impl Default for GovernorParams {
     fn default() -> Self {
         GovernorParams {
             concentration: 1.0,
+            spread: 0.0,
             floor: 0.1,
             slack: 0.1,
             urgency_margin: 0.5,
@@ -49,6 +80,9 @@ impl Default for GovernorParams {
             hysteresis: 0.1,
             smoothing: 0.3,
             interval: 1.0,
+            order: RankBy::default(),
+            unknown: UnknownWork::default(),
+            project_boosts: true,
         }
     }
 }
@@ -67,12 +101,29 @@ impl GovernorParams {
         match key {
             "concentration" => self.concentration = num(0.0, 100.0)?,
             "floor" => self.floor = num(0.0, 1.0)?,
+            "spread" => self.spread = num(0.0, 1.0)?,
             "slack" => self.slack = num(0.0, 1000.0)?,
             "urgency_margin" => self.urgency_margin = num(0.0, 10.0)?,
             "makespan_guard" => self.makespan_guard = num(0.0, 1.0)?,
             "hysteresis" => self.hysteresis = num(0.0, 0.99)?,
             "smoothing" => self.smoothing = num(0.001, 1.0)?,
             "interval" => self.interval = num(0.001, 3600.0)?,
+            "project_boosts" => self.project_boosts = super::parse_param(key, value)?,
+            "unknown" => {
+                self.unknown = match value {
+                    "attained" => UnknownWork::Attained,
+                    "neutral" => UnknownWork::Neutral,
+                    _ => return Err(format!("unknown is attained or neutral, not {value:?}")),
+                }
+            }
+            "order" => {
+                self.order = match value {
+                    "remaining" => RankBy::Remaining,
+                    "fair_deadline" => RankBy::FairDeadline,
+                    "laxity" => RankBy::Laxity,
+                    _ => return Err(format!("order is remaining or fair_deadline, not {value:?}")),
+                }
+            }
             _ => return Err(format!("unknown parameter {key:?}")),
         }
         Ok(())
@@ -174,9 +225,6 @@ fn run_virtual(
     finished
 }
 
-/// How far above its fair share an urgent job is lifted.
-const URGENT_BOOST: f64 = 0.25;
-
 /// Our policy.
 #[derive(Debug)]
 pub struct Governor {
@@ -240,33 +288,34 @@ impl Governor {
         finish
     }
 
-    /// Rank jobs by remaining work, starting from the previous ranking and swapping neighbours
-    /// only when the later one is better by more than the hysteresis. Higher priority first.
-    fn rank(&self, remaining: &BTreeMap<JobId, f64>) -> Vec<JobId> {
-        let key = |id: &JobId| (self.jobs[id].spec.priority, remaining[id]);
+    /// Order jobs by `key` (smaller first; higher priority before anything), starting from the
+    /// previous order and swapping neighbours only when the later one's key is smaller by more
+    /// than the hysteresis (relative to the larger magnitude, at least one unit).
+    fn rank(&self, keys: &BTreeMap<JobId, f64>) -> Vec<JobId> {
+        let key = |id: &JobId| (self.jobs[id].spec.priority, keys[id]);
         let mut order: Vec<JobId> = self
             .order
             .iter()
-            .filter(|id| remaining.contains_key(*id))
+            .filter(|id| keys.contains_key(*id))
             .cloned()
             .collect();
-        let mut newcomers: Vec<JobId> = remaining
+        let mut newcomers: Vec<JobId> = keys
             .keys()
             .filter(|id| !order.contains(id))
             .cloned()
             .collect();
         newcomers.sort_by(|a, b| {
-            let (pa, ra) = key(a);
-            let (pb, rb) = key(b);
-            pb.cmp(&pa).then(ra.total_cmp(&rb)).then(a.cmp(b))
+            let (pa, ka) = key(a);
+            let (pb, kb) = key(b);
+            pb.cmp(&pa).then(ka.total_cmp(&kb)).then(a.cmp(b))
         });
         for n in newcomers {
-            let (pn, rn) = key(&n);
+            let (pn, kn) = key(&n);
             let pos = order
                 .iter()
                 .position(|o| {
-                    let (po, ro) = key(o);
-                    pn > po || (pn == po && rn < ro)
+                    let (po, ko) = key(o);
+                    pn > po || (pn == po && kn < ko)
                 })
                 .unwrap_or(order.len());
             order.insert(pos, n);
@@ -275,9 +324,9 @@ impl Governor {
         loop {
             let mut swapped = false;
             for i in 1..order.len() {
-                let (pa, ra) = key(&order[i - 1]);
-                let (pb, rb) = key(&order[i]);
-                if pb > pa || (pb == pa && rb < ra * (1.0 - h)) {
+                let (pa, ka) = key(&order[i - 1]);
+                let (pb, kb) = key(&order[i]);
+                if pb > pa || (pb == pa && kb < ka - h * ka.abs().max(kb.abs()).max(1.0)) {
                     order.swap(i - 1, i);
                     swapped = true;
                 }
@@ -298,9 +347,38 @@ impl Governor {
         let remaining: BTreeMap<JobId, f64> = self
             .jobs
             .iter()
-            .filter_map(|(id, j)| j.fit.remaining().map(|r| (id.clone(), r)))
+            .filter_map(|(id, j)| {
+                let r = match (j.fit.remaining(), self.params.unknown) {
+                    (Some(r), _) => Some(r),
+                    // No position reported (yet): expect it to need about what it has had
+                    // (work ≤ CPU time), so a newcomer is served first and soon shows its size.
+                    (None, UnknownWork::Attained) => Some(j.cpu_seconds),
+                    (None, UnknownWork::Neutral) => None,
+                };
+                r.map(|r| (id.clone(), r))
+            })
             .collect();
-        let order = self.rank(&remaining);
+        let fair_finish = self.fair_finish(now);
+        let keys: BTreeMap<JobId, f64> = match self.params.order {
+            RankBy::Remaining => remaining.clone(),
+            RankBy::FairDeadline | RankBy::Laxity => remaining
+                .iter()
+                .map(|(id, left)| {
+                    let job = &self.jobs[id];
+                    let fair = fair_finish.get(id).copied().unwrap_or(f64::INFINITY);
+                    let deadline = fair + self.params.slack * (fair - job.submitted).max(0.0);
+                    let key = if self.params.order == RankBy::Laxity {
+                        // Time to spare if it ran as fast as it can from now on.
+                        let fastest = job.fit.speed(job.demand_limit.unwrap_or(cores));
+                        deadline - now - left / fastest.max(1e-9)
+                    } else {
+                        deadline - now
+                    };
+                    (id.clone(), key)
+                })
+                .collect(),
+        };
+        let order = self.rank(&keys);
         // Ranked jobs in rank order, then the others.
         let mut ids = order.clone();
         ids.extend(
@@ -317,15 +395,14 @@ impl Governor {
                     remaining: remaining.get(id).copied(),
                     parallel_fraction: job.parallel_fraction(),
                     limit: job.demand_limit.unwrap_or(cores),
-                    urgent: false,
+                    urgent: self.params.project_boosts && self.urgent.contains(id),
                 }
             })
             .collect();
-        // Where the plan without any promotion leads if nothing else arrives, against where fair
-        // sharing leads. (Judging with the promotions in place would flap: a promoted job looks
-        // on time, is demoted, looks late again.)
+        // Where the current plan leads if nothing else arrives, against where fair sharing
+        // leads. A promoted job looks on time with its promotion, so it is only demoted once it
+        // looks early by the margin (no flapping).
         let projected = project(cores, &plan, &self.params);
-        let fair_finish = self.fair_finish(now);
         let margin = self.params.urgency_margin.max(0.0);
         let last_fair = fair_finish
             .iter()
@@ -349,10 +426,10 @@ impl Governor {
                 self.params.slack * (fair - self.jobs[id].submitted)
             };
             let delay = now + offset - fair;
-            let threshold = if self.urgent.contains(id) {
-                margin * budget / 2.0
-            } else {
-                margin * budget
+            let threshold = match (self.urgent.contains(id), self.params.project_boosts) {
+                (true, true) => -margin * budget,
+                (true, false) => margin * budget / 2.0,
+                (false, _) => margin * budget,
             };
             p.urgent = delay > threshold;
             if p.urgent {
@@ -365,6 +442,9 @@ impl Governor {
         ids.into_iter().zip(targets).collect()
     }
 }
+
+/// How far above its fair share an urgent job is lifted (when that fits).
+const URGENT_BOOST: f64 = 0.25;
 
 /// A job as the planner sees it.
 #[derive(Clone, Debug)]
@@ -383,6 +463,29 @@ fn claims(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<Claim> {
     let limits: Vec<f64> = jobs.iter().map(|j| j.limit).collect();
     let fair = fair_shares(cores, &limits);
     let ranked = jobs.iter().filter(|j| j.remaining.is_some()).count() as f64;
+    let floor = params.floor.clamp(0.0, 1.0);
+    let guaranteed: f64 = jobs
+        .iter()
+        .zip(&fair)
+        .map(|(j, f)| {
+            if j.remaining.is_none() || j.urgent {
+                *f
+            } else {
+                floor * f
+            }
+        })
+        .sum();
+    let boosts: f64 = jobs
+        .iter()
+        .zip(&fair)
+        .filter(|(j, _)| j.remaining.is_some() && j.urgent)
+        .map(|(j, f)| (f * URGENT_BOOST).min((j.limit - f).max(0.0)))
+        .sum();
+    let boost_scale = if boosts > 0.0 {
+        ((cores - guaranteed).max(0.0) / boosts).min(1.0)
+    } else {
+        1.0
+    };
     let mut position = 0.0;
     jobs.iter()
         .zip(&fair)
@@ -391,6 +494,7 @@ fn claims(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<Claim> {
                 // Nothing known about its remaining work: its fair share, pinned.
                 return Claim {
                     value: 0.0,
+                    value_above_one: 0.0,
                     parallel_fraction: job.parallel_fraction,
                     min: *fair_share,
                     max: *fair_share,
@@ -398,14 +502,17 @@ fn claims(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<Claim> {
             }
             let value = (ranked - position).powf(params.concentration.max(0.0));
             position += 1.0;
+            // An urgent job is guaranteed its fair share (fair shares always fit together) and
+            // a boost above it, so it wins back the time it lent; the boosts are scaled down
+            // together when they do not fit beside everyone's guarantee.
             let min = if job.urgent {
-                // More than its fair share, to win back the time it lent.
-                (*fair_share * (1.0 + URGENT_BOOST)).min(job.limit)
+                (*fair_share * (1.0 + URGENT_BOOST * boost_scale)).min(job.limit)
             } else {
                 params.floor.clamp(0.0, 1.0) * fair_share
             };
             Claim {
                 value,
+                value_above_one: value.powf(params.spread.clamp(0.0, 1.0)),
                 parallel_fraction: job.parallel_fraction,
                 min,
                 max: job.limit,
