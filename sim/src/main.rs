@@ -1,5 +1,6 @@
 //! `govsim`: the simulator's command line.
-fn main() {
-    eprintln!("govsim: not implemented yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    sim::cli::main()
 }

@@ -9,6 +9,8 @@
 //! 1. [`NodePolicy::job_added`] / [`NodePolicy::job_removed`] when the job set changes
 //!    (FlowCon's listeners);
 //! 2. [`NodePolicy::progress`] for every new finite value of a job's progress signal;
+//!    followed by [`NodePolicy::work_done`] when the log line also says how far along the job is
+//!    ("epoch 3/10");
 //! 3. [`NodePolicy::usage`] with cumulative resource counters whenever they are sampled;
 //! 4. [`NodePolicy::decide`] at any time: after events and at [`Plan::next_decision_at`] at the
 //!    latest. A policy that acts only on its own interval returns its previous allocations when
@@ -21,7 +23,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod allocate;
 pub mod fair;
+pub mod flowcon;
+pub mod governor;
+pub mod share;
+pub mod signal;
+pub mod specon;
+pub mod speedup;
 
 /// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
 pub type Seconds = f64;
@@ -234,12 +243,41 @@ pub trait NodePolicy: Send {
     fn progress(&mut self, now: Seconds, id: &JobId, point: ProgressPoint);
     /// New cumulative resource counters of a job.
     fn usage(&mut self, now: Seconds, id: &JobId, usage: Usage);
+    /// The fraction (0..=1) of its planned work a job has done, when its log says so
+    /// ("Epoch 3/10", "step 1200/5000"): called after [`NodePolicy::progress`] for a log line
+    /// that carries a position and a total. Policies that rank jobs by remaining work use it;
+    /// the default ignores it, so logs without totals work everywhere.
+    fn work_done(&mut self, _now: Seconds, _id: &JobId, _fraction: f64) {}
     /// Decide every job's allocation now.
     fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan;
 }
 
+/// The smallest cap the daemon writes: one 1 ms slice per 100 ms period (the kernel's minimum
+/// quota is 1 ms).
+pub const MIN_CAP_CORES: f64 = 0.01;
+
+/// Apply operator bounds to a proposed `cpu.max` (in cores, `None` = no cap): never above
+/// `bounds.max_cores`, never below `bounds.min_cores` nor [`MIN_CAP_CORES`]. Non-finite or
+/// non-positive proposals mean "no cap".
+pub fn clamp_cores(cap: Option<f64>, bounds: &Bounds) -> Option<f64> {
+    let cap = cap.filter(|c| c.is_finite() && *c > 0.0);
+    let cap = match (cap, bounds.max_cores.filter(|m| m.is_finite() && *m > 0.0)) {
+        (Some(c), Some(m)) => Some(c.min(m)),
+        (None, Some(m)) => Some(m),
+        (c, None) => c,
+    };
+    cap.map(|c| {
+        let floor = bounds
+            .min_cores
+            .filter(|m| m.is_finite())
+            .unwrap_or(0.0)
+            .max(MIN_CAP_CORES);
+        c.max(floor)
+    })
+}
+
 /// Names accepted by [`by_name`], in the order they are documented.
-pub const POLICY_NAMES: &[&str] = &["fair"];
+pub const POLICY_NAMES: &[&str] = &["fair", "flowcon", "specon", "governor"];
 
 /// Error for an unknown policy name.
 #[derive(Debug, thiserror::Error)]
@@ -249,13 +287,143 @@ pub struct UnknownPolicy {
     pub known: String,
 }
 
+/// Error for a policy spec ([`by_spec`]) that names an unknown policy or parameter.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicySpecError {
+    #[error(transparent)]
+    Unknown(#[from] UnknownPolicy),
+    #[error("policy {policy}: {message}")]
+    Parameter { policy: String, message: String },
+}
+
+/// Build a policy from a spec `NAME[:KEY=VALUE]...`, e.g. `flowcon:interval=30` or
+/// `governor:floor=0.5:concentration=2`: the named policy with the given parameters changed
+/// from their defaults (the parameters each policy accepts are listed in its module doc).
+pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default().trim();
+    let params: Vec<(&str, &str)> = parts
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| PolicySpecError::Parameter {
+                    policy: name.to_owned(),
+                    message: format!("expected KEY=VALUE, got {kv:?}"),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    if params.is_empty() {
+        return Ok(by_name(name)?);
+    }
+    let bad = |message: String| PolicySpecError::Parameter {
+        policy: name.to_owned(),
+        message,
+    };
+    match name {
+        "flowcon" => {
+            let mut p = flowcon::FlowConParams::default();
+            for (k, v) in params {
+                p.set(k, v).map_err(bad)?;
+            }
+            Ok(Box::new(flowcon::FlowCon::new(p)))
+        }
+        "specon" => {
+            let mut p = specon::SpeConParams::default();
+            for (k, v) in params {
+                p.set(k, v).map_err(bad)?;
+            }
+            Ok(Box::new(specon::SpeCon::new(p)))
+        }
+        "governor" => {
+            let mut p = governor::GovernorParams::default();
+            for (k, v) in params {
+                p.set(k, v).map_err(bad)?;
+            }
+            Ok(Box::new(governor::Governor::new(p)))
+        }
+        "fair" => Err(bad("takes no parameters".to_owned())),
+        _ => Err(by_name(name).err().map_or_else(
+            || bad("unknown policy".to_owned()),
+            PolicySpecError::Unknown,
+        )),
+    }
+}
+
+/// Parse a parameter value, with an error naming the key.
+fn parse_param<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("invalid value {value:?} for {key}"))
+}
+
 /// Build a policy by its name, with its default parameters.
 pub fn by_name(name: &str) -> Result<Box<dyn NodePolicy>, UnknownPolicy> {
     match name {
         "fair" => Ok(Box::new(fair::Fair::default())),
+        "flowcon" => Ok(Box::new(flowcon::FlowCon::default())),
+        "specon" => Ok(Box::new(specon::SpeCon::default())),
+        "governor" => Ok(Box::new(governor::Governor::default())),
         _ => Err(UnknownPolicy {
             name: name.to_owned(),
             known: POLICY_NAMES.join(", "),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_name_builds_a_policy_of_that_name() {
+        for name in POLICY_NAMES {
+            let policy = by_name(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(policy.name(), *name);
+        }
+        let err = by_name("nope").err().expect("unknown name rejected");
+        assert!(err.to_string().contains("fair"), "{err}");
+    }
+
+    #[test]
+    fn specs_set_parameters_and_reject_mistakes() {
+        for spec in [
+            "fair",
+            "flowcon:interval=30",
+            "flowcon:threshold_lists=nl_wl:max_interval=60",
+            "specon:alpha=0.05:interval=20:relative_gain=false:min_learning_others=1",
+        ] {
+            let p = by_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(p.name(), spec.split(':').next().unwrap());
+        }
+        for bad in [
+            "nope",
+            "fair:x=1",
+            "flowcon:interval",
+            "flowcon:bogus=1",
+            "flowcon:interval=abc",
+            "specon:alpha=x",
+            "governor:bogus=1",
+        ] {
+            assert!(by_spec(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn bounds_clamp_caps() {
+        let none = Bounds::default();
+        assert_eq!(clamp_cores(None, &none), None);
+        assert_eq!(clamp_cores(Some(2.0), &none), Some(2.0));
+        assert_eq!(clamp_cores(Some(0.0), &none), None, "a zero cap is no cap");
+        assert_eq!(clamp_cores(Some(f64::NAN), &none), None);
+        assert_eq!(clamp_cores(Some(0.001), &none), Some(MIN_CAP_CORES));
+        let b = Bounds {
+            min_cores: Some(1.0),
+            max_cores: Some(3.0),
+            ..Bounds::default()
+        };
+        assert_eq!(clamp_cores(None, &b), Some(3.0));
+        assert_eq!(clamp_cores(Some(5.0), &b), Some(3.0));
+        assert_eq!(clamp_cores(Some(0.5), &b), Some(1.0));
+        assert_eq!(clamp_cores(Some(2.0), &b), Some(2.0));
     }
 }

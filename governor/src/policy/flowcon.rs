@@ -1,0 +1,816 @@
+//! `flowcon`: FlowCon's worker-side algorithms (Mao et al., "Elastic Resource Management for Deep
+//! Learning Applications in a Container Cluster", IEEE TCC 2023): dynamic limits from growth
+//! efficiency (Algorithm 1), listeners (Algorithm 2) and the adaptive threshold (Algorithm 3).
+//! Placement (Algorithm 4) belongs to the coordinator.
+//!
+//! # The algorithm, as implemented
+//!
+//! Every job is in one of three lists: NL (new, learning fast; [`Category::Progressing`]), WL
+//! (watching; [`Category::Watching`]) and CL (completing; [`Category::Converged`]). Each job has a
+//! *limit* `L ∈ (0, 1]`, a fraction of the node's CPU; it starts at 1.
+//!
+//! *Growth efficiency* (Eq. 1-2) is progress per second divided by the average resource used in
+//! the same interval: `G = (|ΔE|/Δt) / (Δcpu/Δt) = |ΔE| / Δcpu`, the change of the evaluation
+//! function per CPU-second. It is measured between the job's latest progress value at the previous
+//! evaluation and its latest value now, with the job's cumulative CPU time at the moment each value
+//! was observed.
+//!
+//! An *evaluation* runs every `itval` seconds and immediately when a listener fires (a job arrived
+//! or left: Algorithm 2 puts a new job in NL with `L = 1`, forgets a departed one, resets `itval`
+//! to its initial value and runs the evaluation). An evaluation is:
+//! 1. measure `G` for every job that has logged a new value since it was last measured;
+//! 2. Algorithm 3 (threshold `α`): all jobs in CL → `α = -1` (Algorithm 1 deactivated, free
+//!    competition); a single job → `α = G/2`; otherwise `α = (mean G over NL + mean G over CL)/2`,
+//!    where the mean of a list with no measured job counts as 0;
+//! 3. Algorithm 1 (lists), unless `α = -1`, for every job measured in step 1: `G ≥ α` → NL;
+//!    `G < α` moves NL → WL and WL → CL; a CL job with `G < α` stays in CL;
+//! 4. Algorithm 1 (limits): if every job is in CL, every limit is 1 and `itval` doubles
+//!    (exponential back-off); otherwise a CL job gets `max(G/ΣG, 1/n)`, a WL job keeps its limit
+//!    and an NL job gets `G/ΣG`, where `n` is the number of jobs and `ΣG` sums every job's latest
+//!    `G`.
+//!
+//! A limit `L` is written as `cpu.max = L × cores` (`L = 1` → no cap, "max"); `cpu.weight` stays
+//! at the kernel default. FlowCon's limits are Docker's `--cpus`, i.e. CFS quota: a hard cap.
+//! Memory is left alone (the paper's evaluation manages CPU only). Operator [`Bounds`] win over
+//! the algorithm.
+//!
+//! # Where the paper is ambiguous, and the reading taken
+//!
+//! - **Algorithm 3, line 13** averages NL and *WL*; the prose ("the half of the average gain of NL
+//!   and CL") averages NL and *CL*. We take the prose by default: the threshold is then the
+//!   midpoint between the fast and the slow group, which is what a threshold separating them
+//!   should be. [`ThresholdLists::NewAndWatching`] selects the pseudocode's reading; the
+//!   single-node comparison in docs/evaluation.md measures both.
+//! - **Algorithm 3 uses per-second progress `P`, Algorithm 1 compares growth efficiency `G = P/R`
+//!   with the result.** The two have different units (they differ by the cores a job uses), so we
+//!   compute `α` from `G`, the quantity it is compared with.
+//! - **Empty lists in Algorithm 3, line 13** divide by zero; we count an empty list's mean as 0,
+//!   which makes the multi-job rule agree with the single-job rule (`α = G/2`) when every measured
+//!   job is in NL.
+//! - **Algorithm 1, line 17** doubles `itval` inside the per-container loop; the prose says the
+//!   interval doubles. We double once per evaluation, capped at [`FlowConParams::max_interval`]
+//!   (the paper has no cap; the cap only bounds how stale limits can get between listener events).
+//! - **Algorithm 1, line 22**: the lower bound `1/|c_id|` is read as one over the number of jobs on
+//!   the node: a completing job is never capped below its equal share.
+//! - **Algorithm 1, line 24** ("limits in WL remain unchanged") is taken literally: a watched job
+//!   keeps whatever limit it had, including 1.
+//! - **Line 26** gives an NL job `G/ΣG` although the prose says NL jobs get *more* resources; we
+//!   follow the pseudocode (a fast job's share of the total efficiency is large). When `ΣG = 0`
+//!   there is no information to divide by and an NL job gets 1.
+//! - **Jobs without a new value since the last evaluation** (their log interval is longer than
+//!   `itval`) cannot have `G` computed; they keep their list and limit, and their latest `G` still
+//!   counts in `ΣG`. Reading "no new value" as `G = 0` would demote every job that logs less often
+//!   than FlowCon looks.
+//! - **Initial values**: the paper gives none for `itval` or `α`. `α` needs none (Algorithm 3 runs
+//!   before Algorithm 1 at every evaluation); `itval` defaults to 10 s (see [`FlowConParams`]).
+
+use std::collections::BTreeMap;
+
+use super::{
+    Allocation, Bounds, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
+    NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
+};
+
+/// Which lists Algorithm 3 averages to set the threshold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThresholdLists {
+    /// NL and CL, as the paper's prose says (the default).
+    #[default]
+    NewAndCompleting,
+    /// NL and WL, as the pseudocode's line 13 says.
+    NewAndWatching,
+}
+
+/// FlowCon's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowConParams {
+    /// Initial evaluation interval `itval`, seconds. The paper gives no value; 10 s lets FlowCon
+    /// see a few log lines of a typical job per interval and reacts within the 13-40 s arrival
+    /// gaps of the paper's experiments. Default 10.
+    pub interval: Seconds,
+    /// Cap on the exponential back-off of `itval`, seconds. Default 320 (five doublings).
+    pub max_interval: Seconds,
+    /// Which lists set the threshold (Algorithm 3). Default: NL and CL (the prose).
+    pub threshold_lists: ThresholdLists,
+    /// Leave NL jobs uncapped (the prose: "allocate more resources to containers in NL")
+    /// instead of capping them at `G/ΣG` (line 26). Default false (the pseudocode).
+    pub nl_uncapped: bool,
+}
+
+impl Default for FlowConParams {
+    fn default() -> Self {
+        FlowConParams {
+            interval: 10.0,
+            max_interval: 320.0,
+            threshold_lists: ThresholdLists::default(),
+            nl_uncapped: false,
+        }
+    }
+}
+
+impl FlowConParams {
+    /// Set a parameter by name (`interval`, `max_interval`, `threshold_lists` = `nl_cl` | `nl_wl`,
+    /// `nl_uncapped` = `true` | `false`).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "interval" => self.interval = positive(key, value)?,
+            "max_interval" => self.max_interval = positive(key, value)?,
+            "nl_uncapped" => self.nl_uncapped = super::parse_param(key, value)?,
+            "threshold_lists" => {
+                self.threshold_lists = match value {
+                    "nl_cl" => ThresholdLists::NewAndCompleting,
+                    "nl_wl" => ThresholdLists::NewAndWatching,
+                    _ => return Err(format!("threshold_lists is nl_cl or nl_wl, not {value:?}")),
+                }
+            }
+            _ => return Err(format!("unknown parameter {key:?}")),
+        }
+        Ok(())
+    }
+}
+
+fn positive(key: &str, value: &str) -> Result<f64, String> {
+    let v: f64 = super::parse_param(key, value)?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{key} must be a positive number, not {value}"))
+    }
+}
+
+/// FlowCon's lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum List {
+    New,
+    Watching,
+    Completing,
+}
+
+impl List {
+    fn category(self) -> Category {
+        match self {
+            List::New => Category::Progressing,
+            List::Watching => Category::Watching,
+            List::Completing => Category::Converged,
+        }
+    }
+}
+
+/// A progress value with the job's cumulative CPU time when it was observed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Observation {
+    at: Seconds,
+    value: f64,
+    cpu_seconds: f64,
+}
+
+#[derive(Clone, Debug)]
+struct JobState {
+    bounds: Bounds,
+    list: List,
+    /// Fraction of the node's CPU, in (0, 1].
+    limit: f64,
+    /// Latest growth efficiency measured (None until two observations with CPU in between).
+    growth: Option<f64>,
+    /// Growth measured in the evaluation that is running (None: no new value this time).
+    fresh_growth: Option<f64>,
+    /// Latest cumulative CPU seconds reported.
+    cpu_seconds: f64,
+    /// Latest observed progress value.
+    latest: Option<Observation>,
+    /// The observation the next growth is measured from.
+    baseline: Option<Observation>,
+}
+
+impl JobState {
+    fn new(bounds: Bounds) -> Self {
+        JobState {
+            bounds,
+            list: List::New,
+            limit: 1.0,
+            growth: None,
+            fresh_growth: None,
+            cpu_seconds: 0.0,
+            latest: None,
+            baseline: None,
+        }
+    }
+}
+
+/// FlowCon's Algorithms 1-3 on one node.
+#[derive(Debug)]
+pub struct FlowCon {
+    params: FlowConParams,
+    jobs: BTreeMap<JobId, JobState>,
+    /// Current threshold; -1 deactivates Algorithm 1.
+    alpha: f64,
+    itval: Seconds,
+    /// When the next periodic evaluation is due (None: at the next decide).
+    next_run_at: Option<Seconds>,
+    /// A listener fired: evaluate at the next decide.
+    listener_fired: bool,
+    cores_seen: f64,
+}
+
+impl Default for FlowCon {
+    fn default() -> Self {
+        Self::new(FlowConParams::default())
+    }
+}
+
+impl FlowCon {
+    pub fn new(params: FlowConParams) -> Self {
+        FlowCon {
+            params,
+            jobs: BTreeMap::new(),
+            alpha: 0.0,
+            itval: params.interval,
+            next_run_at: None,
+            listener_fired: false,
+            cores_seen: 0.0,
+        }
+    }
+
+    /// The current threshold `α` (-1 when Algorithm 1 is deactivated).
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+
+    /// The current evaluation interval `itval`.
+    pub fn interval(&self) -> Seconds {
+        self.itval
+    }
+
+    /// A job's limit as a fraction of the node, if the job is known.
+    pub fn limit(&self, id: &JobId) -> Option<f64> {
+        self.jobs.get(id).map(|j| j.limit)
+    }
+
+    /// A job's latest growth efficiency, if measured.
+    pub fn growth(&self, id: &JobId) -> Option<f64> {
+        self.jobs.get(id).and_then(|j| j.growth)
+    }
+
+    fn listener(&mut self) {
+        // Algorithm 2, lines 8/16-17: reset the interval and run Algorithm 1 now.
+        self.itval = self.params.interval;
+        self.listener_fired = true;
+    }
+
+    /// One evaluation: measurement, Algorithm 3, Algorithm 1.
+    fn evaluate(&mut self, now: Seconds) {
+        self.measure();
+        self.alpha = self.adaptive_threshold();
+        if self.alpha != -1.0 {
+            self.categorise();
+        }
+        self.set_limits();
+        self.next_run_at = Some(now + self.itval);
+        self.listener_fired = false;
+    }
+
+    fn measure(&mut self) {
+        for job in self.jobs.values_mut() {
+            job.fresh_growth = None;
+            let (Some(latest), Some(baseline)) = (job.latest, job.baseline) else {
+                job.baseline = job.latest;
+                continue;
+            };
+            let cpu = latest.cpu_seconds - baseline.cpu_seconds;
+            if latest.at <= baseline.at || cpu <= 0.0 {
+                // No new value, or no CPU accounted in between yet: nothing to measure; keep
+                // the baseline so the next measurement spans the whole interval.
+                continue;
+            }
+            let g = (latest.value - baseline.value).abs() / cpu;
+            job.fresh_growth = Some(g);
+            job.growth = Some(g);
+            job.baseline = Some(latest);
+        }
+    }
+
+    /// Algorithm 3.
+    fn adaptive_threshold(&self) -> f64 {
+        if !self.jobs.is_empty() && self.jobs.values().all(|j| j.list == List::Completing) {
+            return -1.0;
+        }
+        if self.jobs.len() == 1 {
+            let job = self.jobs.values().next().expect("one job");
+            return match job.fresh_growth {
+                Some(g) => g / 2.0,
+                None => self.alpha.max(0.0),
+            };
+        }
+        let second = match self.params.threshold_lists {
+            ThresholdLists::NewAndCompleting => List::Completing,
+            ThresholdLists::NewAndWatching => List::Watching,
+        };
+        let mean = |list: List| {
+            let gs: Vec<f64> = self
+                .jobs
+                .values()
+                .filter(|j| j.list == list)
+                .filter_map(|j| j.fresh_growth)
+                .collect();
+            if gs.is_empty() {
+                0.0
+            } else {
+                gs.iter().sum::<f64>() / gs.len() as f64
+            }
+        };
+        (mean(List::New) + mean(second)) / 2.0
+    }
+
+    /// Algorithm 1, lines 2-13.
+    fn categorise(&mut self) {
+        let alpha = self.alpha;
+        for job in self.jobs.values_mut() {
+            let Some(g) = job.fresh_growth else { continue };
+            job.list = if g >= alpha {
+                List::New
+            } else {
+                match job.list {
+                    List::New => List::Watching,
+                    List::Watching | List::Completing => List::Completing,
+                }
+            };
+        }
+    }
+
+    /// Algorithm 1, lines 14-26.
+    fn set_limits(&mut self) {
+        if self.jobs.values().all(|j| j.list == List::Completing) {
+            for job in self.jobs.values_mut() {
+                job.limit = 1.0;
+            }
+            if !self.jobs.is_empty() {
+                self.itval = (self.itval * 2.0).min(self.params.max_interval);
+            }
+            return;
+        }
+        let n = self.jobs.len() as f64;
+        let total: f64 = self.jobs.values().filter_map(|j| j.growth).sum();
+        for job in self.jobs.values_mut() {
+            let Some(g) = job.growth else { continue };
+            let share = if total > 0.0 { g / total } else { 1.0 };
+            match job.list {
+                List::Completing => job.limit = share.max(1.0 / n).min(1.0),
+                List::Watching => {}
+                List::New if self.params.nl_uncapped => job.limit = 1.0,
+                List::New => job.limit = share.clamp(f64::MIN_POSITIVE, 1.0),
+            }
+        }
+    }
+
+    fn allocations(&self) -> BTreeMap<JobId, Allocation> {
+        let cores = self.cores_seen;
+        self.jobs
+            .iter()
+            .map(|(id, job)| {
+                let cap = if job.limit >= 1.0 || cores <= 0.0 {
+                    None
+                } else {
+                    Some(job.limit * cores)
+                };
+                let reason = match job.growth {
+                    Some(g) => format!(
+                        "flowcon: {} (G={g:.3e}/cpu-s, alpha={:.3e}), limit {:.0}% of node",
+                        list_name(job.list),
+                        self.alpha,
+                        job.limit * 100.0
+                    ),
+                    None => format!(
+                        "flowcon: {} (no growth measured yet), limit {:.0}% of node",
+                        list_name(job.list),
+                        job.limit * 100.0
+                    ),
+                };
+                (
+                    id.clone(),
+                    Allocation {
+                        category: job.list.category(),
+                        cpu: CpuAllocation {
+                            weight: 100,
+                            max_cores: clamp_cores(cap, &job.bounds),
+                        },
+                        memory: MemoryAllocation::default(),
+                        reason,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+fn list_name(list: List) -> &'static str {
+    match list {
+        List::New => "NL",
+        List::Watching => "WL",
+        List::Completing => "CL",
+    }
+}
+
+impl NodePolicy for FlowCon {
+    fn name(&self) -> &'static str {
+        "flowcon"
+    }
+
+    fn job_added(&mut self, _now: Seconds, spec: &JobSpec) {
+        // Algorithm 2, lines 5-7: a new job goes to NL with no limit.
+        self.jobs
+            .insert(spec.id.clone(), JobState::new(spec.bounds));
+        self.listener();
+    }
+
+    fn job_removed(&mut self, _now: Seconds, id: &JobId) {
+        // Algorithm 2, lines 10-15: forget it and release its resources.
+        if self.jobs.remove(id).is_some() {
+            self.listener();
+        }
+    }
+
+    fn progress(&mut self, now: Seconds, id: &JobId, point: ProgressPoint) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let observation = Observation {
+            at: now,
+            value: point.value,
+            cpu_seconds: job.cpu_seconds,
+        };
+        if point.new_segment {
+            // A restarted run: its first value says nothing about progress since the old one.
+            job.baseline = None;
+        }
+        job.latest = Some(observation);
+    }
+
+    fn usage(&mut self, _now: Seconds, id: &JobId, usage: Usage) {
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.cpu_seconds = job.cpu_seconds.max(usage.cpu_seconds);
+        }
+    }
+
+    fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan {
+        self.cores_seen = node.cores;
+        let due = self.next_run_at.is_none_or(|at| now >= at);
+        if self.listener_fired || due {
+            self.evaluate(now);
+        }
+        Plan {
+            allocations: self.allocations(),
+            migrations: Vec::new(),
+            next_decision_at: if self.jobs.is_empty() {
+                None
+            } else {
+                self.next_run_at
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: NodeResources = NodeResources {
+        cores: 4.0,
+        memory_bytes: 8 << 30,
+    };
+
+    fn id(s: &str) -> JobId {
+        JobId::from(s)
+    }
+
+    /// Feed a job a progress value and, before it, its cumulative CPU time.
+    fn observe(p: &mut FlowCon, now: Seconds, job: &str, value: f64, cpu_seconds: f64) {
+        p.usage(
+            now,
+            &id(job),
+            Usage {
+                at: now,
+                cpu_seconds,
+                ..Usage::default()
+            },
+        );
+        p.progress(
+            now,
+            &id(job),
+            ProgressPoint {
+                at: now,
+                value,
+                new_segment: false,
+            },
+        );
+    }
+
+    fn list_of(p: &FlowCon, job: &str) -> List {
+        p.jobs[&id(job)].list
+    }
+
+    /// A policy with jobs `a` and `b` both measured once (baseline set) at t=0.
+    fn two_jobs() -> FlowCon {
+        let mut p = FlowCon::default();
+        p.job_added(0.0, &JobSpec::new("a"));
+        p.job_added(0.0, &JobSpec::new("b"));
+        observe(&mut p, 0.0, "a", 10.0, 0.0);
+        observe(&mut p, 0.0, "b", 10.0, 0.0);
+        p.decide(0.0, &NODE);
+        p
+    }
+
+    #[test]
+    fn a_new_job_joins_nl_uncapped_and_the_listener_evaluates_at_once() {
+        let mut p = FlowCon::default();
+        p.job_added(0.0, &JobSpec::new("a"));
+        let plan = p.decide(0.0, &NODE);
+        let a = &plan.allocations[&id("a")];
+        assert_eq!(a.category, Category::Progressing);
+        assert_eq!(a.cpu, CpuAllocation::DEFAULT);
+        assert_eq!(plan.next_decision_at, Some(10.0));
+    }
+
+    #[test]
+    fn growth_efficiency_is_loss_change_per_cpu_second() {
+        let mut p = two_jobs();
+        observe(&mut p, 10.0, "a", 6.0, 20.0); // |Δ|=4 over 20 cpu-s
+        observe(&mut p, 10.0, "b", 9.0, 20.0); // |Δ|=1 over 20 cpu-s
+        p.decide(10.0, &NODE);
+        assert_eq!(p.growth(&id("a")), Some(0.2));
+        assert_eq!(p.growth(&id("b")), Some(0.05));
+    }
+
+    #[test]
+    fn decide_before_the_interval_keeps_the_previous_plan() {
+        let mut p = two_jobs();
+        observe(&mut p, 5.0, "a", 6.0, 20.0);
+        observe(&mut p, 5.0, "b", 9.0, 20.0);
+        p.decide(5.0, &NODE);
+        assert_eq!(p.growth(&id("a")), None, "evaluated before itval elapsed");
+        p.decide(10.0, &NODE);
+        assert!(p.growth(&id("a")).is_some(), "evaluated once itval elapsed");
+    }
+
+    #[test]
+    fn slow_job_moves_nl_to_wl_to_cl_and_back_to_nl() {
+        let mut p = two_jobs();
+        // Round 1: a G=0.2, b G=0.05. α = (mean NL + mean CL)/2 = (0.125 + 0)/2 = 0.0625.
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 9.0, 20.0);
+        p.decide(10.0, &NODE);
+        assert!((p.alpha() - 0.0625).abs() < 1e-12, "alpha {}", p.alpha());
+        assert_eq!(list_of(&p, "a"), List::New);
+        assert_eq!(list_of(&p, "b"), List::Watching, "NL -> WL");
+        // Round 2: same growths. α = (0.2 + 0)/2 = 0.1 (b is in WL, not counted). b: WL -> CL.
+        observe(&mut p, 20.0, "a", 2.0, 40.0);
+        observe(&mut p, 20.0, "b", 8.0, 40.0);
+        p.decide(20.0, &NODE);
+        assert!((p.alpha() - 0.1).abs() < 1e-12);
+        assert_eq!(list_of(&p, "b"), List::Completing, "WL -> CL");
+        // Round 3: b still slow: stays in CL. α = (0.2 + 0.05)/2 = 0.125.
+        observe(&mut p, 30.0, "a", -2.0, 60.0);
+        observe(&mut p, 30.0, "b", 7.0, 60.0);
+        p.decide(30.0, &NODE);
+        assert!((p.alpha() - 0.125).abs() < 1e-12);
+        assert_eq!(list_of(&p, "b"), List::Completing, "CL stays CL");
+        // Round 4: b speeds up (G=0.3 ≥ α): back to NL.
+        observe(&mut p, 40.0, "a", -6.0, 80.0);
+        observe(&mut p, 40.0, "b", 1.0, 80.0);
+        p.decide(40.0, &NODE);
+        assert_eq!(list_of(&p, "b"), List::New, "CL -> NL");
+    }
+
+    #[test]
+    fn pseudocode_threshold_averages_nl_and_wl() {
+        let mut p = FlowCon::new(FlowConParams {
+            threshold_lists: ThresholdLists::NewAndWatching,
+            ..FlowConParams::default()
+        });
+        p.job_added(0.0, &JobSpec::new("a"));
+        p.job_added(0.0, &JobSpec::new("b"));
+        observe(&mut p, 0.0, "a", 10.0, 0.0);
+        observe(&mut p, 0.0, "b", 10.0, 0.0);
+        p.decide(0.0, &NODE);
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 9.0, 20.0);
+        p.decide(10.0, &NODE); // b -> WL
+        observe(&mut p, 20.0, "a", 2.0, 40.0);
+        observe(&mut p, 20.0, "b", 8.0, 40.0);
+        p.decide(20.0, &NODE);
+        // NL mean 0.2, WL mean 0.05 (b measured while in WL) -> 0.125.
+        assert!((p.alpha() - 0.125).abs() < 1e-12, "alpha {}", p.alpha());
+    }
+
+    #[test]
+    fn completing_job_is_capped_at_its_growth_share_but_not_below_an_equal_share() {
+        let mut p = FlowCon::default();
+        for j in ["a", "b", "c", "d"] {
+            p.job_added(0.0, &JobSpec::new(j));
+            observe(&mut p, 0.0, j, 10.0, 0.0);
+        }
+        p.decide(0.0, &NODE);
+        // a, b, c fast (G=0.3) and d slow (G=0.01): d goes NL -> WL -> CL.
+        for round in 1..=2 {
+            let t = 10.0 * round as f64;
+            for j in ["a", "b", "c"] {
+                observe(&mut p, t, j, 10.0 - 6.0 * round as f64, 20.0 * round as f64);
+            }
+            observe(&mut p, t, "d", 10.0 - 0.2 * round as f64, 20.0 * round as f64);
+            p.decide(t, &NODE);
+        }
+        assert_eq!(list_of(&p, "d"), List::Completing);
+        // d: G/ΣG = 0.01/0.91 ≈ 1.1% < 1/4 -> lower bound 25% of 4 cores = 1 core.
+        assert!((p.limit(&id("d")).unwrap() - 0.25).abs() < 1e-12);
+        let plan = p.decide(20.0, &NODE);
+        assert_eq!(plan.allocations[&id("d")].cpu.max_cores, Some(1.0));
+        // NL jobs get G/ΣG = 0.3/0.91 of the node.
+        let a = p.limit(&id("a")).unwrap();
+        assert!((a - 0.3 / 0.91).abs() < 1e-12, "a limit {a}");
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, Some(a * 4.0));
+    }
+
+    #[test]
+    fn completing_job_above_the_bound_gets_its_growth_share() {
+        let mut p = two_jobs();
+        // Force b into CL with a growth share above 1/2: craft the lists directly.
+        p.jobs.get_mut(&id("b")).unwrap().list = List::Completing;
+        p.jobs.get_mut(&id("a")).unwrap().list = List::Watching;
+        observe(&mut p, 10.0, "a", 9.9, 20.0); // G = 0.005 -> WL -> CL
+        observe(&mut p, 10.0, "b", 9.0, 20.0); // G = 0.05
+        p.decide(10.0, &NODE);
+        // α = (0 + 0.05)/2 = 0.025: a (WL, G<α) -> CL, b (CL, G ≥ α) -> NL.
+        assert_eq!(list_of(&p, "b"), List::New);
+        assert_eq!(list_of(&p, "a"), List::Completing);
+        // b's share 0.05/0.055 ≈ 0.91; a's max(0.09, 0.5) = 0.5.
+        assert!((p.limit(&id("a")).unwrap() - 0.5).abs() < 1e-12);
+        assert!((p.limit(&id("b")).unwrap() - 0.05 / 0.055).abs() < 1e-12);
+    }
+
+    #[test]
+    fn prose_reading_leaves_nl_jobs_uncapped() {
+        let mut p = FlowCon::new(FlowConParams {
+            nl_uncapped: true,
+            ..FlowConParams::default()
+        });
+        p.job_added(0.0, &JobSpec::new("a"));
+        p.job_added(0.0, &JobSpec::new("b"));
+        observe(&mut p, 0.0, "a", 10.0, 0.0);
+        observe(&mut p, 0.0, "b", 10.0, 0.0);
+        p.decide(0.0, &NODE);
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 7.0, 20.0);
+        let plan = p.decide(10.0, &NODE);
+        assert_eq!(list_of(&p, "a"), List::New);
+        assert_eq!(list_of(&p, "b"), List::New);
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, None);
+        assert_eq!(plan.allocations[&id("b")].cpu.max_cores, None);
+    }
+
+    #[test]
+    fn watched_job_keeps_its_limit() {
+        let mut p = two_jobs();
+        p.jobs.get_mut(&id("b")).unwrap().limit = 0.4;
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 9.0, 20.0);
+        p.decide(10.0, &NODE);
+        assert_eq!(list_of(&p, "b"), List::Watching);
+        assert_eq!(p.limit(&id("b")), Some(0.4), "WL limits remain unchanged");
+    }
+
+    #[test]
+    fn all_completing_means_free_competition_and_a_doubling_interval() {
+        let mut p = two_jobs();
+        for j in ["a", "b"] {
+            let job = p.jobs.get_mut(&id(j)).unwrap();
+            job.list = List::Completing;
+            job.limit = 0.5;
+        }
+        let plan = p.decide(10.0, &NODE);
+        assert_eq!(p.alpha(), -1.0, "Algorithm 3 deactivates Algorithm 1");
+        assert_eq!(p.limit(&id("a")), Some(1.0));
+        assert_eq!(plan.allocations[&id("a")].cpu, CpuAllocation::DEFAULT);
+        assert_eq!(p.interval(), 20.0);
+        assert_eq!(plan.next_decision_at, Some(30.0));
+        // Deactivated: even a burst of growth does not move a job out of CL.
+        observe(&mut p, 30.0, "a", 0.0, 40.0);
+        let plan = p.decide(30.0, &NODE);
+        assert_eq!(list_of(&p, "a"), List::Completing);
+        assert_eq!(p.interval(), 40.0);
+        assert_eq!(plan.next_decision_at, Some(70.0));
+        // The back-off is capped.
+        let mut t = 70.0;
+        for _ in 0..10 {
+            t = p.decide(t, &NODE).next_decision_at.unwrap();
+        }
+        assert_eq!(p.interval(), 320.0);
+    }
+
+    #[test]
+    fn an_arrival_resets_the_interval_and_reactivates_the_algorithm() {
+        let mut p = two_jobs();
+        for j in ["a", "b"] {
+            p.jobs.get_mut(&id(j)).unwrap().list = List::Completing;
+        }
+        p.decide(10.0, &NODE);
+        p.decide(30.0, &NODE);
+        assert_eq!(p.interval(), 40.0);
+        p.job_added(35.0, &JobSpec::new("c"));
+        let plan = p.decide(35.0, &NODE);
+        assert_ne!(p.alpha(), -1.0);
+        assert_eq!(p.interval(), 10.0, "listener resets itval");
+        assert_eq!(plan.next_decision_at, Some(45.0));
+        assert_eq!(plan.allocations[&id("c")].category, Category::Progressing);
+    }
+
+    #[test]
+    fn a_departure_resets_the_interval_and_releases_the_job() {
+        let mut p = two_jobs();
+        for j in ["a", "b"] {
+            p.jobs.get_mut(&id(j)).unwrap().list = List::Completing;
+        }
+        p.decide(10.0, &NODE);
+        assert_eq!(p.interval(), 20.0);
+        p.job_removed(12.0, &id("a"));
+        let plan = p.decide(12.0, &NODE);
+        assert!(!plan.allocations.contains_key(&id("a")));
+        // Still all in CL: free competition again, from the reset interval.
+        assert_eq!(p.interval(), 20.0);
+        assert_eq!(plan.next_decision_at, Some(32.0));
+        // Removing an unknown job is not a listener event.
+        p.job_removed(13.0, &id("zzz"));
+        assert!(!p.listener_fired);
+    }
+
+    #[test]
+    fn single_job_threshold_is_half_its_growth_and_it_stays_uncapped() {
+        let mut p = FlowCon::default();
+        p.job_added(0.0, &JobSpec::new("a"));
+        observe(&mut p, 0.0, "a", 10.0, 0.0);
+        p.decide(0.0, &NODE);
+        observe(&mut p, 10.0, "a", 9.0, 40.0); // G = 0.025
+        let plan = p.decide(10.0, &NODE);
+        assert!((p.alpha() - 0.0125).abs() < 1e-12);
+        assert_eq!(list_of(&p, "a"), List::New);
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, None);
+    }
+
+    #[test]
+    fn job_without_a_new_value_keeps_its_list_and_limit() {
+        let mut p = two_jobs();
+        observe(&mut p, 10.0, "a", 6.0, 20.0);
+        observe(&mut p, 10.0, "b", 9.0, 20.0);
+        p.decide(10.0, &NODE);
+        assert_eq!(list_of(&p, "b"), List::Watching);
+        // Only a logs this interval; b stays in WL although α is above its old growth.
+        observe(&mut p, 20.0, "a", 2.0, 40.0);
+        p.usage(
+            20.0,
+            &id("b"),
+            Usage {
+                at: 20.0,
+                cpu_seconds: 40.0,
+                ..Usage::default()
+            },
+        );
+        p.decide(20.0, &NODE);
+        assert_eq!(list_of(&p, "b"), List::Watching);
+    }
+
+    #[test]
+    fn zero_total_growth_leaves_nl_jobs_uncapped() {
+        let mut p = two_jobs();
+        observe(&mut p, 10.0, "a", 10.0, 20.0);
+        observe(&mut p, 10.0, "b", 10.0, 20.0);
+        let plan = p.decide(10.0, &NODE);
+        // α = 0, every G = 0 ≥ α: both NL, ΣG = 0 -> limit 1.
+        assert_eq!(list_of(&p, "a"), List::New);
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, None);
+    }
+
+    #[test]
+    fn a_new_segment_restarts_the_measurement() {
+        let mut p = two_jobs();
+        p.progress(
+            5.0,
+            &id("a"),
+            ProgressPoint {
+                at: 5.0,
+                value: 100.0,
+                new_segment: true,
+            },
+        );
+        observe(&mut p, 10.0, "b", 9.0, 20.0);
+        p.decide(10.0, &NODE);
+        assert_eq!(p.growth(&id("a")), None, "no growth across a restart");
+    }
+
+    #[test]
+    fn operator_bounds_override_the_limit() {
+        let mut p = FlowCon::default();
+        let mut spec = JobSpec::new("a");
+        spec.bounds.max_cores = Some(2.0);
+        p.job_added(0.0, &spec);
+        let plan = p.decide(0.0, &NODE);
+        assert_eq!(plan.allocations[&id("a")].cpu.max_cores, Some(2.0));
+    }
+}

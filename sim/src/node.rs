@@ -1,0 +1,477 @@
+//! The single-node simulator: jobs from a [`JobModel`] list share one node's cores under a real
+//! [`NodePolicy`], driven exactly as the daemon drives it.
+//!
+//! The loop is event-driven on a simulated clock. Between events every job runs at the speed its
+//! share of the node gives it; shares follow [`governor::policy::share::water_fill`], the same
+//! cgroup v2 model `governor status` uses (weights work-conserving, `cpu.max` a hard cap, demand =
+//! the job's parallelism). Events, in the order they are handled when they coincide:
+//! 1. a job finishes its work: `job_removed` (its undelivered log lines are dropped);
+//! 2. a job writes a log line (every [`LogEvery`] of work or of time): the line is delivered to the
+//!    policy `progress_delay` later, as the daemon's inotify tailer would;
+//! 3. a job arrives: `job_added`;
+//! 4. a log line is delivered: `progress` (and `work_done` when the line carries "k/N");
+//! 5. the usage sampler fires (every `usage_interval`, 1 s like the daemon): `usage` for every job;
+//! 6. the policy's `next_decision_at` is reached.
+//!
+//! After any of these the policy's `decide` runs and its plan takes effect immediately (the
+//! daemon's cgroup writes take microseconds). Log noise comes from one seeded RNG stream per job,
+//! so every policy sees the same noise for the same log line.
+
+use std::collections::BTreeMap;
+
+use governor::policy::share::{ShareRequest, water_fill};
+use governor::policy::{
+    CpuAllocation, JobId, JobSpec, MigrationRequest, NodePolicy, NodeResources, ProgressPoint,
+    Usage,
+};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::job::{JobModel, LogEvery};
+
+/// The simulated node and the daemon's observation delays.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeConfig {
+    /// CPU cores shared by the jobs.
+    pub cores: f64,
+    /// Memory shared by the jobs, bytes (passed to the policy; not simulated yet).
+    pub memory_bytes: u64,
+    /// Seconds between usage samples (the daemon samples every second).
+    pub usage_interval: f64,
+    /// Seconds between a log write and the policy seeing it (inotify wake-up + parse).
+    pub progress_delay: f64,
+    /// Give up after this much simulated time (jobs still running have no finish time).
+    pub horizon: f64,
+    /// Record every job's cores over time in the result.
+    pub record_timeline: bool,
+    /// Record every decision's allocations (with the policy's reasons) in the result.
+    pub record_decisions: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            cores: 4.0,
+            memory_bytes: 16 << 30,
+            usage_interval: 1.0,
+            progress_delay: 0.2,
+            horizon: 30.0 * 24.0 * 3600.0,
+            record_timeline: false,
+            record_decisions: false,
+        }
+    }
+}
+
+/// One job's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    pub id: String,
+    pub submit: f64,
+    /// Completion time (None: still running at the horizon).
+    pub finish: Option<f64>,
+    /// `finish - submit`.
+    pub jct: Option<f64>,
+    /// The job's work, seconds on one core.
+    pub work: f64,
+    pub parallelism: f64,
+    /// Seconds the job would take alone on this node.
+    pub alone: f64,
+    /// CPU-seconds the job consumed.
+    pub cpu_seconds: f64,
+    /// When the policy first asked for the job to be migrated, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration_requested_at: Option<f64>,
+    /// `(time, cores)` each time the job's share changed (only with `record_timeline`).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub timeline: Vec<(f64, f64)>,
+}
+
+/// The outcome of one simulation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeRun {
+    pub policy: String,
+    pub jobs: Vec<JobResult>,
+    /// Mean JCT over finished jobs.
+    pub avg_jct: f64,
+    /// Last finish minus first submit.
+    pub makespan: f64,
+    /// Core-seconds left idle while some job could have used them, over the makespan.
+    pub idle_core_seconds: f64,
+    /// [`makespan_lower_bound`] of the workload.
+    pub makespan_lower_bound: f64,
+    /// Number of `decide` calls.
+    pub decisions: u64,
+    /// Migration requests the policy emitted (not executed on a single node).
+    pub migrations: Vec<(f64, MigrationRequest)>,
+    /// Every decision, when `record_decisions` is set: `(time, job, weight, cap, reason)`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub decision_log: Vec<(f64, String, u32, Option<f64>, String)>,
+}
+
+struct Live {
+    started: bool,
+    finished: Option<f64>,
+    done: f64,
+    cpu: f64,
+    /// Next log threshold: a fraction of the work (`Work`) or an absolute time (`Seconds`).
+    next_log: f64,
+    cores: f64,
+    rng: ChaCha8Rng,
+    migration_requested_at: Option<f64>,
+    timeline: Vec<(f64, f64)>,
+}
+
+#[derive(Clone, Copy)]
+struct Delivery {
+    at: f64,
+    job: usize,
+    point: ProgressPoint,
+    fraction: f64,
+}
+
+/// A lower bound on any policy's makespan for `jobs` on `cores` cores: no job finishes before
+/// it has run its work at its best speed, and no set of jobs submitted at or after `t` finishes
+/// before `t + (their work) / cores` (a core does at most one unit of work per second).
+pub fn makespan_lower_bound(jobs: &[JobModel], cores: f64) -> f64 {
+    let first = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
+    if !first.is_finite() {
+        return 0.0;
+    }
+    let by_job = jobs
+        .iter()
+        .map(|j| j.submit + j.alone_seconds(cores))
+        .fold(0.0, f64::max);
+    let by_work = jobs
+        .iter()
+        .map(|j| {
+            let later: f64 = jobs
+                .iter()
+                .filter(|k| k.submit >= j.submit)
+                .map(|k| k.work)
+                .sum();
+            j.submit + later / cores
+        })
+        .fold(0.0, f64::max);
+    by_job.max(by_work) - first
+}
+
+/// Relative tolerance when deciding that a job reached its work or a log threshold.
+const EPS: f64 = 1e-9;
+
+/// Run `jobs` on one node under `policy`. Deterministic for a given `seed` (the seed only drives
+/// log noise).
+pub fn run_node(
+    jobs: &[JobModel],
+    config: &NodeConfig,
+    policy: &mut dyn NodePolicy,
+    seed: u64,
+) -> NodeRun {
+    let node = NodeResources {
+        cores: config.cores,
+        memory_bytes: config.memory_bytes,
+    };
+    let ids: Vec<JobId> = jobs.iter().map(|j| JobId(j.id.clone())).collect();
+    let mut live: Vec<Live> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            rng.set_stream(i as u64 + 1);
+            Live {
+                started: false,
+                finished: None,
+                done: 0.0,
+                cpu: 0.0,
+                next_log: 0.0,
+                cores: 0.0,
+                rng,
+                migration_requested_at: None,
+                timeline: Vec::new(),
+            }
+        })
+        .collect();
+    let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
+    arrivals.sort_by(|&a, &b| jobs[a].submit.total_cmp(&jobs[b].submit).then(a.cmp(&b)));
+    let mut next_arrival = 0;
+    let mut deliveries: Vec<Delivery> = Vec::new();
+    let mut allocations: BTreeMap<JobId, CpuAllocation> = BTreeMap::new();
+    let mut next_decision: Option<f64> = None;
+    let mut migrations = Vec::new();
+    let mut decisions = 0u64;
+    let mut decision_log = Vec::new();
+    let mut idle_core_seconds = 0.0;
+    let first_submit = arrivals.first().map_or(0.0, |&i| jobs[i].submit.max(0.0));
+    let mut t = first_submit;
+    let mut next_usage = t;
+
+    loop {
+        let active: Vec<usize> = (0..jobs.len())
+            .filter(|&i| live[i].started && live[i].finished.is_none())
+            .collect();
+        if active.is_empty() && next_arrival == arrivals.len() {
+            break;
+        }
+
+        // Shares and speeds under the current allocations.
+        let requests: Vec<ShareRequest> = active
+            .iter()
+            .map(|&i| {
+                let a = allocations
+                    .get(&ids[i])
+                    .copied()
+                    .unwrap_or(CpuAllocation::DEFAULT);
+                ShareRequest {
+                    weight: a.weight,
+                    max_cores: a.max_cores,
+                    demand: jobs[i].parallelism,
+                }
+            })
+            .collect();
+        let shares = water_fill(config.cores, &requests);
+        for (&i, &cores) in active.iter().zip(&shares) {
+            if config.record_timeline
+                && live[i]
+                    .timeline
+                    .last()
+                    .is_none_or(|&(_, c)| (c - cores).abs() > 1e-9)
+            {
+                live[i].timeline.push((t, cores));
+            }
+            live[i].cores = cores;
+        }
+        let wanted: f64 = active
+            .iter()
+            .map(|&i| jobs[i].parallelism)
+            .sum::<f64>()
+            .min(config.cores);
+        let used: f64 = shares.iter().sum();
+
+        // The next event.
+        let mut t_next = f64::INFINITY;
+        if let Some(&i) = arrivals.get(next_arrival) {
+            t_next = t_next.min(jobs[i].submit.max(t));
+        }
+        for &i in &active {
+            let speed = jobs[i].speed(live[i].cores);
+            if speed > 0.0 {
+                t_next = t_next.min(t + (jobs[i].work - live[i].done).max(0.0) / speed);
+                if let LogEvery::Work { .. } = jobs[i].log_every {
+                    let target = live[i].next_log * jobs[i].work;
+                    t_next = t_next.min(t + (target - live[i].done).max(0.0) / speed);
+                }
+            }
+            if let LogEvery::Seconds { .. } = jobs[i].log_every {
+                t_next = t_next.min(live[i].next_log.max(t));
+            }
+        }
+        for d in &deliveries {
+            t_next = t_next.min(d.at.max(t));
+        }
+        if !active.is_empty() {
+            t_next = t_next.min(next_usage.max(t));
+            if let Some(at) = next_decision {
+                t_next = t_next.min(at.max(t));
+            }
+        }
+        if !t_next.is_finite() {
+            break;
+        }
+        let stop = t_next > config.horizon;
+        let t_next = t_next.min(config.horizon);
+
+        // Run everyone until then.
+        let dt = t_next - t;
+        for &i in &active {
+            live[i].done += jobs[i].speed(live[i].cores) * dt;
+            live[i].cpu += live[i].cores * dt;
+        }
+        idle_core_seconds += (wanted - used).max(0.0) * dt;
+        t = t_next;
+        if stop {
+            break;
+        }
+
+        // Events at t.
+        let mut changed = false;
+        for &i in &active {
+            if jobs[i].work - live[i].done <= EPS * jobs[i].work.max(1.0) {
+                live[i].done = jobs[i].work;
+                live[i].finished = Some(t);
+                policy.job_removed(t, &ids[i]);
+                deliveries.retain(|d| d.job != i);
+                changed = true;
+            }
+        }
+        for &i in &active {
+            if live[i].finished.is_some() {
+                continue;
+            }
+            let job = &jobs[i];
+            match job.log_every {
+                LogEvery::Work { fraction } => {
+                    let step = fraction.max(1e-6);
+                    while live[i].next_log < 1.0 - EPS
+                        && live[i].done >= live[i].next_log * job.work - EPS * job.work.max(1.0)
+                    {
+                        let x = live[i].next_log;
+                        let value = job.logged_loss(x, &mut live[i].rng);
+                        deliveries.push(Delivery {
+                            at: t + config.progress_delay,
+                            job: i,
+                            point: ProgressPoint {
+                                at: t + config.progress_delay,
+                                value,
+                                new_segment: false,
+                            },
+                            fraction: x,
+                        });
+                        live[i].next_log += step;
+                    }
+                }
+                LogEvery::Seconds { seconds } => {
+                    let step = seconds.max(1e-3);
+                    while live[i].next_log <= t + EPS {
+                        let x = live[i].done / job.work;
+                        let value = job.logged_loss(x, &mut live[i].rng);
+                        deliveries.push(Delivery {
+                            at: t + config.progress_delay,
+                            job: i,
+                            point: ProgressPoint {
+                                at: t + config.progress_delay,
+                                value,
+                                new_segment: false,
+                            },
+                            fraction: x,
+                        });
+                        live[i].next_log += step;
+                    }
+                }
+            }
+        }
+        while let Some(&i) = arrivals.get(next_arrival) {
+            if jobs[i].submit > t + EPS {
+                break;
+            }
+            next_arrival += 1;
+            let job = &jobs[i];
+            live[i].started = true;
+            live[i].next_log = match job.log_every {
+                LogEvery::Work { fraction } => fraction.max(1e-6),
+                LogEvery::Seconds { seconds } => t + seconds.max(1e-3),
+            };
+            policy.job_added(
+                t,
+                &JobSpec {
+                    priority: job.priority,
+                    ..JobSpec::new(job.id.clone())
+                },
+            );
+            changed = true;
+        }
+        let mut due: Vec<Delivery> = Vec::new();
+        deliveries.retain(|d| {
+            if d.at <= t + EPS {
+                due.push(*d);
+                false
+            } else {
+                true
+            }
+        });
+        for d in due {
+            policy.progress(t, &ids[d.job], d.point);
+            if jobs[d.job].reports_total {
+                policy.work_done(t, &ids[d.job], d.fraction);
+            }
+            changed = true;
+        }
+        if t >= next_usage - EPS {
+            for &i in &active {
+                if live[i].finished.is_none() {
+                    policy.usage(
+                        t,
+                        &ids[i],
+                        Usage {
+                            at: t,
+                            cpu_seconds: live[i].cpu,
+                            memory_bytes: jobs[i].memory_bytes,
+                            memory_pressure_events: 0,
+                        },
+                    );
+                }
+            }
+            while next_usage <= t + EPS {
+                next_usage += config.usage_interval.max(1e-3);
+            }
+            changed = true;
+        }
+        if next_decision.is_some_and(|at| at <= t + EPS) {
+            changed = true;
+        }
+        if changed {
+            let plan = policy.decide(t, &node);
+            decisions += 1;
+            if config.record_decisions {
+                for (id, a) in &plan.allocations {
+                    decision_log.push((t, id.0.clone(), a.cpu.weight, a.cpu.max_cores, a.reason.clone()));
+                }
+            }
+            allocations = plan
+                .allocations
+                .into_iter()
+                .map(|(id, a)| (id, a.cpu))
+                .collect();
+            // A policy asking to be called "now" again would stall the clock.
+            next_decision = plan.next_decision_at.map(|at| at.max(t + 1e-3));
+            for m in plan.migrations {
+                if let Some(i) = ids.iter().position(|id| *id == m.job) {
+                    live[i].migration_requested_at.get_or_insert(t);
+                }
+                migrations.push((t, m));
+            }
+        }
+    }
+
+    let results: Vec<JobResult> = jobs
+        .iter()
+        .zip(&live)
+        .map(|(job, l)| JobResult {
+            id: job.id.clone(),
+            submit: job.submit,
+            finish: l.finished,
+            jct: l.finished.map(|f| f - job.submit),
+            work: job.work,
+            parallelism: job.parallelism,
+            alone: job.alone_seconds(config.cores),
+            cpu_seconds: l.cpu,
+            migration_requested_at: l.migration_requested_at,
+            timeline: l.timeline.clone(),
+        })
+        .collect();
+    let jcts: Vec<f64> = results.iter().filter_map(|r| r.jct).collect();
+    let avg_jct = if jcts.is_empty() {
+        0.0
+    } else {
+        jcts.iter().sum::<f64>() / jcts.len() as f64
+    };
+    let last_finish = results
+        .iter()
+        .filter_map(|r| r.finish)
+        .fold(f64::NEG_INFINITY, f64::max);
+    NodeRun {
+        policy: policy.name().to_owned(),
+        jobs: results,
+        avg_jct,
+        makespan: if last_finish.is_finite() {
+            last_finish - first_submit
+        } else {
+            0.0
+        },
+        idle_core_seconds,
+        makespan_lower_bound: makespan_lower_bound(jobs, config.cores),
+        decisions,
+        migrations,
+        decision_log,
+    }
+}
