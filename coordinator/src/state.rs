@@ -198,6 +198,8 @@ struct Node {
     session: Option<u64>,
     last_seen: Seconds,
     report: NodeReport,
+    /// A report arrived in the current session (until then its jobs are not confirmed).
+    synced: bool,
 }
 
 /// Why a node's registration or report is refused.
@@ -293,6 +295,7 @@ impl ClusterState {
                     session: None,
                     last_seen: now,
                     report: NodeReport::default(),
+                    synced: false,
                 },
             );
         }
@@ -387,6 +390,7 @@ impl ClusterState {
                 node.status = NodeStatus::Ready;
                 node.session = Some(session);
                 node.last_seen = now;
+                node.synced = false;
             }
             None => {
                 info!(node = %name, session, "node registered");
@@ -398,6 +402,7 @@ impl ClusterState {
                         session: Some(session),
                         last_seen: now,
                         report: NodeReport::default(),
+                        synced: false,
                     },
                 );
                 self.rebuild_view();
@@ -468,6 +473,7 @@ impl ClusterState {
             self.dirty.nodes.insert(node_name.into());
         }
         node.last_seen = now;
+        node.synced = true;
         node.report = report;
         let reported: Vec<JobReport> = node.report.jobs.clone();
 
@@ -640,8 +646,9 @@ impl ClusterState {
         }
         let node_down = job.members.iter().find_map(|m| {
             let n = self.nodes.get(&m.node)?;
-            (n.status != NodeStatus::Ready && !m.state.is_finished())
-                .then(|| (m.node.clone(), n.status))
+            // A node that reconnected has not confirmed its jobs until its first report.
+            let unconfirmed = n.status != NodeStatus::Ready || (!n.synced && m.seen);
+            (unconfirmed && !m.state.is_finished()).then(|| (m.node.clone(), n.status))
         });
         let failed = job.members.iter().find(|m| {
             m.state == RunState::Failed
@@ -684,7 +691,10 @@ impl ClusterState {
                     NodeStatus::Resyncing => {
                         format!("waiting for node {node} to re-sync after a coordinator restart")
                     }
-                    _ => format!(
+                    NodeStatus::Ready => {
+                        format!("node {node} reconnected; waiting for its first report")
+                    }
+                    NodeStatus::Lost => format!(
                         "node {node} is lost (no report for over {:.0} s); the job may still run there",
                         self.config.lost_after_s
                     ),
@@ -1408,6 +1418,9 @@ mod tests {
         let a2 = s
             .register(20.0, hello("a", 2), "10.0.0.1:2".into())
             .session_id;
+        let job = s.job_record("j1").unwrap();
+        assert_eq!(job.status, JobStatus::Unknown, "not confirmed before the node's first report");
+        assert!(job.message.contains("waiting for its first report"), "{}", job.message);
         s.report(
             20.0,
             "a",

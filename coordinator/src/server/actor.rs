@@ -209,6 +209,8 @@ struct Actor {
     latency: LatencyStats,
     started: Instant,
     store_failing: bool,
+    /// Answered once the store is closed, so a new coordinator can open it at once.
+    shutdown_reply: Option<oneshot::Sender<()>>,
 }
 
 impl Actor {
@@ -220,6 +222,7 @@ impl Actor {
             latency: LatencyStats::default(),
             started: Instant::now(),
             store_failing: false,
+            shutdown_reply: None,
         }
     }
 
@@ -253,7 +256,12 @@ impl Actor {
             }
         }
         self.flush();
+        let reply = self.shutdown_reply.take();
+        drop(self); // closes the store
         debug!("coordinator actor stopped");
+        if let Some(reply) = reply {
+            let _ = reply.send(());
+        }
     }
 
     /// Run a state call that may place jobs and record how long the placement took.
@@ -352,8 +360,7 @@ impl Actor {
                 });
             }
             Msg::Shutdown(reply) => {
-                self.flush();
-                let _ = reply.send(());
+                self.shutdown_reply = Some(reply);
                 return true;
             }
         }
@@ -382,7 +389,8 @@ impl Actor {
             &dirty,
             &meta,
             |n| state.node_record(n).cloned(),
-            |j| state.job_record(j).cloned(),
+            // Local jobs are not persisted: their nodes report them again after a restart.
+            |j| state.job_record(j).filter(|r| !r.is_local()).cloned(),
         ) {
             Ok(()) => {
                 if self.store_failing {

@@ -87,10 +87,19 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
-    /// Stop serving and wait for the server to finish.
+    /// Stop serving: refuse new connections, give open requests and node sessions up to 5 s to
+    /// end, then drop them, persist and close the store.
     pub async fn stop(self) {
         let _ = self.shutdown.send(());
-        let _ = self.join.await;
+        let mut join = self.join;
+        if tokio::time::timeout(Duration::from_secs(5), &mut join)
+            .await
+            .is_err()
+        {
+            info!("node sessions still open after 5 s; closing them");
+            join.abort();
+            let _ = join.await;
+        }
         self.coordinator.shutdown().await;
     }
 
