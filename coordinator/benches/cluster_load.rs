@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use governor_proto::control::JobSpec;
 use governor_proto::node::{
-    Category, Hello, JobOrigin, JobReport, NodeCapacity, NodeMessage, NodeReport, GpuDevice,
+    Category, GpuDevice, Hello, JobOrigin, JobReport, NodeCapacity, NodeMessage, NodeReport,
 };
 use governor_proto::pb;
 use governor_proto::pb::control_service_client::ControlServiceClient;
@@ -150,11 +150,23 @@ async fn main() {
     let seconds = arg("--seconds", 30);
     let connections = arg("--connections", 100).max(1) as usize;
     let submit_rate = arg("--submit-rate", 20).max(1);
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let dir = tempfile::tempdir().unwrap();
     let address = format!("127.0.0.1:{port}");
     let mut coordinator = Command::new(env!("CARGO_BIN_EXE_coordinator"))
-        .args(["--insecure", "--listen", &address, "--policy", "soonest", "--lost-after", "30"])
+        .args([
+            "--insecure",
+            "--listen",
+            &address,
+            "--policy",
+            "soonest",
+            "--lost-after",
+            "30",
+        ])
         .arg("--store")
         .arg(dir.path().join("bench.redb"))
         .args(["--log-level", "warn"])
@@ -170,7 +182,10 @@ async fn main() {
         }
     };
     let idle = proc_usage(pid);
-    println!("coordinator pid {pid} on {address}; idle RSS {:.1} MiB", idle.1 as f64 / 1048576.0);
+    println!(
+        "coordinator pid {pid} on {address}; idle RSS {:.1} MiB",
+        idle.1 as f64 / 1048576.0
+    );
 
     // Bring the nodes up over ~10 s.
     let mut channels = Vec::new();
@@ -187,19 +202,34 @@ async fn main() {
         }
     }
     loop {
-        let s = control.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+        let s = control
+            .get_stats(pb::GetStatsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
         if s.ready_nodes as usize >= nodes {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(300), "only {} of {nodes} nodes registered in 300 s", s.ready_nodes);
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "only {} of {nodes} nodes registered in 300 s",
+            s.ready_nodes
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    println!("{nodes} nodes registered in {:.1} s; warming up 5 s", started.elapsed().as_secs_f64());
+    println!(
+        "{nodes} nodes registered in {:.1} s; warming up 5 s",
+        started.elapsed().as_secs_f64()
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // The measured window.
     let before = proc_usage(pid);
-    let stats0 = control.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    let stats0 = control
+        .get_stats(pb::GetStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     let window = Instant::now();
     let mut submit_ms = Vec::new();
     let mut k = 0u64;
@@ -211,24 +241,53 @@ async fn main() {
         spec.gpus = (k % 3) as u32;
         let t = Instant::now();
         control
-            .submit_job(pb::SubmitJobRequest { spec: Some(spec.into()) })
+            .submit_job(pb::SubmitJobRequest {
+                spec: Some(spec.into()),
+            })
             .await
             .expect("submit");
         submit_ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     let elapsed = window.elapsed().as_secs_f64();
     let after = proc_usage(pid);
-    let stats = control.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    let stats = control
+        .get_stats(pb::GetStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     submit_ms.sort_by(f64::total_cmp);
     let reports_per_s = (stats.reports - stats0.reports) as f64 / elapsed;
     println!();
-    println!("cluster_load: {nodes} simulated nodes, {connections} connections, {seconds} s window, {submit_rate} submissions/s");
+    println!(
+        "cluster_load: {nodes} simulated nodes, {connections} connections, {seconds} s window, {submit_rate} submissions/s"
+    );
     println!("  reports received          {reports_per_s:.0}/s");
-    println!("  coordinator CPU           {:.2} cores ({:.1}% of one core)", (after.0 - before.0) / elapsed, 100.0 * (after.0 - before.0) / elapsed);
-    println!("  coordinator RSS           {:.1} MiB (peak {:.1} MiB, idle {:.1} MiB)", after.1 as f64 / 1048576.0, after.2 as f64 / 1048576.0, idle.1 as f64 / 1048576.0);
-    println!("  jobs placed               {} ({} queued)", stats.placements - stats0.placements, stats.queued_jobs);
-    println!("  placement decision        p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (coordinator, admission round)", stats.placement_p50_ms, stats.placement_p99_ms, stats.placement_max_ms);
-    println!("  submit round trip         p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (govctl's view, includes queueing behind reports)", percentile(&submit_ms, 0.5), percentile(&submit_ms, 0.99), percentile(&submit_ms, 1.0));
+    println!(
+        "  coordinator CPU           {:.2} cores ({:.1}% of one core)",
+        (after.0 - before.0) / elapsed,
+        100.0 * (after.0 - before.0) / elapsed
+    );
+    println!(
+        "  coordinator RSS           {:.1} MiB (peak {:.1} MiB, idle {:.1} MiB)",
+        after.1 as f64 / 1048576.0,
+        after.2 as f64 / 1048576.0,
+        idle.1 as f64 / 1048576.0
+    );
+    println!(
+        "  jobs placed               {} ({} queued)",
+        stats.placements - stats0.placements,
+        stats.queued_jobs
+    );
+    println!(
+        "  placement decision        p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (coordinator, admission round)",
+        stats.placement_p50_ms, stats.placement_p99_ms, stats.placement_max_ms
+    );
+    println!(
+        "  submit round trip         p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (govctl's view, includes queueing behind reports)",
+        percentile(&submit_ms, 0.5),
+        percentile(&submit_ms, 0.99),
+        percentile(&submit_ms, 1.0)
+    );
     let _ = coordinator.kill();
     let _ = coordinator.wait();
 }

@@ -50,7 +50,13 @@ fn bench(c: &mut Criterion) {
     for (name, _) in placement::POLICIES {
         let mut policy = placement::by_name(name).unwrap();
         group.bench_function(*name, |b| {
-            b.iter(|| black_box(policy.place(black_box(&view), &JobRequest::new("new", 1)).unwrap()))
+            b.iter(|| {
+                black_box(
+                    policy
+                        .place(black_box(&view), &JobRequest::new("new", 1))
+                        .unwrap(),
+                )
+            })
         });
     }
     group.finish();

@@ -233,6 +233,9 @@ pub struct ClusterState {
     view: ClusterView,
     view_index: HashMap<String, usize>,
     jobs: BTreeMap<String, JobRecord>,
+    /// Node -> ids of the jobs with a member there (may hold finished or moved jobs; see
+    /// [`ClusterState::jobs_on`]). Keeps per-report work proportional to the node's jobs.
+    on_node: HashMap<String, BTreeSet<String>>,
     queue: Queue,
     policy: Box<dyn PlacementPolicy>,
     next_seq: u64,
@@ -257,6 +260,7 @@ impl ClusterState {
             view: ClusterView::default(),
             view_index: HashMap::new(),
             jobs: BTreeMap::new(),
+            on_node: HashMap::new(),
             queue: Queue::new(),
             policy: placement::by_name(policy)?,
             next_seq: 1,
@@ -313,7 +317,9 @@ impl ClusterState {
                         "the coordinator restarted; waiting for its node(s) to re-sync".into();
                 }
             }
-            s.jobs.insert(job.id.clone(), job);
+            let id = job.id.clone();
+            s.jobs.insert(id.clone(), job);
+            s.index_job(&id);
         }
         s.rebuild_view();
         Ok(s)
@@ -412,9 +418,10 @@ impl ClusterState {
         self.needs_dispatch = true;
         // Resend the starts this node has not confirmed.
         let resend: Vec<(String, u32)> = self
-            .jobs
-            .values()
-            .filter(|j| !j.status.is_finished() && !j.is_local())
+            .jobs_on(&name)
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| !j.is_local())
             .flat_map(|j| {
                 j.members
                     .iter()
@@ -498,8 +505,12 @@ impl ClusterState {
     }
 
     fn update_local(&mut self, now: Seconds, node: &str, id: &str, report: &JobReport) {
+        // Local jobs sort after the jobs submitted before they were found, without using up a
+        // submitted job's id.
         let seq = self.next_seq;
+        let mut created = false;
         let job = self.jobs.entry(id.to_owned()).or_insert_with(|| {
+            created = true;
             info!(node, job = id, "local job found by a node");
             JobRecord {
                 id: id.to_owned(),
@@ -531,9 +542,6 @@ impl ClusterState {
                 deadline: None,
             }
         });
-        if job.seq == seq {
-            self.next_seq += 1;
-        }
         let limit = self.config.progress_samples;
         if let Some(m) = job.members.first_mut() {
             apply_report(m, report);
@@ -545,6 +553,9 @@ impl ClusterState {
             RunState::Exited | RunState::Failed => JobStatus::Failed,
             _ => JobStatus::Running,
         };
+        if created {
+            self.index_job(id);
+        }
     }
 
     fn update_member(&mut self, now: Seconds, node: &str, session: u64, report: &JobReport) {
@@ -592,10 +603,10 @@ impl ClusterState {
     /// Members this node should have but did not report.
     fn forget_vanished(&mut self, now: Seconds, node: &str, present: &BTreeSet<(String, u32)>) {
         let mut ended_local = Vec::new();
-        for job in self.jobs.values_mut() {
-            if job.status.is_finished() {
+        for id in self.jobs_on(node) {
+            let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
-            }
+            };
             for m in job.members.iter_mut().filter(|m| m.node == node) {
                 if present.contains(&(job.id.clone(), m.replica)) || m.state.is_finished() {
                     continue;
@@ -627,13 +638,7 @@ impl ClusterState {
 
     /// Recompute the status of every job with a member on `node`.
     fn refresh_jobs_on(&mut self, node: &str, now: Seconds) {
-        let ids: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| !j.status.is_finished() && j.members.iter().any(|m| m.node == node))
-            .map(|j| j.id.clone())
-            .collect();
-        for id in ids {
+        for id in self.jobs_on(node) {
             self.refresh_job(&id, now);
         }
     }
@@ -962,6 +967,7 @@ impl ClusterState {
             self.placements += a.members.len() as u64;
             self.dirty.jobs.insert(a.job.id.clone());
             let id = a.job.id.clone();
+            self.index_job(&id);
             for replica in 0..a.members.len() as u32 {
                 if let Some(cmd) = self.start_command(&id, replica) {
                     let node = self.jobs[&id].members[replica as usize].node.clone();
@@ -1068,6 +1074,11 @@ impl ClusterState {
         })
     }
 
+    /// Members placed since start (cheap: the server reads it around every request).
+    pub fn placements(&self) -> u64 {
+        self.placements
+    }
+
     /// (nodes, ready nodes, jobs, queued jobs, reports, placements, policy)
     pub fn counters(&self) -> (u64, u64, u64, u64, u64, u64, String) {
         (
@@ -1085,6 +1096,33 @@ impl ClusterState {
             self.placements,
             self.policy.name().to_owned(),
         )
+    }
+
+    // ---- the node -> jobs index ------------------------------------------------------------
+
+    /// Record the nodes of a job's members in the index.
+    fn index_job(&mut self, id: &str) {
+        let Some(job) = self.jobs.get(id) else { return };
+        for m in &job.members {
+            self.on_node
+                .entry(m.node.clone())
+                .or_default()
+                .insert(id.to_owned());
+        }
+    }
+
+    /// Ids of the unfinished jobs with a member on `node`, dropping stale index entries.
+    fn jobs_on(&mut self, node: &str) -> Vec<String> {
+        let Some(ids) = self.on_node.get_mut(node) else {
+            return Vec::new();
+        };
+        let jobs = &self.jobs;
+        ids.retain(|id| {
+            jobs.get(id).is_some_and(|j| {
+                !j.status.is_finished() && j.members.iter().any(|m| m.node == node)
+            })
+        });
+        ids.iter().cloned().collect()
     }
 
     // ---- the placement view ---------------------------------------------------------------
@@ -1107,6 +1145,7 @@ impl ClusterState {
 
     /// Rebuild one node's view from its latest report and the coordinator's placements there.
     fn sync_view(&mut self, name: &str) {
+        let on_node = self.jobs_on(name);
         let (Some(node), Some(&i)) = (self.nodes.get(name), self.view_index.get(name)) else {
             return;
         };
@@ -1145,11 +1184,10 @@ impl ClusterState {
         }
         // Placements not reported yet (and members of jobs whose node is down: they still hold
         // their resources in case the job is running).
-        for job in self
-            .jobs
-            .values()
-            .filter(|j| !j.status.is_finished() && !j.is_local())
-        {
+        for id in on_node {
+            let Some(job) = self.jobs.get(&id).filter(|j| !j.is_local()) else {
+                continue;
+            };
             for m in job
                 .members
                 .iter()
@@ -1419,8 +1457,16 @@ mod tests {
             .register(20.0, hello("a", 2), "10.0.0.1:2".into())
             .session_id;
         let job = s.job_record("j1").unwrap();
-        assert_eq!(job.status, JobStatus::Unknown, "not confirmed before the node's first report");
-        assert!(job.message.contains("waiting for its first report"), "{}", job.message);
+        assert_eq!(
+            job.status,
+            JobStatus::Unknown,
+            "not confirmed before the node's first report"
+        );
+        assert!(
+            job.message.contains("waiting for its first report"),
+            "{}",
+            job.message
+        );
         s.report(
             20.0,
             "a",

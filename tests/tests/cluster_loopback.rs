@@ -13,8 +13,8 @@ use coordinator::cli::Client;
 use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
 use governor::cluster::{
-    AgentConfig, AgentStatus, Backoff, JobReport, NodeAgent, NodeCapacity, NodeCommand,
-    NodeReport, RunState, TlsFiles, WireCategory,
+    AgentConfig, AgentStatus, Backoff, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport,
+    RunState, TlsFiles, WireCategory,
 };
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 use governor_proto::pb;
@@ -71,11 +71,7 @@ struct FakeNode {
 fn fake_node(dir: &Path, name: &str, cert_of: &str, addr: SocketAddr) -> FakeNode {
     let (report_tx, report_rx) = watch::channel(NodeReport::default());
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
-    let mut config = AgentConfig::new(
-        addr.to_string(),
-        name,
-        NodeCapacity::cpu_only(4.0, 8 << 30),
-    );
+    let mut config = AgentConfig::new(addr.to_string(), name, NodeCapacity::cpu_only(4.0, 8 << 30));
     config.tls = Some(TlsFiles::in_dir(dir, cert_of));
     config.backoff = Backoff {
         initial: Duration::from_millis(100),
@@ -168,15 +164,30 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     .await;
     assert_eq!(*a.started.borrow(), vec![job_id.clone()]);
     let detail = govctl.job(&job_id).await.unwrap();
-    assert!(detail.placements[0].reason.contains("first-fit"), "{detail:?}");
+    assert!(
+        detail.placements[0].reason.contains("first-fit"),
+        "{detail:?}"
+    );
     assert_eq!(detail.progress.last().map(|p| p.value), Some(2.0));
 
     // The policy switches at run time: round-robin after node-a goes to node-b.
-    assert_eq!(govctl.set_policy("round-robin").await.unwrap().current, "round-robin");
-    assert_eq!(govctl.submit(spec("bert")).await.unwrap().members[0].node, "node-a");
-    assert_eq!(govctl.submit(spec("gpt")).await.unwrap().members[0].node, "node-b");
+    assert_eq!(
+        govctl.set_policy("round-robin").await.unwrap().current,
+        "round-robin"
+    );
+    assert_eq!(
+        govctl.submit(spec("bert")).await.unwrap().members[0].node,
+        "node-a"
+    );
+    assert_eq!(
+        govctl.submit(spec("gpt")).await.unwrap().members[0].node,
+        "node-b"
+    );
     let err = govctl.set_policy("fastest").await.unwrap_err().to_string();
-    assert!(err.contains("unknown placement policy \"fastest\""), "{err}");
+    assert!(
+        err.contains("unknown placement policy \"fastest\""),
+        "{err}"
+    );
     let err = govctl.job("j404").await.unwrap_err().to_string();
     assert!(err.contains("no job j404"), "{err}");
 
@@ -192,11 +203,15 @@ async fn nodes_and_govctl_work_together_over_mtls() {
         .unwrap();
     eventually("node-b lost and its job unknown", async || {
         let nodes = govctl.nodes().await.unwrap();
-        let lost = nodes.iter().any(|n| n.name == "node-b" && n.status == NodeStatus::Lost);
-        let jobs = govctl.jobs(false).await.unwrap();
-        let unknown = jobs
+        let lost = nodes
             .iter()
-            .any(|j| j.name == "gpt" && j.status == JobStatus::Unknown && j.message.contains("node node-b is lost"));
+            .any(|n| n.name == "node-b" && n.status == NodeStatus::Lost);
+        let jobs = govctl.jobs(false).await.unwrap();
+        let unknown = jobs.iter().any(|j| {
+            j.name == "gpt"
+                && j.status == JobStatus::Unknown
+                && j.message.contains("node node-b is lost")
+        });
         (lost && unknown).then_some(())
     })
     .await;
@@ -224,12 +239,18 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     assert_eq!(govctl.policy().await.unwrap().current, "round-robin");
     eventually("node-a re-synced and its jobs running again", async || {
         let jobs = govctl.jobs(false).await.unwrap();
-        let a_jobs: Vec<_> = jobs.iter().filter(|j| j.members.iter().any(|m| m.node == "node-a")).collect();
+        let a_jobs: Vec<_> = jobs
+            .iter()
+            .filter(|j| j.members.iter().any(|m| m.node == "node-a"))
+            .collect();
         (a_jobs.len() == 2 && a_jobs.iter().all(|j| j.status == JobStatus::Running)).then_some(())
     })
     .await;
     let status = a.status.borrow().clone();
-    assert!(matches!(status, AgentStatus::Connected { .. }), "node-a's agent: {status:?}");
+    assert!(
+        matches!(status, AgentStatus::Connected { .. }),
+        "node-a's agent: {status:?}"
+    );
     a.commands.abort();
     drop(a.report);
     tokio::time::timeout(Duration::from_secs(10), a.agent)
@@ -248,9 +269,11 @@ async fn certificates_decide_who_may_do_what() {
 
     // node-b presenting node-a's certificate is refused, and keeps retrying without crashing.
     let mut impostor = fake_node(dir.path(), "node-b", "node-a", addr);
-    let error = eventually("the impostor refused", async || match impostor.status.borrow_and_update().clone() {
-        AgentStatus::Waiting { error, .. } => Some(error),
-        _ => None,
+    let error = eventually("the impostor refused", async || {
+        match impostor.status.borrow_and_update().clone() {
+            AgentStatus::Waiting { error, .. } => Some(error),
+            _ => None,
+        }
     })
     .await;
     assert!(
@@ -260,12 +283,21 @@ async fn certificates_decide_who_may_do_what() {
     impostor.agent.abort();
 
     // A node certificate may read but not submit.
-    let mut as_node = Client::connect(&addr.to_string(), Some(&TlsFiles::in_dir(dir.path(), "node-a")))
+    let mut as_node = Client::connect(
+        &addr.to_string(),
+        Some(&TlsFiles::in_dir(dir.path(), "node-a")),
+    )
+    .await
+    .unwrap();
+    as_node
+        .nodes()
         .await
-        .unwrap();
-    as_node.nodes().await.expect("any cluster certificate may read");
+        .expect("any cluster certificate may read");
     let err = as_node.submit(spec("x")).await.unwrap_err().to_string();
-    assert!(err.contains("may not submit jobs: use an admin certificate"), "{err}");
+    assert!(
+        err.contains("may not submit jobs: use an admin certificate"),
+        "{err}"
+    );
 
     // Plain text to an mTLS coordinator does not get through.
     let plain = Client::connect(&addr.to_string(), None).await;
@@ -273,16 +305,22 @@ async fn certificates_decide_who_may_do_what() {
         Err(_) => true,
         Ok(mut c) => c.nodes().await.is_err(),
     };
-    assert!(refused, "a plain-text client must not reach an mTLS coordinator");
+    assert!(
+        refused,
+        "a plain-text client must not reach an mTLS coordinator"
+    );
 
     // A certificate from another CA is refused at the handshake.
     let other = tempfile::tempdir().unwrap();
     make_certs(other.path());
-    let foreign = Client::connect(&addr.to_string(), Some(&TlsFiles {
-        ca: dir.path().join("ca.pem"),
-        cert: other.path().join("admin.pem"),
-        key: other.path().join("admin-key.pem"),
-    }))
+    let foreign = Client::connect(
+        &addr.to_string(),
+        Some(&TlsFiles {
+            ca: dir.path().join("ca.pem"),
+            cert: other.path().join("admin.pem"),
+            key: other.path().join("admin-key.pem"),
+        }),
+    )
     .await;
     let refused = match foreign {
         Err(_) => true,
@@ -319,7 +357,10 @@ async fn an_invalid_report_gets_invalid_argument_naming_the_field() {
         .unwrap()
         .into_inner();
     let welcome = inbound.message().await.unwrap().unwrap();
-    assert!(matches!(welcome.body, Some(pb::coordinator_message::Body::Welcome(_))));
+    assert!(matches!(
+        welcome.body,
+        Some(pb::coordinator_message::Body::Welcome(_))
+    ));
     let mut bad = pb::JobReport::from(JobReport::running("j1", "x"));
     bad.cpu_cores = f64::NAN;
     bad.state = pb::RunState::from(RunState::Running) as i32;

@@ -94,7 +94,7 @@ fn bin(name: &str) -> PathBuf {
 }
 
 /// A child process killed when dropped.
-struct Proc(Child, &'static str);
+struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -104,7 +104,8 @@ impl Drop for Proc {
 }
 
 fn spawn(what: &'static str, cmd: &mut Command, log: &Path) -> Proc {
-    let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+    let out = std::fs::File::create(log)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
     let err = out.try_clone().unwrap();
     let child = cmd
         .stdin(Stdio::null())
@@ -112,7 +113,7 @@ fn spawn(what: &'static str, cmd: &mut Command, log: &Path) -> Proc {
         .stderr(err)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    Proc(child, what)
+    Proc(child)
 }
 
 fn tail(log: &Path) -> String {
@@ -121,8 +122,8 @@ fn tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
-/// Run govctl with mTLS as admin; panics with its stderr on failure.
-fn govctl(certs: &Path, args: &[&str]) -> String {
+/// Run govctl with mTLS as admin; its stdout, or its stderr as the error.
+fn try_govctl(certs: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(bin("govctl"))
         .arg("--coordinator")
         .arg(format!("127.0.0.1:{COORDINATOR_PORT}"))
@@ -131,19 +132,35 @@ fn govctl(certs: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("run govctl");
-    assert!(
-        out.status.success(),
-        "govctl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// [`try_govctl`], panicking with govctl's message on failure.
+fn govctl(certs: &Path, args: &[&str]) -> String {
+    try_govctl(certs, args).unwrap_or_else(|e| panic!("govctl {args:?} failed: {e}"))
+}
+
+/// Prints the tail of a log if the test panics while it is alive.
+struct ShowOnPanic(PathBuf);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("--- tail of {} ---\n{}", self.0.display(), tail(&self.0));
+        }
+    }
 }
 
 fn govctl_json(certs: &Path, args: &[&str]) -> serde_json::Value {
     let mut a = args.to_vec();
     a.push("--json");
     let text = govctl(certs, &a);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("govctl {args:?}: bad JSON ({e}): {text}"))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("govctl {args:?}: bad JSON ({e}): {text}"))
 }
 
 fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> T {
@@ -152,7 +169,10 @@ fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> 
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout_s} s waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout_s} s waiting for {what}"
+        );
         thread::sleep(Duration::from_millis(500));
     }
 }
@@ -160,7 +180,8 @@ fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> 
 /// Send one line to `addr` and read the whole reply, retrying until `timeout_s`.
 fn request(addr: &str, line: &str, timeout_s: u64) -> String {
     wait_for(&format!("{addr} to answer {line:?}"), timeout_s, || {
-        let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(3)).ok()?;
+        let mut s =
+            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(3)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         s.write_all(format!("{line}\n").as_bytes()).ok()?;
         let mut reply = String::new();
@@ -170,17 +191,25 @@ fn request(addr: &str, line: &str, timeout_s: u64) -> String {
 }
 
 fn job_node(jobs: &serde_json::Value, name: &str) -> Option<(String, String, String)> {
-    jobs.as_array()?.iter().find(|j| j["name"] == name).map(|j| {
-        (
-            j["members"][0]["node"].as_str().unwrap_or_default().to_owned(),
-            j["status"].as_str().unwrap_or_default().to_owned(),
-            j["category"].as_str().unwrap_or_default().to_owned(),
-        )
-    })
+    jobs.as_array()?
+        .iter()
+        .find(|j| j["name"] == name)
+        .map(|j| {
+            (
+                j["members"][0]["node"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                j["status"].as_str().unwrap_or_default().to_owned(),
+                j["category"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
 }
 
+/// The node's status, or `None` while the coordinator does not answer (starting up).
 fn node_status(certs: &Path, node: &str) -> Option<String> {
-    let nodes = govctl_json(certs, &["nodes"]);
+    let text = try_govctl(certs, &["nodes", "--json"]).ok()?;
+    let nodes: serde_json::Value = serde_json::from_str(&text).ok()?;
     nodes
         .as_array()?
         .iter()
@@ -194,7 +223,12 @@ fn submit_training(certs: &Path, name: &str) -> String {
                   l=$(awk -v l=$l -v i=$i 'BEGIN { if (i < 8) print l*0.7; else print l*0.999 }'); \
                   echo \"step $i loss=$l\"; sleep 0.5; done";
     let log = format!("/tmp/{name}.log");
-    let out = govctl(certs, &["submit", "--name", name, "--log", &log, "--", "/bin/sh", "-c", script]);
+    let out = govctl(
+        certs,
+        &[
+            "submit", "--name", name, "--log", &log, "--", "/bin/sh", "-c", script,
+        ],
+    );
     eprintln!("node1: submitted {name}: {}", out.trim());
     out
 }
@@ -205,7 +239,14 @@ fn coordinator_cmd(certs: &Path) -> Command {
         .args(["--store", "/tmp/coordinator.redb"])
         .arg("--certs")
         .arg(certs)
-        .args(["--policy", "round-robin", "--lost-after", "8", "--log-level", "info"]);
+        .args([
+            "--policy",
+            "round-robin",
+            "--lost-after",
+            "8",
+            "--log-level",
+            "info",
+        ]);
     c
 }
 
@@ -226,13 +267,19 @@ fn serve_certs(certs: PathBuf, nodes: Vec<u32>) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         let mut left: std::collections::BTreeSet<u32> = nodes.into_iter().collect();
         while !left.is_empty() {
-            let Ok((s, _)) = listener.accept() else { continue };
+            let Ok((s, _)) = listener.accept() else {
+                continue;
+            };
             let mut line = String::new();
             let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
             if reader.read_line(&mut line).is_err() {
                 continue;
             }
-            let Some(n) = line.trim().strip_prefix("certs node").and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(n) = line
+                .trim()
+                .strip_prefix("certs node")
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             let read = |f: String| std::fs::read_to_string(certs.join(f)).unwrap();
@@ -249,13 +296,39 @@ fn serve_certs(certs: PathBuf, nodes: Vec<u32>) -> thread::JoinHandle<()> {
     })
 }
 
+/// Tells the other nodes that node 1 is done, whatever happened (so they do not wait for a
+/// failed node 1 until their timeout).
+struct Farewell(Vec<u32>);
+
+impl Drop for Farewell {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            let addr = format!("10.10.0.{m}:{CONTROL_PORT}");
+            if let Ok(mut s) =
+                TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(3))
+            {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.write_all(b"done\n");
+                let _ = s.read_to_string(&mut String::new());
+            }
+        }
+    }
+}
+
 fn coordinator_node(n: u32) {
     let work = PathBuf::from("/tmp/multinode");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
     let certs = work.join("certs");
     let others: Vec<u32> = (2..=n).collect();
-    let mut init = vec!["certs", "init", "--coordinator-host", "10.10.0.1", "--admin", "admin"];
+    let mut init = vec![
+        "certs",
+        "init",
+        "--coordinator-host",
+        "10.10.0.1",
+        "--admin",
+        "admin",
+    ];
     let node_names: Vec<String> = others.iter().map(|m| format!("node{m}")).collect();
     for name in &node_names {
         init.push("--node");
@@ -267,12 +340,21 @@ fn coordinator_node(n: u32) {
         .arg(&certs)
         .output()
         .expect("govctl certs init");
-    assert!(out.status.success(), "govctl certs init: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "govctl certs init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let certs_server = serve_certs(certs.clone(), others.clone());
+    let farewell = Farewell(others.clone());
 
     let coord_log = work.join("coordinator.log");
     let mut coordinator = spawn("coordinator", &mut coordinator_cmd(&certs), &coord_log);
-    eprintln!("node1: coordinator started; waiting for {} nodes", others.len());
+    let _show = ShowOnPanic(coord_log.clone());
+    eprintln!(
+        "node1: coordinator started; waiting for {} nodes",
+        others.len()
+    );
     wait_for("every node to register", 240, || {
         let ready = node_names
             .iter()
@@ -286,16 +368,31 @@ fn coordinator_node(n: u32) {
     submit_training(&certs, "alpha");
     submit_training(&certs, "beta");
     let jobs = govctl_json(&certs, &["jobs"]);
-    assert_eq!(job_node(&jobs, "alpha").unwrap().0, "node2", "round-robin starts at node2: {jobs}");
+    assert_eq!(
+        job_node(&jobs, "alpha").unwrap().0,
+        "node2",
+        "round-robin starts at node2: {jobs}"
+    );
     let beta_node = job_node(&jobs, "beta").unwrap().0;
-    assert_eq!(beta_node, if n >= 3 { "node3" } else { "node2" }, "round-robin: {jobs}");
+    assert_eq!(
+        beta_node,
+        if n >= 3 { "node3" } else { "node2" },
+        "round-robin: {jobs}"
+    );
     // First-fit at run time: the next job goes to node2, the first node by name.
     govctl(&certs, &["policy", "set", "first-fit"]);
     submit_training(&certs, "gamma");
     let jobs = govctl_json(&certs, &["jobs"]);
-    assert_eq!(job_node(&jobs, "gamma").unwrap().0, "node2", "first-fit: {jobs}");
+    assert_eq!(
+        job_node(&jobs, "gamma").unwrap().0,
+        "node2",
+        "first-fit: {jobs}"
+    );
     let detail = govctl(&certs, &["job", "j3"]);
-    assert!(detail.contains("first-fit: node2 is the first node"), "{detail}");
+    assert!(
+        detail.contains("first-fit: node2 is the first node"),
+        "{detail}"
+    );
 
     // The jobs run and their categories move as their loss flattens.
     wait_for("jobs running with live categories", 240, || {
@@ -324,8 +421,15 @@ fn coordinator_node(n: u32) {
             (node_status(&certs, "node3").as_deref() == Some("lost")).then_some(())
         });
         let jobs = govctl_json(&certs, &["jobs"]);
-        assert_eq!(job_node(&jobs, "beta").unwrap().1, "unknown", "beta on lost node3: {jobs}");
-        eprintln!("node1: after killing node3's governor:\n{}", govctl(&certs, &["top", "--once"]));
+        assert_eq!(
+            job_node(&jobs, "beta").unwrap().1,
+            "unknown",
+            "beta on lost node3: {jobs}"
+        );
+        eprintln!(
+            "node1: after killing node3's governor:\n{}",
+            govctl(&certs, &["top", "--once"])
+        );
     }
 
     // Restart the coordinator abruptly: no job is lost, node2 re-syncs.
@@ -343,15 +447,26 @@ fn coordinator_node(n: u32) {
     let _ = coordinator.0.kill();
     let _ = coordinator.0.wait();
     eprintln!("node1: coordinator killed; restarting on the same store");
-    coordinator = spawn("coordinator", &mut coordinator_cmd(&certs), &work.join("coordinator-2.log"));
+    coordinator = spawn(
+        "coordinator",
+        &mut coordinator_cmd(&certs),
+        &work.join("coordinator-2.log"),
+    );
+    let _show2 = ShowOnPanic(work.join("coordinator-2.log"));
     let after = wait_for("the restarted coordinator to answer", 60, || {
         let out = Command::new(bin("govctl"))
-            .args(["--coordinator", &format!("127.0.0.1:{COORDINATOR_PORT}"), "--certs"])
+            .args([
+                "--coordinator",
+                &format!("127.0.0.1:{COORDINATOR_PORT}"),
+                "--certs",
+            ])
             .arg(&certs)
             .args(["jobs", "--all", "--json"])
             .output()
             .ok()?;
-        out.status.success().then(|| serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap())
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap())
     });
     assert_eq!(names(&before), names(&after), "the restart lost jobs");
     wait_for("node2 to re-sync and its jobs to run again", 120, || {
@@ -362,13 +477,20 @@ fn coordinator_node(n: u32) {
         ok.then_some(())
     });
     assert_eq!(govctl_json(&certs, &["policy"])["current"], "first-fit");
-    eprintln!("node1: after the restart:\n{}", govctl(&certs, &["top", "--once"]));
+    eprintln!(
+        "node1: after the restart:\n{}",
+        govctl(&certs, &["top", "--once"])
+    );
 
+    std::mem::forget(farewell);
     for m in &others {
         let reply = request(&format!("10.10.0.{m}:{CONTROL_PORT}"), "done", 60);
         assert!(reply.starts_with("bye"), "node{m} answered {reply:?}");
     }
-    eprintln!("node1: coordinator log tail:\n{}", tail(&work.join("coordinator-2.log")));
+    eprintln!(
+        "node1: coordinator log tail:\n{}",
+        tail(&work.join("coordinator-2.log"))
+    );
     drop(coordinator);
 }
 
@@ -377,26 +499,46 @@ fn worker_node(me: u32) {
     let _ = std::fs::remove_dir_all(&work);
     let certs = work.join("certs");
     std::fs::create_dir_all(&certs).unwrap();
-    let bundle = request(&format!("10.10.0.1:{CERTS_PORT}"), &format!("certs node{me}"), 300);
+    let bundle = request(
+        &format!("10.10.0.1:{CERTS_PORT}"),
+        &format!("certs node{me}"),
+        300,
+    );
     let bundle: serde_json::Value = serde_json::from_str(&bundle).expect("certificate bundle");
     std::fs::write(certs.join("ca.pem"), bundle["ca"].as_str().unwrap()).unwrap();
-    std::fs::write(certs.join(format!("node{me}.pem")), bundle["cert"].as_str().unwrap()).unwrap();
-    std::fs::write(certs.join(format!("node{me}-key.pem")), bundle["key"].as_str().unwrap()).unwrap();
+    std::fs::write(
+        certs.join(format!("node{me}.pem")),
+        bundle["cert"].as_str().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        certs.join(format!("node{me}-key.pem")),
+        bundle["key"].as_str().unwrap(),
+    )
+    .unwrap();
     let log = work.join("node.log");
     let mut daemon = Some(spawn("node daemon", &mut node_daemon_cmd(me, &certs), &log));
+    let _show = ShowOnPanic(log.clone());
     eprintln!("node{me}: node daemon started");
     let listener = TcpListener::bind(("0.0.0.0", CONTROL_PORT)).expect("bind the control port");
-    let deadline = Instant::now() + Duration::from_secs(900);
+    let deadline = Instant::now() + Duration::from_secs(600);
     listener.set_nonblocking(true).unwrap();
     loop {
-        assert!(Instant::now() < deadline, "node{me}: node1 never said done; daemon log:\n{}", tail(&log));
+        assert!(
+            Instant::now() < deadline,
+            "node{me}: node1 never said done; daemon log:\n{}",
+            tail(&log)
+        );
         let (s, _) = match listener.accept() {
             Ok(c) => c,
             Err(_) => {
                 if let Some(d) = daemon.as_mut()
                     && let Ok(Some(status)) = d.0.try_wait()
                 {
-                    panic!("node{me}: the node daemon exited ({status}):\n{}", tail(&log));
+                    panic!(
+                        "node{me}: the node daemon exited ({status}):\n{}",
+                        tail(&log)
+                    );
                 }
                 thread::sleep(Duration::from_millis(200));
                 continue;

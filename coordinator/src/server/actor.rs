@@ -266,10 +266,10 @@ impl Actor {
 
     /// Run a state call that may place jobs and record how long the placement took.
     fn timed<T>(&mut self, f: impl FnOnce(&mut ClusterState, f64) -> T) -> T {
-        let before = self.state.counters().5;
+        let before = self.state.placements();
         let started = Instant::now();
         let out = f(&mut self.state, unix_now());
-        let placed = self.state.counters().5 - before;
+        let placed = self.state.placements() - before;
         if placed > 0 {
             self.latency.record(started.elapsed().as_secs_f64());
         }

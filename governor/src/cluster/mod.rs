@@ -27,10 +27,10 @@ pub use governor_proto::node::{
     Category as WireCategory, GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest,
     NodeCapacity, NodeCommand, NodeReport, RunState, StartJob, StopJob,
 };
-pub use governor_proto::tls::TlsFiles;
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;
+pub use governor_proto::tls::TlsFiles;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -76,9 +76,10 @@ impl Backoff {
     /// The wait before attempt `failures + 1` (failures >= 1), with ±20% jitter from `seed` so
     /// that a rack of nodes does not reconnect in lock-step after a coordinator restart.
     pub fn delay(&self, failures: u32, seed: u64) -> Duration {
-        let exp = self
-            .initial
-            .saturating_mul(1u32.checked_shl(failures.saturating_sub(1).min(31)).unwrap_or(u32::MAX));
+        let exp = self.initial.saturating_mul(
+            1u32.checked_shl(failures.saturating_sub(1).min(31))
+                .unwrap_or(u32::MAX),
+        );
         let base = exp.min(self.max);
         // Deterministic jitter in [0.8, 1.2).
         let h = seed
@@ -113,7 +114,11 @@ pub struct AgentConfig {
 
 impl AgentConfig {
     /// Plain-text defaults: 1 s reports, default back-off. Set `tls` for mTLS.
-    pub fn new(coordinator: impl Into<String>, node_name: impl Into<String>, capacity: NodeCapacity) -> Self {
+    pub fn new(
+        coordinator: impl Into<String>,
+        node_name: impl Into<String>,
+        capacity: NodeCapacity,
+    ) -> Self {
         AgentConfig {
             coordinator: coordinator.into(),
             tls: None,
@@ -227,7 +232,9 @@ async fn run(
     let seed = config
         .node_name
         .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
     let mut failures = 0u32;
     let mut last_error = String::new();
     let mut daemon_gone_logged = false;
@@ -236,7 +243,14 @@ async fn run(
             attempt: failures + 1,
         });
         let started = Instant::now();
-        let result = session(&config, &mut reports, &commands, &status, &mut daemon_gone_logged).await;
+        let result = session(
+            &config,
+            &mut reports,
+            &commands,
+            &status,
+            &mut daemon_gone_logged,
+        )
+        .await;
         match result {
             Ok(End::Shutdown) => break,
             Ok(End::Closed) => {
@@ -291,7 +305,10 @@ async fn session(
     };
     let endpoint = governor_proto::tls::endpoint(&config.coordinator, config.tls.as_ref())
         .map_err(|e| connect_err(e.to_string()))?;
-    let channel = endpoint.connect().await.map_err(|e| connect_err(chain(&e)))?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| connect_err(chain(&e)))?;
     let mut client = NodeServiceClient::new(channel);
     let (tx, rx) = mpsc::channel::<pb::NodeMessage>(8);
     let hello = Hello {
@@ -404,10 +421,18 @@ mod tests {
         for (f, delay) in d.iter().enumerate() {
             let base = (0.5 * 2f64.powi(f as i32)).min(30.0);
             let s = delay.as_secs_f64();
-            assert!(s >= 0.8 * base - 1e-9 && s <= (1.2 * base).min(30.0) + 1e-9, "failure {}: {s} s", f + 1);
+            assert!(
+                s >= 0.8 * base - 1e-9 && s <= (1.2 * base).min(30.0) + 1e-9,
+                "failure {}: {s} s",
+                f + 1
+            );
         }
         assert!(b.delay(1000, 1) <= Duration::from_secs(30));
-        assert_ne!(b.delay(3, 1), b.delay(3, 2), "different nodes should not retry in lock-step");
+        assert_ne!(
+            b.delay(3, 1),
+            b.delay(3, 2),
+            "different nodes should not retry in lock-step"
+        );
     }
 
     #[test]
@@ -416,7 +441,12 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("a-z, 0-9"));
         c.node_name = "node2".into();
         c.capacity.cores = 0.0;
-        assert!(c.validate().unwrap_err().to_string().contains("positive number of cores"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("positive number of cores")
+        );
         c.capacity.cores = 2.0;
         c.validate().unwrap();
     }

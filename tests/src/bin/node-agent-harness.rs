@@ -70,7 +70,11 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 fn rss_bytes(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/statm"))
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
         .unwrap_or(0)
         * 4096
 }
@@ -112,7 +116,8 @@ fn start(s: &StartJob) -> Result<Child, String> {
         let list: Vec<String> = s.gpu_indices.iter().map(u32::to_string).collect();
         c.env("CUDA_VISIBLE_DEVICES", list.join(","));
     }
-    c.spawn().map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))
+    c.spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))
 }
 
 impl Job {
