@@ -75,7 +75,7 @@ fn local_job(k: usize, node: usize, t: u64) -> JobReport {
 /// One simulated node: register, report every second (phase-shifted), start what it is told.
 async fn node(channel: Channel, index: usize, phase: Duration) {
     let name = format!("sim{index:05}");
-    let gpus = if index % 10 == 0 {
+    let gpus = if index.is_multiple_of(10) {
         (0..8)
             .map(|g| GpuDevice {
                 index: g,

@@ -20,7 +20,7 @@ fn cluster(nodes: usize) -> ClusterView {
         nodes: (0..nodes)
             .map(|i| {
                 let mut n = NodeView::new(format!("node{i:05}"), 32.0, 256 << 30);
-                if i % 10 == 0 {
+                if i.is_multiple_of(10) {
                     n = n.with_gpus(8, "H100", 80 << 30);
                     for g in n.gpus.iter_mut().take((next() % 9) as usize) {
                         g.assigned = true;

@@ -23,6 +23,13 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// The contents of a [`TlsFiles`].
+struct Pems {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
 /// A TLS file is unreadable or not what it should be.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -53,17 +60,18 @@ impl TlsFiles {
         }
     }
 
-    fn read(&self) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), TlsError> {
-        let ca = read_pem(&self.ca, "CA certificate", "CERTIFICATE")?;
-        let cert = read_pem(&self.cert, "certificate", "CERTIFICATE")?;
-        let key = read_pem(&self.key, "private key", "PRIVATE KEY")?;
-        Ok((ca, cert, key))
+    fn read(&self) -> Result<Pems, TlsError> {
+        Ok(Pems {
+            ca: read_pem(&self.ca, "CA certificate", "CERTIFICATE")?,
+            cert: read_pem(&self.cert, "certificate", "CERTIFICATE")?,
+            key: read_pem(&self.key, "private key", "PRIVATE KEY")?,
+        })
     }
 
     /// Server side: present our certificate, require a client certificate signed by the CA.
     pub fn server_config(&self) -> Result<ServerTlsConfig, TlsError> {
         install_crypto_provider();
-        let (ca, cert, key) = self.read()?;
+        let Pems { ca, cert, key } = self.read()?;
         Ok(ServerTlsConfig::new()
             .identity(Identity::from_pem(cert, key))
             .client_ca_root(Certificate::from_pem(ca))
@@ -73,7 +81,7 @@ impl TlsFiles {
     /// Client side: verify the server against the CA and present our certificate.
     pub fn client_config(&self) -> Result<ClientTlsConfig, TlsError> {
         install_crypto_provider();
-        let (ca, cert, key) = self.read()?;
+        let Pems { ca, cert, key } = self.read()?;
         Ok(ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
             .identity(Identity::from_pem(cert, key)))

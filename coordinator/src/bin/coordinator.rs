@@ -2,6 +2,7 @@
 //! `--example-config`), overridden by flags.
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,6 +115,7 @@ async fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_new(&opts.log_level).unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = async {
         let config = config(&opts)?;

@@ -33,7 +33,7 @@ pub fn sparkline(values: &[f64], width: usize) -> String {
     buckets
         .iter()
         .map(|&v| {
-            if hi - lo < f64::EPSILON {
+            if (hi - lo).abs() < f64::EPSILON {
                 BARS[3]
             } else {
                 BARS[(((v - lo) / (hi - lo)) * 7.0).round() as usize]
@@ -139,8 +139,8 @@ pub fn jobs_table(jobs: &[JobSummary], now: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:<18} {:<10} {:<12} {:>4} {:>5} {:>8} {:>10} {:>8}  {}",
-        "JOB", "NAME", "STATUS", "CATEGORY", "PRIO", "GPUS", "CPU", "PROGRESS", "AGE", "NODE / WHY"
+        "{:<14} {:<18} {:<10} {:<12} {:>4} {:>5} {:>8} {:>10} {:>8}  NODE / WHY",
+        "JOB", "NAME", "STATUS", "CATEGORY", "PRIO", "GPUS", "CPU", "PROGRESS", "AGE"
     );
     for j in jobs {
         let progress = j.progress.map_or("-".to_owned(), |p| format!("{p:.4}"));
@@ -367,8 +367,8 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<16} {:<9} {:<22} {:>9} {:>5}  {}",
-        "NODE", "STATUS", "CPU", "GPUS", "JOBS", "CATEGORIES"
+        "{:<16} {:<9} {:<22} {:>9} {:>5}  CATEGORIES",
+        "NODE", "STATUS", "CPU", "GPUS", "JOBS"
     );
     for n in nodes {
         let frac = if n.capacity.cores > 0.0 {
@@ -412,8 +412,8 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<14} {:<18} {:<10} {:<12} {:>8} {:>7} {:>10}  {}",
-        "JOB", "NAME", "STATUS", "CATEGORY", "CPU", "SHARE", "PROGRESS", "NODE"
+        "{:<14} {:<18} {:<10} {:<12} {:>8} {:>7} {:>10}  NODE",
+        "JOB", "NAME", "STATUS", "CATEGORY", "CPU", "SHARE", "PROGRESS"
     );
     for j in jobs {
         let node_cores: f64 = j
