@@ -5,7 +5,10 @@
 //! [`super::GpuView::is_free`] adds "and not reserved for a job"). Our fixed order is the node
 //! name. The "FIFO" part (jobs in arrival order) is the coordinator's queue.
 
-use super::{ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes, finish};
+use super::{
+    CANDIDATES_KEPT, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
+    finish,
+};
 
 /// First-fit. Stateless.
 #[derive(Clone, Copy, Debug, Default)]
@@ -18,20 +21,19 @@ impl PlacementPolicy for FirstFit {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
-        let ranked = feasible
+        let ranked: Vec<(usize, f64)> = feasible
             .iter()
+            .take(CANDIDATES_KEPT)
             .enumerate()
-            .map(|(k, &i)| {
-                (
-                    i,
-                    k as f64,
-                    format!("position {k} among the nodes that fit"),
-                )
-            })
+            .map(|(k, &i)| (i, k as f64))
             .collect();
-        Ok(finish(cluster, job, ranked, |n, _| {
-            format!("first-fit: {} is the first node by name that fits", n.name)
-        }))
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |_| "position among the nodes that fit, by name".into(),
+            |n, _| format!("first-fit: {} is the first node by name that fits", n.name),
+        ))
     }
 }
 

@@ -90,12 +90,8 @@ impl PlacementPolicy for FlowCon {
                 cluster,
                 job,
                 &all_cl,
-                |n| {
-                    (
-                        n.jobs.len() as f64,
-                        format!("{} jobs, all converged (CL)", n.jobs.len()),
-                    )
-                },
+                |n| n.jobs.len() as f64,
+                |n| format!("{} jobs, all converged (CL)", n.jobs.len()),
                 |n, _| {
                     format!(
                         "flowcon: every job on {} is converged (CL) and it has the fewest ({}) of such nodes",
@@ -109,12 +105,10 @@ impl PlacementPolicy for FlowCon {
             cluster,
             job,
             &feasible,
+            score,
             |n| {
                 let (nl, dnl, wl, dwl, cl, dcl) = lists(n);
-                (
-                    score(n),
-                    format!("NL {nl} (D {dnl:.3}), WL {wl} (D {dwl:.3}), CL {cl} (D {dcl:.3})"),
-                )
+                format!("NL {nl} (D {dnl:.3}), WL {wl} (D {dwl:.3}), CL {cl} (D {dcl:.3})")
             },
             |n, s| {
                 format!(

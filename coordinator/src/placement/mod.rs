@@ -434,36 +434,50 @@ pub fn feasible_nodes(cluster: &ClusterView, job: &JobRequest) -> Result<Vec<usi
     })
 }
 
-/// Choose the feasible node with the smallest score (`score` returns the score and a note);
-/// ties go to the first node in view order. Fills the candidate list.
+/// The best [`CANDIDATES_KEPT`] of `items` under `cmp` (best first), ties going to the first
+/// node in view order. Selects before sorting, so ranking 10,000 nodes costs O(n).
+pub(crate) fn best_k<T>(
+    mut items: Vec<T>,
+    node: impl Fn(&T) -> usize,
+    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> Vec<T> {
+    let full = |a: &T, b: &T| cmp(a, b).then(node(a).cmp(&node(b)));
+    let k = CANDIDATES_KEPT.min(items.len());
+    if items.len() > k && k > 0 {
+        items.select_nth_unstable_by(k - 1, full);
+        items.truncate(k);
+    }
+    items.sort_by(full);
+    items
+}
+
+/// Choose the feasible node with the smallest `score`; ties go to the first node in view order.
+/// `note` explains a candidate's score (only called for the kept candidates).
 pub(crate) fn choose_min(
     cluster: &ClusterView,
     job: &JobRequest,
     feasible: &[usize],
-    mut score: impl FnMut(&NodeView) -> (f64, String),
+    score: impl Fn(&NodeView) -> f64,
+    note: impl Fn(&NodeView) -> String,
     reason: impl FnOnce(&NodeView, f64) -> String,
 ) -> Placement {
-    let mut scored: Vec<(usize, f64, String)> = feasible
+    let scored: Vec<(usize, f64)> = feasible
         .iter()
-        .map(|&i| {
-            let (s, note) = score(&cluster.nodes[i]);
-            (i, s, note)
-        })
+        .map(|&i| (i, score(&cluster.nodes[i])))
         .collect();
-    // Stable sort keeps view order among equal scores. NaN never happens (scores are sums and
-    // products of finite, validated inputs) but would sort last.
-    scored.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Greater));
-    finish(cluster, job, scored, reason)
+    let ranked = best_k(scored, |s| s.0, |a, b| a.1.total_cmp(&b.1));
+    finish(cluster, job, &ranked, note, reason)
 }
 
-/// Build the [`Placement`] for the first of `ranked` (best first).
+/// Build the [`Placement`] for the first of `ranked` (node index, score; best first).
 pub(crate) fn finish(
     cluster: &ClusterView,
     job: &JobRequest,
-    ranked: Vec<(usize, f64, String)>,
+    ranked: &[(usize, f64)],
+    note: impl Fn(&NodeView) -> String,
     reason: impl FnOnce(&NodeView, f64) -> String,
 ) -> Placement {
-    let (best, best_score, _) = ranked[0];
+    let (best, best_score) = ranked[0];
     let node = &cluster.nodes[best];
     Placement {
         node: best,
@@ -474,12 +488,12 @@ pub(crate) fn finish(
             .collect(),
         reason: reason(node, best_score),
         candidates: ranked
-            .into_iter()
+            .iter()
             .take(CANDIDATES_KEPT)
-            .map(|(i, score, note)| Candidate {
+            .map(|&(i, score)| Candidate {
                 node: cluster.nodes[i].name.clone(),
                 score,
-                note,
+                note: note(&cluster.nodes[i]),
             })
             .collect(),
     }

@@ -30,8 +30,8 @@
 //!   worker qualifies is the coordinator's queue.
 
 use super::{
-    ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, feasible_nodes,
-    finish,
+    ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, best_k,
+    feasible_nodes, finish,
 };
 
 /// ProCon with the report's weights.
@@ -101,34 +101,42 @@ impl PlacementPolicy for ProCon {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
-        let mut ranked: Vec<(usize, f64, String)> = feasible
+        let scored: Vec<(usize, f64, usize)> = feasible
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
-                let c = self.contention(n);
-                (
-                    i,
-                    c,
-                    format!("{} jobs, longest remaining ≈ {c:.0} s", n.jobs.len()),
-                )
+                (i, self.contention(n), n.jobs.len())
             })
             .collect();
-        // Minimum contention; equal contention: fewer containers; then view order (stable sort).
-        ranked.sort_by(|a, b| {
-            a.1.total_cmp(&b.1).then(
-                cluster.nodes[a.0]
-                    .jobs
-                    .len()
-                    .cmp(&cluster.nodes[b.0].jobs.len()),
-            )
-        });
-        Ok(finish(cluster, job, ranked, |n, c| {
-            format!(
-                "procon: {} has the lowest contention (longest remaining-time indicator {c:.0} s), fewest jobs ({}) among equals",
-                n.name,
-                n.jobs.len()
-            )
-        }))
+        // Minimum contention; equal contention: fewer containers; then view order.
+        let ranked: Vec<(usize, f64)> = best_k(
+            scored,
+            |s| s.0,
+            |a, b| a.1.total_cmp(&b.1).then(a.2.cmp(&b.2)),
+        )
+        .into_iter()
+        .map(|(i, c, _)| (i, c))
+        .collect();
+        let this = *self;
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |n| {
+                format!(
+                    "{} jobs, longest remaining ≈ {:.0} s",
+                    n.jobs.len(),
+                    this.contention(n)
+                )
+            },
+            |n, c| {
+                format!(
+                    "procon: {} has the lowest contention (longest remaining-time indicator {c:.0} s), fewest jobs ({}) among equals",
+                    n.name,
+                    n.jobs.len()
+                )
+            },
+        ))
     }
 }
 

@@ -5,7 +5,10 @@
 //! last; the next job goes to the first node after it (by name, wrapping around) that can take
 //! it. The cursor is a node name, not an index, so nodes joining or leaving do not reset the turn.
 
-use super::{ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes, finish};
+use super::{
+    CANDIDATES_KEPT, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
+    finish,
+};
 
 /// Round-robin with its cursor.
 #[derive(Clone, Debug, Default)]
@@ -29,20 +32,27 @@ impl PlacementPolicy for RoundRobin {
                 .unwrap_or(0),
             None => 0,
         };
-        let ranked: Vec<(usize, f64, String)> = feasible[start..]
+        let ranked: Vec<(usize, f64)> = feasible[start..]
             .iter()
             .chain(&feasible[..start])
+            .take(CANDIDATES_KEPT)
             .enumerate()
-            .map(|(turn, &i)| (i, turn as f64, format!("turn {turn}")))
+            .map(|(turn, &i)| (i, turn as f64))
             .collect();
         let after = self.last.clone();
-        let p = finish(cluster, job, ranked, |n, _| match after {
-            Some(a) => format!(
-                "round-robin: {} is the next node after {a} that fits",
-                n.name
-            ),
-            None => format!("round-robin: {} is the first node that fits", n.name),
-        });
+        let p = finish(
+            cluster,
+            job,
+            &ranked,
+            |_| "turns until this node".into(),
+            |n, _| match after {
+                Some(a) => format!(
+                    "round-robin: {} is the next node after {a} that fits",
+                    n.name
+                ),
+                None => format!("round-robin: {} is the first node that fits", n.name),
+            },
+        );
         self.last = Some(cluster.nodes[p.node].name.clone());
         Ok(p)
     }

@@ -33,8 +33,8 @@
 //! yielding CPU; round-robin and first-fit ignore load. None of them packs GPUs.
 
 use super::{
-    ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, feasible_nodes,
-    finish,
+    ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, best_k,
+    feasible_nodes, finish,
 };
 
 /// Our policy and its parameters.
@@ -70,8 +70,7 @@ impl Soonest {
         self.claim[job.category.index()] * soon
     }
 
-    /// The CPU share (cores) `job` is predicted to get on `node`, and a note saying why.
-    pub fn predicted_share(&self, node: &NodeView, job: &JobRequest) -> (f64, String) {
+    fn estimate(&self, node: &NodeView, job: &JobRequest) -> Estimate {
         let jobs_cpu: f64 = node.jobs.iter().map(|j| j.cpu_cores).sum();
         let background = (node.cpu_used_cores - jobs_cpu).max(0.0);
         let available = (node.cores - background).max(0.1 * node.cores);
@@ -80,17 +79,48 @@ impl Soonest {
         if let Some(c) = job.cores {
             share = share.min(c);
         }
-        let mut note = format!(
-            "{available:.1} cores available, competing claims {claims:.2} -> {share:.2} cores"
-        );
-        if node.memory_bytes > 0 {
-            let projected = node.memory_used_bytes + job.memory_bytes.unwrap_or(0);
-            if projected as f64 > 0.9 * node.memory_bytes as f64 {
-                share *= 0.5;
-                note.push_str(", memory over 90%: halved");
-            }
+        let memory_tight = node.memory_bytes > 0
+            && (node.memory_used_bytes + job.memory_bytes.unwrap_or(0)) as f64
+                > 0.9 * node.memory_bytes as f64;
+        if memory_tight {
+            share *= 0.5;
         }
-        (share, note)
+        Estimate {
+            available,
+            claims,
+            share,
+            memory_tight,
+        }
+    }
+
+    /// The CPU share (cores) `job` is predicted to get on `node`, and a note saying why.
+    pub fn predicted_share(&self, node: &NodeView, job: &JobRequest) -> (f64, String) {
+        let e = self.estimate(node, job);
+        (e.share, e.note())
+    }
+}
+
+/// The parts of a predicted share.
+struct Estimate {
+    available: f64,
+    claims: f64,
+    share: f64,
+    memory_tight: bool,
+}
+
+impl Estimate {
+    fn note(&self) -> String {
+        format!(
+            "{:.1} cores available, competing claims {:.2} -> {:.2} cores{}",
+            self.available,
+            self.claims,
+            self.share,
+            if self.memory_tight {
+                ", memory over 90%: halved"
+            } else {
+                ""
+            }
+        )
     }
 }
 
@@ -101,53 +131,64 @@ impl PlacementPolicy for Soonest {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
-        let mut scored: Vec<(usize, f64, String, usize)> = feasible
+        let scored: Vec<(usize, f64, usize)> = feasible
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
-                let (share, note) = self.predicted_share(n, job);
-                let gpus_left = n.free_gpu_count() - job.gpus as usize;
-                (i, share, note, gpus_left)
+                let share = self.estimate(n, job).share;
+                (i, share, n.free_gpu_count() - job.gpus as usize)
             })
             .collect();
         let best = scored.iter().map(|s| s.1).fold(0.0, f64::max);
-        // The node share alone would choose (first with the best share, in view order).
+        // The node the share alone would choose (first with the best share, in view order).
         let by_share = scored.iter().find(|s| s.1 >= best).map(|s| s.0);
         let good_enough = best * (1.0 - self.tolerance);
-        scored.sort_by(|a, b| {
-            let a_good = a.1 >= good_enough;
-            let b_good = b.1 >= good_enough;
-            b_good
-                .cmp(&a_good)
-                .then_with(|| {
-                    if a_good && b_good {
-                        a.3.cmp(&b.3)
+        // Good-enough nodes first, among them the fewest GPUs left, then the larger share.
+        let ranked = best_k(
+            scored,
+            |s| s.0,
+            |a, b| {
+                let (a_good, b_good) = (a.1 >= good_enough, b.1 >= good_enough);
+                b_good
+                    .cmp(&a_good)
+                    .then(if a_good && b_good {
+                        a.2.cmp(&b.2)
                     } else {
                         std::cmp::Ordering::Equal
-                    }
-                })
-                .then(b.1.total_cmp(&a.1))
-        });
-        let packed = Some(scored[0].0) != by_share;
+                    })
+                    .then(b.1.total_cmp(&a.1))
+            },
+        );
+        let packed = Some(ranked[0].0) != by_share;
         let tolerance = self.tolerance * 100.0;
-        let gpus_left = scored[0].3;
-        let ranked = scored
-            .into_iter()
-            .map(|(i, share, note, left)| (i, share, format!("{note}; leaves {left} GPUs free")))
-            .collect();
-        Ok(finish(cluster, job, ranked, |n, share| {
-            if packed {
+        let gpus_left = ranked[0].2;
+        let ranked: Vec<(usize, f64)> = ranked.into_iter().map(|(i, s, _)| (i, s)).collect();
+        let this = *self;
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |n| {
                 format!(
-                    "soonest: {} is within {tolerance:.0}% of the best predicted CPU share ({share:.2} cores) and leaves the fewest GPUs free ({gpus_left})",
-                    n.name
+                    "{}; leaves {} GPUs free",
+                    this.estimate(n, job).note(),
+                    n.free_gpu_count() - job.gpus as usize
                 )
-            } else {
-                format!(
-                    "soonest: the job is predicted the largest CPU share on {} ({share:.2} cores)",
-                    n.name
-                )
-            }
-        }))
+            },
+            |n, share| {
+                if packed {
+                    format!(
+                        "soonest: {} is within {tolerance:.0}% of the best predicted CPU share ({share:.2} cores) and leaves the fewest GPUs free ({gpus_left})",
+                        n.name
+                    )
+                } else {
+                    format!(
+                        "soonest: the job is predicted the largest CPU share on {} ({share:.2} cores)",
+                        n.name
+                    )
+                }
+            },
+        ))
     }
 }
 

@@ -17,11 +17,11 @@
 //! - R(w, t) is not defined further; we use the share of the node's cores in use, then the share
 //!   of its memory in use, then the node order (by name) to break the remaining ties.
 //! - Scores are multiples of 0.5 with the paper's weights, so "minimum" is an exact comparison;
-//!   with other weights we treat scores within 1e-9 as equal.
+//!   with other weights we compare scores rounded to 1e-9.
 
 use super::{
-    Candidate, ClusterView, JobRequest, NoFit, NodeView, Placement, PlacementPolicy,
-    feasible_nodes, finish,
+    ClusterView, JobRequest, NoFit, NodeView, Placement, PlacementPolicy, best_k, feasible_nodes,
+    finish,
 };
 
 /// SpeCon's weights.
@@ -74,48 +74,47 @@ impl SpeCon {
         (cpu, mem)
     }
 
-    /// Lines 2-7 and 18: candidates ranked by (score, R(w,t)), best first.
-    fn ranked(&self, cluster: &ClusterView, nodes: &[usize]) -> Vec<(usize, f64, String)> {
-        let mut ranked: Vec<(usize, f64, (f64, f64))> = nodes
+    /// Scores compared exactly: quantised to 1e-9 so that float noise from other weights does
+    /// not split a tie (with the paper's weights scores are multiples of 0.5 anyway).
+    fn key(score: f64) -> i64 {
+        (score * 1e9).round() as i64
+    }
+
+    /// Lines 2-7 and 18: the best candidates by (score, R(w,t)), best first, and the size of
+    /// the candidate set T (the nodes at the minimum score).
+    fn ranked(&self, cluster: &ClusterView, nodes: &[usize]) -> (Vec<(usize, f64)>, usize) {
+        let scored: Vec<(usize, f64, i64, (f64, f64))> = nodes
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
-                (i, self.score(n), Self::consumption(n))
+                let s = self.score(n);
+                (i, s, Self::key(s), Self::consumption(n))
             })
             .collect();
-        ranked.sort_by(|a, b| {
-            let by_score = if (a.1 - b.1).abs() <= 1e-9 {
-                std::cmp::Ordering::Equal
-            } else {
-                a.1.total_cmp(&b.1)
-            };
-            by_score
-                .then(a.2.0.total_cmp(&b.2.0))
-                .then(a.2.1.total_cmp(&b.2.1))
-        });
-        ranked
-            .into_iter()
-            .map(|(i, s, (cpu, mem))| {
-                let [u, pc, wc, cc] = cluster.nodes[i].category_counts();
-                (
-                    i,
-                    s,
-                    format!(
-                        "PC {} WC {wc} CC {cc}; CPU {:.0}% memory {:.0}% in use",
-                        u + pc,
-                        cpu * 100.0,
-                        mem * 100.0
-                    ),
-                )
-            })
-            .collect()
+        let min = scored.iter().map(|c| c.2).min().unwrap_or(0);
+        let ties = scored.iter().filter(|c| c.2 == min).count();
+        let best = best_k(
+            scored,
+            |c| c.0,
+            |a, b| {
+                a.2.cmp(&b.2)
+                    .then(a.3.0.total_cmp(&b.3.0))
+                    .then(a.3.1.total_cmp(&b.3.1))
+            },
+        );
+        (best.into_iter().map(|c| (c.0, c.1)).collect(), ties)
     }
 
-    fn min_set(ranked: &[(usize, f64, String)]) -> usize {
-        ranked
-            .iter()
-            .take_while(|c| (c.1 - ranked[0].1).abs() <= 1e-9)
-            .count()
+    /// Why a node scored what it did.
+    fn note(node: &NodeView) -> String {
+        let [u, pc, wc, cc] = node.category_counts();
+        let (cpu, mem) = Self::consumption(node);
+        format!(
+            "PC {} WC {wc} CC {cc}; CPU {:.0}% memory {:.0}% in use",
+            u + pc,
+            cpu * 100.0,
+            mem * 100.0
+        )
     }
 
     /// The whole of Algorithm 2 for a job on node `current` (a converged job a node asked to
@@ -131,15 +130,16 @@ impl SpeCon {
             nodes.push(current);
             nodes.sort_unstable();
         }
-        let ranked = self.ranked(cluster, &nodes);
-        let t = Self::min_set(&ranked);
-        if ranked[..t].iter().any(|c| c.0 == current) {
+        let (ranked, _) = self.ranked(cluster, &nodes);
+        let min = Self::key(ranked[0].1);
+        if Self::key(self.score(&cluster.nodes[current])) == min {
             return Ok(MigrationTarget::Stay);
         }
         Ok(MigrationTarget::MoveTo(finish(
             cluster,
             job,
-            ranked,
+            &ranked,
+            Self::note,
             |n, s| {
                 format!(
                     "specon: {} has the lowest weighted score {s} (and least resource use among ties)",
@@ -157,10 +157,9 @@ impl PlacementPolicy for SpeCon {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
-        let ranked = self.ranked(cluster, &feasible);
-        let ties = Self::min_set(&ranked);
+        let (ranked, ties) = self.ranked(cluster, &feasible);
         let (w_pc, w_wc, w_cc) = (self.w_pc, self.w_wc, self.w_cc);
-        let mut p = finish(cluster, job, ranked, |n, s| {
+        Ok(finish(cluster, job, &ranked, Self::note, |n, s| {
             if ties == 1 {
                 format!(
                     "specon: {} has the lowest score {w_pc}·|PC|+{w_wc}·|WC|+{w_cc}·|CC| = {s}",
@@ -172,9 +171,7 @@ impl PlacementPolicy for SpeCon {
                     n.name
                 )
             }
-        });
-        p.candidates.retain(|c: &Candidate| c.score.is_finite());
-        Ok(p)
+        }))
     }
 }
 
