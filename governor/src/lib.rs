@@ -13,6 +13,7 @@ pub mod control;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;
+pub mod cluster;
 pub mod policy;
 pub mod progress;
 pub mod status;
