@@ -1,2 +1,20 @@
-//! The cluster coordinator: node and job registry, placement policies, queue, gRPC service.
+//! The cluster coordinator: it knows every node and job, places incoming jobs with a
+//! run-time-selectable policy, and serves `govctl`.
+//!
+//! - [`placement`]: the placement policies (FlowCon, ProCon, SpeCon, round-robin, first-fit and
+//!   ours), pure functions of a [`placement::ClusterView`];
+//! - [`queue`]: priorities, FIFO, gang admission with timeouts (pure, injected time);
+//! - [`state`]: the registry and its state machine (pure, injected time);
+//! - [`store`]: the crash-safe redb store the state is persisted in;
+//! - [`server`]: the gRPC services (node sessions and govctl's control service) around the state;
+//! - [`certs`]: the CA and certificates of a test cluster (`govctl certs`);
+//! - [`cli`]: `govctl`.
 #![forbid(unsafe_code)]
+
+pub mod certs;
+pub mod cli;
+pub mod placement;
+pub mod queue;
+pub mod server;
+pub mod state;
+pub mod store;

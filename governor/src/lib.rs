@@ -6,5 +6,6 @@
 //! [`cgroup`], the only module that writes cgroupfs.
 pub mod cgroup;
 pub mod cli;
+pub mod cluster;
 pub mod policy;
 pub mod progress;

@@ -1,2 +1,28 @@
-//! The cluster protocol: generated gRPC code plus hand-written conversions to domain types.
+//! The cluster protocol: the code tonic generates from `proto/governor/cluster/v1/cluster.proto`
+//! (module [`pb`]) and the domain types the rest of the workspace uses instead (modules [`node`]
+//! and [`control`]).
+//!
+//! Every generated message that crosses a trust boundary has a hand-written `TryFrom` into its
+//! domain type that checks it field by field; a bad message becomes an [`InvalidMessage`] naming
+//! the field (`report.jobs[2].cpu_cores: must be finite and >= 0, got NaN`), which converts into a
+//! gRPC `INVALID_ARGUMENT` status. Domain types convert back into messages with `From`.
+//!
+//! The generated code is not checked in: `build.rs` compiles the `.proto` with protox, a
+//! pure-Rust compiler, so no `protoc` is needed.
 #![forbid(unsafe_code)]
+
+pub mod control;
+mod error;
+pub mod node;
+pub mod tls;
+
+pub use error::InvalidMessage;
+
+/// Generated messages and services (`governor.cluster.v1`).
+#[allow(clippy::all, missing_docs, rust_2018_idioms)]
+pub mod pb {
+    tonic::include_proto!("governor.cluster.v1");
+}
+
+/// The port the coordinator listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7070;

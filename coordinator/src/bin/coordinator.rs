@@ -1,5 +1,171 @@
-//! `coordinator`: the cluster service.
-fn main() {
-    eprintln!("coordinator: not implemented yet");
-    std::process::exit(2);
+//! `coordinator`: the cluster service. Configuration from `--config FILE` (TOML, see
+//! `--example-config`), overridden by flags.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use coordinator::server::{self, ServerConfig};
+use governor_proto::tls::TlsFiles;
+use tracing_subscriber::EnvFilter;
+
+/// The Governor cluster coordinator: node registry, placement, queue and the govctl service.
+#[derive(Debug, Parser)]
+#[command(name = "coordinator", version, about)]
+struct Opts {
+    /// TOML configuration file (fields of `--example-config`); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print a commented example configuration and exit.
+    #[arg(long)]
+    example_config: bool,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// The redb store (created if missing).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Directory with ca.pem, coordinator.pem and coordinator-key.pem (`govctl certs init`).
+    #[arg(long)]
+    certs: Option<PathBuf>,
+    /// Serve plain text without authentication. Only for tests on a trusted network.
+    #[arg(long)]
+    insecure: bool,
+    /// Placement policy of a fresh store (`govctl policy set` changes it at run time).
+    #[arg(long)]
+    policy: Option<String>,
+    /// Seconds without a report after which a node is lost.
+    #[arg(long)]
+    lost_after: Option<f64>,
+    /// Log filter (RUST_LOG syntax), e.g. `info` or `coordinator=debug`.
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    log_level: String,
+}
+
+const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags override)
+listen = "0.0.0.0:7070"
+store = "/var/lib/governor/coordinator.redb"
+# Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit.
+policy = "soonest"
+
+# mTLS: the CA that signed every node and govctl certificate, and the server's own.
+# Without this table the coordinator refuses to start unless given --insecure.
+[tls]
+ca = "/etc/governor/certs/ca.pem"
+cert = "/etc/governor/certs/coordinator.pem"
+key = "/etc/governor/certs/coordinator-key.pem"
+
+[state]
+lost_after_s = 10.0        # a node silent this long is lost; its jobs show as unknown
+start_timeout_s = 60.0     # a placed job its node has not started by then has failed
+report_interval_ms = 1000  # asked of the nodes
+gang_timeout_s = 600.0     # gangs not admitted within this long fail
+progress_samples = 240     # progress points kept per job
+"#;
+
+fn config(opts: &Opts) -> Result<ServerConfig> {
+    let mut config = match &opts.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text)
+                .with_context(|| format!("bad configuration in {}", path.display()))?
+        }
+        None => ServerConfig::default(),
+    };
+    if let Some(l) = opts.listen {
+        config.listen = l;
+    }
+    if let Some(s) = &opts.store {
+        config.store = s.clone();
+    }
+    if let Some(dir) = &opts.certs {
+        config.tls = Some(TlsFiles::in_dir(dir, coordinator::certs::COORDINATOR));
+    }
+    if let Some(p) = &opts.policy {
+        coordinator::placement::by_name(p)?;
+        config.policy = p.clone();
+    }
+    if let Some(l) = opts.lost_after {
+        config.state.lost_after_s = l;
+    }
+    if opts.insecure {
+        config.tls = None;
+    } else if config.tls.is_none() {
+        bail!(
+            "no TLS configured: pass --certs DIR (made by `govctl certs init`) or a [tls] table in \
+             the configuration; --insecure serves plain text without authentication"
+        );
+    }
+    Ok(config)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let opts = Opts::parse();
+    if opts.example_config {
+        print!("{EXAMPLE}");
+        return ExitCode::SUCCESS;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_new(&opts.log_level).unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let result = async {
+        let config = config(&opts)?;
+        if config.tls.is_none() {
+            tracing::warn!("serving plain text without authentication (--insecure)");
+        }
+        server::run(config, async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        })
+        .await
+        .context("coordinator failed")
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("coordinator: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_configuration_parses() {
+        let c: ServerConfig = toml::from_str(EXAMPLE).unwrap();
+        assert_eq!(c.policy, "soonest");
+        assert_eq!(c.state.lost_after_s, 10.0);
+        assert!(c.tls.is_some());
+    }
+
+    #[test]
+    fn tls_is_required_unless_insecure() {
+        let opts = Opts::parse_from(["coordinator"]);
+        assert!(
+            config(&opts)
+                .unwrap_err()
+                .to_string()
+                .contains("--insecure")
+        );
+        let opts = Opts::parse_from(["coordinator", "--insecure", "--policy", "procon"]);
+        assert_eq!(config(&opts).unwrap().policy, "procon");
+        let opts = Opts::parse_from(["coordinator", "--insecure", "--policy", "nope"]);
+        assert!(config(&opts).is_err());
+    }
 }

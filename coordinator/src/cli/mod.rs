@@ -1,0 +1,629 @@
+//! `govctl`: the cluster view and control CLI. The binary only calls [`main`].
+//!
+//! Every listing takes `--json` (one JSON document on stdout). Errors say which node or job they
+//! are about and what to do; gRPC errors are translated into those words.
+
+pub mod format;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use governor_proto::control::{JobDetail, JobSpec, JobSummary, NodeSummary, PolicyState, Stats};
+use governor_proto::pb;
+use governor_proto::pb::control_service_client::ControlServiceClient;
+use governor_proto::tls::{TlsFiles, endpoint};
+use tonic::transport::Channel;
+
+use crate::certs;
+
+/// The cluster view and control CLI of Governor.
+#[derive(Debug, Parser)]
+#[command(name = "govctl", version, about)]
+pub struct Cli {
+    /// The coordinator's address (HOST:PORT).
+    #[arg(
+        long,
+        global = true,
+        env = "GOVCTL_COORDINATOR",
+        default_value = "127.0.0.1:7070"
+    )]
+    pub coordinator: String,
+    /// Directory with ca.pem and this user's NAME.pem / NAME-key.pem (`govctl certs init`).
+    #[arg(
+        long,
+        global = true,
+        env = "GOVCTL_CERTS",
+        default_value = "/etc/governor/certs"
+    )]
+    pub certs: PathBuf,
+    /// The certificate name to use from --certs.
+    #[arg(
+        long = "as",
+        global = true,
+        env = "GOVCTL_AS",
+        default_value = "admin",
+        value_name = "NAME"
+    )]
+    pub identity: String,
+    /// Talk plain text to a coordinator started with --insecure (no certificates).
+    #[arg(long, global = true)]
+    pub insecure: bool,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the nodes.
+    Nodes,
+    /// List the jobs (running, starting, queued, unknown).
+    Jobs {
+        /// Include finished jobs.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Submit a job: `govctl submit --name N --log PATH -- CMD...`.
+    Submit(SubmitArgs),
+    /// Show one job: progress curve, category history, placement decisions and why.
+    Job {
+        /// The job id (`j12`, or `NODE/ID` for a node's local job).
+        job: String,
+    },
+    /// Cancel a queued or running job.
+    Cancel { job: String },
+    /// Live cluster view: nodes, jobs, categories, CPU shares.
+    Top {
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// Stop after this many frames.
+        #[arg(long)]
+        frames: Option<u64>,
+    },
+    /// Show or set the placement policy.
+    Policy {
+        #[command(subcommand)]
+        action: Option<PolicyAction>,
+    },
+    /// Coordinator counters and placement latency.
+    Stats,
+    /// Make certificates for a test cluster.
+    Certs {
+        #[command(subcommand)]
+        action: CertsAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Show the current policy and the ones available.
+    Get,
+    /// Use policy NAME for the jobs placed from now on.
+    Set { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsAction {
+    /// Make a new CA in DIR and the certificates named.
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+        /// A DNS name or IP address clients use to reach the coordinator (repeatable).
+        #[arg(long = "coordinator-host", value_name = "HOST")]
+        coordinator_hosts: Vec<String>,
+        /// A node certificate to make (repeatable).
+        #[arg(long = "node", value_name = "NAME")]
+        nodes: Vec<String>,
+        /// An admin (govctl user) certificate to make (repeatable; default: one named "admin").
+        #[arg(long = "admin", value_name = "NAME")]
+        admins: Vec<String>,
+        /// Replace an existing CA.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue one more certificate with the CA in DIR.
+    Issue {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["admin", "coordinator_hosts"])]
+        node: Option<String>,
+        #[arg(long, value_name = "NAME", conflicts_with = "coordinator_hosts")]
+        admin: Option<String>,
+        #[arg(long = "coordinator-host", value_name = "HOST")]
+        coordinator_hosts: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// A name for the job.
+    #[arg(long)]
+    pub name: String,
+    /// Whole GPUs per member (all on the member's node).
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// Larger runs first.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    /// Members, each on its own node (a gang: all start or none).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    /// Cores each member needs (reserved on its node).
+    #[arg(long)]
+    pub cores: Option<f64>,
+    /// Memory each member needs, e.g. 4G or 512M (reserved on its node).
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory: Option<u64>,
+    /// The progress signal in the log ("loss", "val_acc"); default: the node's choice.
+    #[arg(long, default_value = "")]
+    pub metric: String,
+    /// Larger signal is better (accuracy-like).
+    #[arg(long)]
+    pub maximise: bool,
+    /// A gang not admitted within this long fails (default: the coordinator's).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub gang_timeout: Option<Duration>,
+    /// Extra environment for the job (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// The log file the job writes (absolute path on its node).
+    #[arg(long)]
+    pub log: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
+        _ => (s, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 4G, 512M or 1048576"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("{s:?} is not a size"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    if k.is_empty() {
+        return Err(format!("{s:?} has an empty name"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// Seconds since the Unix epoch.
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Turn a gRPC error into a sentence for the operator.
+fn explain(status: tonic::Status, coordinator: &str) -> anyhow::Error {
+    use tonic::Code;
+    let msg = status.message().to_owned();
+    match status.code() {
+        Code::Unavailable => anyhow::anyhow!(
+            "cannot reach the coordinator at {coordinator}: {msg} (is it running? right address? \
+             use --insecure only if it was started with --insecure)"
+        ),
+        Code::Unauthenticated | Code::PermissionDenied => {
+            anyhow::anyhow!("the coordinator at {coordinator} refused: {msg}")
+        }
+        Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition => {
+            anyhow::anyhow!("{msg}")
+        }
+        code => anyhow::anyhow!("the coordinator at {coordinator} answered {code:?}: {msg}"),
+    }
+}
+
+/// A connected client.
+pub struct Client {
+    inner: ControlServiceClient<Channel>,
+    address: String,
+}
+
+impl Client {
+    /// Connect as the CLI would.
+    pub async fn connect(address: &str, tls: Option<&TlsFiles>) -> Result<Client> {
+        let ep = endpoint(address, tls)?;
+        let channel = ep.connect().await.map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg = format!("{msg}: {s}");
+                src = s.source();
+            }
+            anyhow::anyhow!(
+                "cannot connect to the coordinator at {address}: {msg} (is it running? right address{}?)",
+                if tls.is_some() { ", CA and certificate" } else { "; does it need TLS" }
+            )
+        })?;
+        Ok(Client {
+            inner: ControlServiceClient::new(channel),
+            address: address.to_owned(),
+        })
+    }
+
+    pub async fn nodes(&mut self) -> Result<Vec<NodeSummary>> {
+        let r = self
+            .inner
+            .list_nodes(pb::ListNodesRequest {})
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        r.into_inner()
+            .nodes
+            .into_iter()
+            .map(|n| NodeSummary::try_from(n).context("the coordinator sent a bad node summary"))
+            .collect()
+    }
+
+    pub async fn jobs(&mut self, all: bool) -> Result<Vec<JobSummary>> {
+        let r = self
+            .inner
+            .list_jobs(pb::ListJobsRequest { all })
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        r.into_inner()
+            .jobs
+            .into_iter()
+            .map(|j| JobSummary::try_from(j).context("the coordinator sent a bad job summary"))
+            .collect()
+    }
+
+    pub async fn job(&mut self, id: &str) -> Result<JobDetail> {
+        let r = self
+            .inner
+            .get_job(pb::GetJobRequest { job_id: id.into() })
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        let detail = r
+            .into_inner()
+            .job
+            .context("the coordinator sent no job detail")?;
+        JobDetail::try_from(detail).context("the coordinator sent a bad job detail")
+    }
+
+    pub async fn submit(&mut self, spec: JobSpec) -> Result<JobSummary> {
+        let r = self
+            .inner
+            .submit_job(pb::SubmitJobRequest {
+                spec: Some(spec.into()),
+            })
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        JobSummary::try_from(r.into_inner().job.context("no job in the answer")?)
+            .context("the coordinator sent a bad job summary")
+    }
+
+    pub async fn cancel(&mut self, id: &str) -> Result<JobSummary> {
+        let r = self
+            .inner
+            .cancel_job(pb::CancelJobRequest { job_id: id.into() })
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        JobSummary::try_from(r.into_inner().job.context("no job in the answer")?)
+            .context("the coordinator sent a bad job summary")
+    }
+
+    pub async fn policy(&mut self) -> Result<PolicyState> {
+        Ok(self
+            .inner
+            .get_policy(pb::GetPolicyRequest {})
+            .await
+            .map_err(|s| explain(s, &self.address))?
+            .into_inner()
+            .into())
+    }
+
+    pub async fn set_policy(&mut self, name: &str) -> Result<PolicyState> {
+        Ok(self
+            .inner
+            .set_policy(pb::SetPolicyRequest { name: name.into() })
+            .await
+            .map_err(|s| explain(s, &self.address))?
+            .into_inner()
+            .into())
+    }
+
+    pub async fn stats(&mut self) -> Result<Stats> {
+        Ok(self
+            .inner
+            .get_stats(pb::GetStatsRequest {})
+            .await
+            .map_err(|s| explain(s, &self.address))?
+            .into_inner()
+            .into())
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Run govctl.
+pub async fn main(cli: Cli) -> Result<()> {
+    if let Command::Certs { action } = &cli.command {
+        return run_certs(action);
+    }
+    let tls = if cli.insecure {
+        None
+    } else {
+        let files = TlsFiles::in_dir(&cli.certs, &cli.identity);
+        if !files.cert.exists() {
+            bail!(
+                "no client certificate at {} (make one with `govctl certs init --dir {}`, choose \
+                 another with --certs/--as, or pass --insecure for a plain-text coordinator)",
+                files.cert.display(),
+                cli.certs.display()
+            );
+        }
+        Some(files)
+    };
+    let mut client = Client::connect(&cli.coordinator, tls.as_ref()).await?;
+    match cli.command {
+        Command::Nodes => {
+            let nodes = client.nodes().await?;
+            if cli.json {
+                print_json(&nodes)?;
+            } else {
+                print!("{}", format::nodes_table(&nodes));
+            }
+        }
+        Command::Jobs { all } => {
+            let jobs = client.jobs(all).await?;
+            if cli.json {
+                print_json(&jobs)?;
+            } else {
+                print!("{}", format::jobs_table(&jobs, now()));
+            }
+        }
+        Command::Submit(a) => {
+            let spec = JobSpec {
+                name: a.name,
+                argv: a.command,
+                log_path: a.log,
+                metric: a.metric,
+                maximise: a.maximise,
+                gpus: a.gpus,
+                priority: a.priority,
+                replicas: a.replicas,
+                cores: a.cores,
+                memory_bytes: a.memory,
+                gang_timeout_s: a.gang_timeout.map(|d| d.as_secs_f64()),
+                env: a.env.into_iter().collect(),
+            };
+            let job = client.submit(spec).await?;
+            if cli.json {
+                print_json(&job)?;
+            } else {
+                match job.members.first() {
+                    Some(m) => println!("{} {} on {}", job.id, job.status, m.node),
+                    None => println!("{} {}: {}", job.id, job.status, job.message),
+                }
+            }
+        }
+        Command::Job { job } => {
+            let d = client.job(&job).await?;
+            if cli.json {
+                print_json(&d)?;
+            } else {
+                print!("{}", format::job_detail(&d, now()));
+            }
+        }
+        Command::Cancel { job } => {
+            let j = client.cancel(&job).await?;
+            if cli.json {
+                print_json(&j)?;
+            } else {
+                println!("{} {}", j.id, j.status);
+            }
+        }
+        Command::Policy { action } => {
+            let p = match action {
+                None | Some(PolicyAction::Get) => client.policy().await?,
+                Some(PolicyAction::Set { name }) => client.set_policy(&name).await?,
+            };
+            if cli.json {
+                print_json(&p)?;
+            } else {
+                print!("{}", format::policy(&p));
+            }
+        }
+        Command::Stats => {
+            let s = client.stats().await?;
+            if cli.json {
+                print_json(&s)?;
+            } else {
+                print!("{}", format::stats(&s));
+            }
+        }
+        Command::Top {
+            interval,
+            once,
+            frames,
+        } => {
+            top(
+                &mut client,
+                interval,
+                if once { Some(1) } else { frames },
+                cli.json,
+            )
+            .await?
+        }
+        Command::Certs { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+async fn top(
+    client: &mut Client,
+    interval: Duration,
+    frames: Option<u64>,
+    json: bool,
+) -> Result<()> {
+    let tty = std::io::stdout().is_terminal() && !json;
+    let mut shown = 0u64;
+    loop {
+        let nodes = client.nodes().await?;
+        let jobs = client.jobs(false).await?;
+        let policy = client.policy().await?.current;
+        let mut out = std::io::stdout().lock();
+        if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({ "nodes": nodes, "jobs": jobs, "policy": policy })
+            )?;
+        } else {
+            let frame = format::top(&nodes, &jobs, &policy, now());
+            if tty {
+                // Home, then clear to the end of the screen: refresh in place without flicker.
+                write!(out, "\x1b[H{}\x1b[J", frame.replace('\n', "\x1b[K\n"))?;
+            } else {
+                writeln!(out, "{frame}")?;
+            }
+        }
+        out.flush()?;
+        shown += 1;
+        if frames.is_some_and(|f| shown >= f) {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+fn run_certs(action: &CertsAction) -> Result<()> {
+    let files = match action {
+        CertsAction::Init {
+            dir,
+            coordinator_hosts,
+            nodes,
+            admins,
+            force,
+        } => {
+            let mut kinds = vec![certs::Kind::Coordinator {
+                hosts: coordinator_hosts.clone(),
+            }];
+            kinds.extend(nodes.iter().map(|n| certs::Kind::Node { name: n.clone() }));
+            let admins = if admins.is_empty() {
+                vec!["admin".to_owned()]
+            } else {
+                admins.clone()
+            };
+            kinds.extend(admins.into_iter().map(|name| certs::Kind::Admin { name }));
+            certs::init(dir, &kinds, *force)?
+        }
+        CertsAction::Issue {
+            dir,
+            node,
+            admin,
+            coordinator_hosts,
+        } => {
+            let kind = match (node, admin) {
+                (Some(n), _) => certs::Kind::Node { name: n.clone() },
+                (_, Some(a)) => certs::Kind::Admin { name: a.clone() },
+                (None, None) if !coordinator_hosts.is_empty() => certs::Kind::Coordinator {
+                    hosts: coordinator_hosts.clone(),
+                },
+                (None, None) => {
+                    bail!("say what to issue: --node NAME, --admin NAME or --coordinator-host HOST")
+                }
+            };
+            certs::issue(dir, &kind)?
+        }
+    };
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submit_parses_the_issue_syntax() {
+        let cli = Cli::try_parse_from([
+            "govctl",
+            "--insecure",
+            "submit",
+            "--name",
+            "bert",
+            "--gpus",
+            "2",
+            "--priority",
+            "-1",
+            "--memory",
+            "1.5G",
+            "--env",
+            "A=b=c",
+            "--log",
+            "/tmp/b.log",
+            "--",
+            "python3",
+            "-u",
+            "train.py",
+        ])
+        .unwrap();
+        let Command::Submit(a) = cli.command else {
+            panic!("not submit")
+        };
+        assert_eq!(a.command, ["python3", "-u", "train.py"]);
+        assert_eq!((a.gpus, a.priority), (2, -1));
+        assert_eq!(a.memory, Some(3 << 29));
+        assert_eq!(a.env, [("A".to_string(), "b=c".to_string())]);
+    }
+
+    #[test]
+    fn sizes_and_env_are_checked() {
+        assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("100").unwrap(), 100);
+        assert!(parse_bytes("lots").unwrap_err().contains("not a size"));
+        assert!(parse_env("NOEQUALS").is_err());
+    }
+
+    #[test]
+    fn grpc_errors_become_sentences() {
+        let e = explain(
+            tonic::Status::unavailable("connection refused"),
+            "10.0.0.1:7070",
+        );
+        assert!(
+            e.to_string()
+                .starts_with("cannot reach the coordinator at 10.0.0.1:7070")
+        );
+        let e = explain(
+            tonic::Status::not_found("no job j9: `govctl jobs --all` lists the known jobs"),
+            "x",
+        );
+        assert_eq!(
+            e.to_string(),
+            "no job j9: `govctl jobs --all` lists the known jobs"
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! The actor that owns the state: one task, one channel, requests handled in order.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use governor_proto::control::{JobDetail, JobSpec, JobSummary, NodeSummary, PolicyState, Stats};
+use governor_proto::node::{CoordinatorMessage, Hello, NodeReport, Welcome};
+use governor_proto::pb;
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+use tracing::{debug, error, warn};
+
+use crate::state::{ClusterState, ControlError, SessionError};
+use crate::store::Store;
+
+/// Seconds since the Unix epoch: the coordinator's clock (persisted times survive restarts).
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The stream of messages to one node's session.
+pub type SessionTx = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
+
+/// Capacity of a session's outgoing queue. Commands are rare; a node that lets this fill up is
+/// not reading its stream.
+pub const SESSION_QUEUE: usize = 256;
+
+enum Msg {
+    Hello {
+        hello: Hello,
+        address: String,
+        tx: SessionTx,
+        reply: oneshot::Sender<Welcome>,
+    },
+    Report {
+        node: String,
+        session: u64,
+        report: NodeReport,
+        reply: oneshot::Sender<Result<(), SessionError>>,
+    },
+    Disconnected {
+        node: String,
+        session: u64,
+    },
+    Submit {
+        spec: JobSpec,
+        reply: oneshot::Sender<JobSummary>,
+    },
+    Cancel {
+        id: String,
+        reply: oneshot::Sender<Result<JobSummary, ControlError>>,
+    },
+    Nodes(oneshot::Sender<Vec<NodeSummary>>),
+    Jobs {
+        all: bool,
+        reply: oneshot::Sender<Vec<JobSummary>>,
+    },
+    Job {
+        id: String,
+        reply: oneshot::Sender<Result<JobDetail, ControlError>>,
+    },
+    Policy(oneshot::Sender<PolicyState>),
+    SetPolicy {
+        name: String,
+        reply: oneshot::Sender<Result<PolicyState, ControlError>>,
+    },
+    Stats(oneshot::Sender<Stats>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Placement decision latencies (wall time of the admission rounds that placed jobs).
+#[derive(Debug, Default)]
+pub struct LatencyStats {
+    samples: Vec<f64>,
+    next: usize,
+    count: u64,
+}
+
+impl LatencyStats {
+    const KEPT: usize = 100_000;
+
+    fn record(&mut self, seconds: f64) {
+        self.count += 1;
+        if self.samples.len() < Self::KEPT {
+            self.samples.push(seconds);
+        } else {
+            self.samples[self.next] = seconds;
+            self.next = (self.next + 1) % Self::KEPT;
+        }
+    }
+
+    /// (p50, p99, max) in milliseconds over the kept samples.
+    pub fn percentiles_ms(&self) -> (f64, f64, f64) {
+        if self.samples.is_empty() {
+            return (0.0, 0.0, 0.0);
+        }
+        let mut s = self.samples.clone();
+        s.sort_by(f64::total_cmp);
+        let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize] * 1000.0;
+        (at(0.5), at(0.99), s[s.len() - 1] * 1000.0)
+    }
+}
+
+/// A handle to the coordinator's actor. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Coordinator {
+    tx: mpsc::Sender<Msg>,
+}
+
+fn gone() -> Status {
+    Status::unavailable("the coordinator is shutting down")
+}
+
+impl Coordinator {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, Status> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
+    }
+
+    pub(crate) async fn hello(
+        &self,
+        hello: Hello,
+        address: String,
+        tx: SessionTx,
+    ) -> Result<Welcome, Status> {
+        self.ask(|reply| Msg::Hello {
+            hello,
+            address,
+            tx,
+            reply,
+        })
+        .await
+    }
+
+    pub(crate) async fn report(
+        &self,
+        node: String,
+        session: u64,
+        report: NodeReport,
+    ) -> Result<Result<(), SessionError>, Status> {
+        self.ask(|reply| Msg::Report {
+            node,
+            session,
+            report,
+            reply,
+        })
+        .await
+    }
+
+    pub(crate) async fn disconnected(&self, node: String, session: u64) {
+        let _ = self.tx.send(Msg::Disconnected { node, session }).await;
+    }
+
+    pub async fn submit(&self, spec: JobSpec) -> Result<JobSummary, Status> {
+        self.ask(|reply| Msg::Submit { spec, reply }).await
+    }
+
+    pub async fn cancel(&self, id: String) -> Result<Result<JobSummary, ControlError>, Status> {
+        self.ask(|reply| Msg::Cancel { id, reply }).await
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeSummary>, Status> {
+        self.ask(Msg::Nodes).await
+    }
+
+    pub async fn jobs(&self, all: bool) -> Result<Vec<JobSummary>, Status> {
+        self.ask(|reply| Msg::Jobs { all, reply }).await
+    }
+
+    pub async fn job(&self, id: String) -> Result<Result<JobDetail, ControlError>, Status> {
+        self.ask(|reply| Msg::Job { id, reply }).await
+    }
+
+    pub async fn policy(&self) -> Result<PolicyState, Status> {
+        self.ask(Msg::Policy).await
+    }
+
+    pub async fn set_policy(
+        &self,
+        name: String,
+    ) -> Result<Result<PolicyState, ControlError>, Status> {
+        self.ask(|reply| Msg::SetPolicy { name, reply }).await
+    }
+
+    pub async fn stats(&self) -> Result<Stats, Status> {
+        self.ask(Msg::Stats).await
+    }
+
+    /// Stop the actor after it has persisted everything.
+    pub async fn shutdown(&self) {
+        let _ = self.ask(Msg::Shutdown).await;
+    }
+}
+
+/// Start the actor.
+pub fn spawn(state: ClusterState, store: Store) -> Coordinator {
+    let (tx, rx) = mpsc::channel(4096);
+    tokio::spawn(Actor::new(state, store).run(rx));
+    Coordinator { tx }
+}
+
+struct Actor {
+    state: ClusterState,
+    store: Store,
+    sessions: HashMap<String, (u64, SessionTx)>,
+    latency: LatencyStats,
+    started: Instant,
+    store_failing: bool,
+    /// Answered once the store is closed, so a new coordinator can open it at once.
+    shutdown_reply: Option<oneshot::Sender<()>>,
+}
+
+impl Actor {
+    fn new(state: ClusterState, store: Store) -> Self {
+        Actor {
+            state,
+            store,
+            sessions: HashMap::new(),
+            latency: LatencyStats::default(),
+            started: Instant::now(),
+            store_failing: false,
+            shutdown_reply: None,
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { break };
+                    if self.handle(msg) {
+                        break;
+                    }
+                    // Drain what else is waiting, then flush once for the batch.
+                    let mut stop = false;
+                    for _ in 0..1024 {
+                        match rx.try_recv() {
+                            Ok(m) => if self.handle(m) { stop = true; break; },
+                            Err(_) => break,
+                        }
+                    }
+                    self.flush();
+                    if stop {
+                        break;
+                    }
+                }
+                _ = tick.tick() => {
+                    self.timed(|s, now| s.tick(now));
+                    self.flush();
+                }
+            }
+        }
+        self.flush();
+        let reply = self.shutdown_reply.take();
+        drop(self); // closes the store
+        debug!("coordinator actor stopped");
+        if let Some(reply) = reply {
+            let _ = reply.send(());
+        }
+    }
+
+    /// Run a state call that may place jobs and record how long the placement took.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut ClusterState, f64) -> T) -> T {
+        let before = self.state.counters().5;
+        let started = Instant::now();
+        let out = f(&mut self.state, unix_now());
+        let placed = self.state.counters().5 - before;
+        if placed > 0 {
+            self.latency.record(started.elapsed().as_secs_f64());
+        }
+        out
+    }
+
+    /// Handle one message; true to stop.
+    fn handle(&mut self, msg: Msg) -> bool {
+        match msg {
+            Msg::Hello {
+                hello,
+                address,
+                tx,
+                reply,
+            } => {
+                let node = hello.node_name.clone();
+                let welcome = self.timed(|s, now| {
+                    let w = s.register(now, hello, address);
+                    s.dispatch(now);
+                    w
+                });
+                // The welcome goes first on the stream, before any command.
+                let _ = tx.try_send(Ok(CoordinatorMessage::Welcome(welcome).into()));
+                self.sessions.insert(node, (welcome.session_id, tx));
+                let _ = reply.send(welcome);
+            }
+            Msg::Report {
+                node,
+                session,
+                report,
+                reply,
+            } => {
+                let result = self.timed(|s, now| {
+                    let r = s.report(now, &node, session, report);
+                    if r.is_ok() {
+                        s.dispatch_if_needed(now);
+                    }
+                    r
+                });
+                let _ = reply.send(result);
+            }
+            Msg::Disconnected { node, session } => {
+                self.state.disconnected(&node, session);
+                if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
+                    self.sessions.remove(&node);
+                }
+            }
+            Msg::Submit { spec, reply } => {
+                let job = self.timed(|s, now| s.submit(now, spec));
+                let _ = reply.send(job);
+            }
+            Msg::Cancel { id, reply } => {
+                let r = self.timed(|s, now| s.cancel(now, &id));
+                let _ = reply.send(r);
+            }
+            Msg::Nodes(reply) => {
+                let _ = reply.send(self.state.list_nodes(unix_now()));
+            }
+            Msg::Jobs { all, reply } => {
+                let _ = reply.send(self.state.list_jobs(all));
+            }
+            Msg::Job { id, reply } => {
+                let _ = reply.send(self.state.job_detail(&id));
+            }
+            Msg::Policy(reply) => {
+                let _ = reply.send(self.state.policy_state());
+            }
+            Msg::SetPolicy { name, reply } => {
+                let r = self.timed(|s, now| s.set_policy(now, &name));
+                let _ = reply.send(r);
+            }
+            Msg::Stats(reply) => {
+                let (nodes, ready_nodes, jobs, queued_jobs, reports, placements, policy) =
+                    self.state.counters();
+                let (p50, p99, max) = self.latency.percentiles_ms();
+                let _ = reply.send(Stats {
+                    uptime_s: self.started.elapsed().as_secs_f64(),
+                    nodes,
+                    ready_nodes,
+                    jobs,
+                    queued_jobs,
+                    reports,
+                    placements,
+                    placement_p50_ms: p50,
+                    placement_p99_ms: p99,
+                    placement_max_ms: max,
+                    policy,
+                });
+            }
+            Msg::Shutdown(reply) => {
+                self.shutdown_reply = Some(reply);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Send the commands the state produced and persist what changed.
+    fn flush(&mut self) {
+        for (node, cmd) in self.state.take_outbox() {
+            let Some((_, tx)) = self.sessions.get(&node) else {
+                debug!(%node, job = cmd.job_id(), "node not connected; the command is resent when it reconnects");
+                continue;
+            };
+            if let Err(e) = tx.try_send(Ok(CoordinatorMessage::Command(cmd.clone()).into())) {
+                warn!(%node, job = cmd.job_id(), error = %e, "cannot queue a command to the node; dropping its session");
+                self.sessions.remove(&node);
+            }
+        }
+        let dirty = self.state.take_dirty();
+        if dirty.is_empty() {
+            return;
+        }
+        let meta = self.state.meta();
+        let state = &self.state;
+        match self.store.save(
+            &dirty,
+            &meta,
+            |n| state.node_record(n).cloned(),
+            // Local jobs are not persisted: their nodes report them again after a restart.
+            |j| state.job_record(j).filter(|r| !r.is_local()).cloned(),
+        ) {
+            Ok(()) => {
+                if self.store_failing {
+                    warn!(store = %self.store.path().display(), "the store works again");
+                    self.store_failing = false;
+                }
+            }
+            Err(e) => {
+                if !self.store_failing {
+                    error!(error = %e, "cannot persist the coordinator's state; will retry (a crash now would lose recent changes)");
+                    self.store_failing = true;
+                }
+                self.state.mark_dirty(dirty);
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The control service: what govctl asks.
+
+use governor_proto::control::JobSpec;
+use governor_proto::pb;
+use governor_proto::pb::control_service_server::ControlService;
+use tonic::{Request, Response, Status};
+
+use super::actor::Coordinator;
+use super::auth;
+use crate::state::ControlError;
+
+pub struct ControlSvc {
+    coordinator: Coordinator,
+    secure: bool,
+}
+
+impl ControlSvc {
+    pub fn new(coordinator: Coordinator, secure: bool) -> Self {
+        ControlSvc {
+            coordinator,
+            secure,
+        }
+    }
+
+    fn read<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if self.secure && auth::identity(request).is_none() {
+            return Err(Status::unauthenticated("a client certificate is required"));
+        }
+        Ok(())
+    }
+}
+
+fn control_status(e: ControlError) -> Status {
+    match e {
+        ControlError::NoSuchJob { .. } => Status::not_found(e.to_string()),
+        ControlError::AlreadyFinished { .. } | ControlError::LocalJob { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
+        ControlError::UnknownPolicy(_) => Status::invalid_argument(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl ControlService for ControlSvc {
+    async fn submit_job(
+        &self,
+        request: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        auth::require_admin(self.secure, &request, "submit jobs")?;
+        let spec = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("invalid spec: is missing"))?;
+        let spec = JobSpec::try_from(spec).map_err(|e| Status::from(e.within("spec")))?;
+        let job = self.coordinator.submit(spec).await?;
+        Ok(Response::new(pb::SubmitJobResponse {
+            job: Some(job.into()),
+        }))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::CancelJobResponse>, Status> {
+        auth::require_admin(self.secure, &request, "cancel jobs")?;
+        let id = request.into_inner().job_id;
+        let job = self.coordinator.cancel(id).await?.map_err(control_status)?;
+        Ok(Response::new(pb::CancelJobResponse {
+            job: Some(job.into()),
+        }))
+    }
+
+    async fn list_nodes(
+        &self,
+        request: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        self.read(&request)?;
+        let nodes = self.coordinator.nodes().await?;
+        Ok(Response::new(pb::ListNodesResponse {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        self.read(&request)?;
+        let jobs = self.coordinator.jobs(request.into_inner().all).await?;
+        Ok(Response::new(pb::ListJobsResponse {
+            jobs: jobs.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn get_job(
+        &self,
+        request: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::GetJobResponse>, Status> {
+        self.read(&request)?;
+        let job = self
+            .coordinator
+            .job(request.into_inner().job_id)
+            .await?
+            .map_err(control_status)?;
+        Ok(Response::new(pb::GetJobResponse {
+            job: Some(job.into()),
+        }))
+    }
+
+    async fn get_policy(
+        &self,
+        request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        self.read(&request)?;
+        Ok(Response::new(self.coordinator.policy().await?.into()))
+    }
+
+    async fn set_policy(
+        &self,
+        request: Request<pb::SetPolicyRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        auth::require_admin(self.secure, &request, "change the placement policy")?;
+        let state = self
+            .coordinator
+            .set_policy(request.into_inner().name)
+            .await?
+            .map_err(control_status)?;
+        Ok(Response::new(state.into()))
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::StatsResponse>, Status> {
+        self.read(&request)?;
+        Ok(Response::new(self.coordinator.stats().await?.into()))
+    }
+}

@@ -1,0 +1,463 @@
+//! The node's side of the cluster protocol: the [`NodeAgent`] keeps a session with the
+//! coordinator, streams the daemon's latest [`NodeReport`] and hands the coordinator's
+//! [`NodeCommand`]s to the daemon.
+//!
+//! The agent never blocks or stops the daemon: it runs on its own task, reads reports from a
+//! `watch` channel (latest value wins, the daemon never waits), and when the coordinator is
+//! unreachable it retries with capped exponential back-off while the node keeps governing on its
+//! own. It stops when the daemon drops its end of the `watch` channel.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use governor::cluster::{AgentConfig, NodeAgent};
+//! use governor_proto::node::{NodeCapacity, NodeReport};
+//! let (report_tx, report_rx) = tokio::sync::watch::channel(NodeReport::default());
+//! let (command_tx, mut command_rx) = tokio::sync::mpsc::channel(64);
+//! let config = AgentConfig::new("10.10.0.1:7070", "node2", NodeCapacity::cpu_only(8.0, 32 << 30));
+//! let agent = NodeAgent::spawn(config, report_rx, command_tx);
+//! // The daemon: report_tx.send_replace(report) whenever its state changes; handle
+//! // command_rx.recv() in its control loop; drop report_tx to stop the agent.
+//! # drop((report_tx, agent));
+//! # }
+//! ```
+
+use std::time::Duration;
+
+pub use governor_proto::node::{
+    Category as WireCategory, GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest,
+    NodeCapacity, NodeCommand, NodeReport, RunState, StartJob, StopJob,
+};
+pub use governor_proto::tls::TlsFiles;
+use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
+use governor_proto::pb;
+use governor_proto::pb::node_service_client::NodeServiceClient;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, info, warn};
+
+use crate::policy::Category;
+
+impl From<Category> for WireCategory {
+    fn from(c: Category) -> Self {
+        match c {
+            Category::Unknown => WireCategory::Unknown,
+            Category::Progressing => WireCategory::Progressing,
+            Category::Watching => WireCategory::Watching,
+            Category::Converged => WireCategory::Converged,
+        }
+    }
+}
+
+/// Capped exponential back-off between connection attempts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    /// Wait after the first failure.
+    pub initial: Duration,
+    /// Never wait longer than this.
+    pub max: Duration,
+    /// A session that lasted this long resets the back-off to `initial`.
+    pub reset_after: Duration,
+}
+
+impl Default for Backoff {
+    /// 0.5 s, doubling, at most 30 s; reset after a session of a minute.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+            reset_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before attempt `failures + 1` (failures >= 1), with ±20% jitter from `seed` so
+    /// that a rack of nodes does not reconnect in lock-step after a coordinator restart.
+    pub fn delay(&self, failures: u32, seed: u64) -> Duration {
+        let exp = self
+            .initial
+            .saturating_mul(1u32.checked_shl(failures.saturating_sub(1).min(31)).unwrap_or(u32::MAX));
+        let base = exp.min(self.max);
+        // Deterministic jitter in [0.8, 1.2).
+        let h = seed
+            .wrapping_add(failures as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(17);
+        let jitter = 0.8 + 0.4 * ((h >> 11) as f64 / (1u64 << 53) as f64);
+        base.mul_f64(jitter).min(self.max)
+    }
+}
+
+/// How the agent connects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentConfig {
+    /// The coordinator's address, `HOST:PORT` (the daemon's `--coordinator`).
+    pub coordinator: String,
+    /// mTLS files (`ca.pem`, `NODE.pem`, `NODE-key.pem`), or `None` for plain text (only with
+    /// the daemon's explicit `--insecure`).
+    pub tls: Option<TlsFiles>,
+    /// The node's name: a DNS label, and the common name of its certificate.
+    pub node_name: String,
+    /// What the node offers to governed jobs.
+    pub capacity: NodeCapacity,
+    /// Send the latest report at least this often (the coordinator's welcome may shorten it).
+    pub report_interval: Duration,
+    /// Never send reports closer together than this, however often the daemon updates.
+    pub min_report_gap: Duration,
+    pub backoff: Backoff,
+    /// Reported in `govctl nodes`.
+    pub agent_version: String,
+}
+
+impl AgentConfig {
+    /// Plain-text defaults: 1 s reports, default back-off. Set `tls` for mTLS.
+    pub fn new(coordinator: impl Into<String>, node_name: impl Into<String>, capacity: NodeCapacity) -> Self {
+        AgentConfig {
+            coordinator: coordinator.into(),
+            tls: None,
+            node_name: node_name.into(),
+            capacity,
+            report_interval: Duration::from_secs(1),
+            min_report_gap: Duration::from_millis(100),
+            backoff: Backoff::default(),
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    /// Check what can be checked before connecting (the daemon calls this at start-up to fail
+    /// early with a clear message).
+    pub fn validate(&self) -> Result<(), AgentError> {
+        governor_proto::node::validate_node_name(&self.node_name).map_err(AgentError::Config)?;
+        if !(self.capacity.cores.is_finite() && self.capacity.cores > 0.0) {
+            return Err(AgentError::Config(format!(
+                "node capacity must have a positive number of cores, got {}",
+                self.capacity.cores
+            )));
+        }
+        governor_proto::tls::endpoint(&self.coordinator, self.tls.as_ref())
+            .map_err(|e| AgentError::Config(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Where the agent stands (for the daemon's status output).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentStatus {
+    /// Trying to connect (attempt number, from 1).
+    Connecting { attempt: u32 },
+    /// In a session.
+    Connected { session: u64 },
+    /// The last attempt failed; the next one is in `retry_in`.
+    Waiting { error: String, retry_in: Duration },
+    /// The daemon dropped its report channel, or the configuration is invalid.
+    Stopped,
+}
+
+/// An agent configuration or session error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid cluster agent configuration: {0}")]
+    Config(String),
+    #[error("cannot reach the coordinator at {address}: {detail}")]
+    Connect { address: String, detail: String },
+    #[error("the coordinator at {address} ended the session: {detail}")]
+    Session { address: String, detail: String },
+}
+
+/// The node agent. See the module documentation.
+#[derive(Debug)]
+pub struct NodeAgent;
+
+/// How a session ended.
+enum End {
+    /// The daemon dropped the report channel: stop.
+    Shutdown,
+    /// The coordinator closed the stream cleanly.
+    Closed,
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s = format!("{s}: {text}");
+        }
+        src = inner.source();
+    }
+    s
+}
+
+impl NodeAgent {
+    /// Start the agent on the current tokio runtime.
+    pub fn spawn(
+        config: AgentConfig,
+        reports: watch::Receiver<NodeReport>,
+        commands: mpsc::Sender<NodeCommand>,
+    ) -> JoinHandle<()> {
+        Self::spawn_with_status(config, reports, commands).0
+    }
+
+    /// [`Self::spawn`], also returning a channel with the agent's status.
+    pub fn spawn_with_status(
+        config: AgentConfig,
+        reports: watch::Receiver<NodeReport>,
+        commands: mpsc::Sender<NodeCommand>,
+    ) -> (JoinHandle<()>, watch::Receiver<AgentStatus>) {
+        let (status_tx, status_rx) = watch::channel(AgentStatus::Connecting { attempt: 1 });
+        let handle = tokio::spawn(run(config, reports, commands, status_tx));
+        (handle, status_rx)
+    }
+}
+
+async fn run(
+    config: AgentConfig,
+    mut reports: watch::Receiver<NodeReport>,
+    commands: mpsc::Sender<NodeCommand>,
+    status: watch::Sender<AgentStatus>,
+) {
+    if let Err(e) = config.validate() {
+        warn!(error = %e, "cluster agent not started; the node keeps governing on its own");
+        status.send_replace(AgentStatus::Stopped);
+        return;
+    }
+    let seed = config
+        .node_name
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let mut failures = 0u32;
+    let mut last_error = String::new();
+    let mut daemon_gone_logged = false;
+    loop {
+        status.send_replace(AgentStatus::Connecting {
+            attempt: failures + 1,
+        });
+        let started = Instant::now();
+        let result = session(&config, &mut reports, &commands, &status, &mut daemon_gone_logged).await;
+        match result {
+            Ok(End::Shutdown) => break,
+            Ok(End::Closed) => {
+                info!(coordinator = %config.coordinator, "the coordinator closed the session; reconnecting");
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if text != last_error {
+                    warn!(error = %text, "cluster session failed; the node keeps governing on its own and retries");
+                    last_error = text;
+                } else {
+                    debug!(error = %text, "cluster session failed again");
+                }
+            }
+        }
+        if started.elapsed() >= config.backoff.reset_after {
+            failures = 0;
+        }
+        failures = failures.saturating_add(1);
+        let wait = config.backoff.delay(failures, seed);
+        status.send_replace(AgentStatus::Waiting {
+            error: last_error.clone(),
+            retry_in: wait,
+        });
+        // Wait, but stop at once if the daemon goes away.
+        let deadline = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                changed = reports.changed() => if changed.is_err() {
+                    status.send_replace(AgentStatus::Stopped);
+                    return;
+                },
+            }
+        }
+    }
+    info!("cluster agent stopped");
+    status.send_replace(AgentStatus::Stopped);
+}
+
+async fn session(
+    config: &AgentConfig,
+    reports: &mut watch::Receiver<NodeReport>,
+    commands: &mpsc::Sender<NodeCommand>,
+    status: &watch::Sender<AgentStatus>,
+    daemon_gone_logged: &mut bool,
+) -> Result<End, AgentError> {
+    let address = config.coordinator.clone();
+    let connect_err = |detail: String| AgentError::Connect {
+        address: address.clone(),
+        detail,
+    };
+    let endpoint = governor_proto::tls::endpoint(&config.coordinator, config.tls.as_ref())
+        .map_err(|e| connect_err(e.to_string()))?;
+    let channel = endpoint.connect().await.map_err(|e| connect_err(chain(&e)))?;
+    let mut client = NodeServiceClient::new(channel);
+    let (tx, rx) = mpsc::channel::<pb::NodeMessage>(8);
+    let hello = Hello {
+        node_name: config.node_name.clone(),
+        capacity: config.capacity.clone(),
+        agent_version: config.agent_version.clone(),
+    };
+    tx.try_send(NodeMessage::Hello(hello).into())
+        .expect("a fresh channel has room");
+    let mut inbound = client
+        .session(ReceiverStream::new(rx))
+        .await
+        .map_err(|s| connect_err(format!("{:?}: {}", s.code(), s.message())))?
+        .into_inner();
+    let session_err = |detail: String| AgentError::Session {
+        address: address.clone(),
+        detail,
+    };
+    let welcome = match inbound.message().await {
+        Ok(Some(m)) => match CoordinatorMessage::try_from(m) {
+            Ok(CoordinatorMessage::Welcome(w)) => w,
+            Ok(other) => return Err(session_err(format!("expected a welcome, got {other:?}"))),
+            Err(e) => return Err(session_err(e.to_string())),
+        },
+        Ok(None) => return Err(session_err("closed before the welcome".into())),
+        Err(s) => return Err(session_err(format!("{:?}: {}", s.code(), s.message()))),
+    };
+    let interval = if welcome.report_interval_ms > 0 {
+        config
+            .report_interval
+            .min(Duration::from_millis(welcome.report_interval_ms as u64))
+    } else {
+        config.report_interval
+    };
+    info!(coordinator = %address, session = welcome.session_id, "connected to the coordinator");
+    status.send_replace(AgentStatus::Connected {
+        session: welcome.session_id,
+    });
+
+    let mut sequence = 0u64;
+    let mut send_latest = |reports: &mut watch::Receiver<NodeReport>| {
+        sequence += 1;
+        let mut report = reports.borrow_and_update().clone();
+        report.sequence = sequence;
+        // Latest wins: if the stream is backed up, skip this one; the next is newer anyway.
+        match tx.try_send(NodeMessage::Report(report).into()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug!("report stream busy; skipping a report");
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    };
+    send_latest(reports);
+    let mut last_sent = Instant::now();
+    let mut pending = false;
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let flush_at = last_sent + config.min_report_gap;
+        tokio::select! {
+            msg = inbound.message() => match msg {
+                Ok(Some(m)) => match CoordinatorMessage::try_from(m) {
+                    Ok(CoordinatorMessage::Command(cmd)) => {
+                        debug!(job = cmd.job_id(), "command from the coordinator");
+                        if commands.send(cmd).await.is_err() && !*daemon_gone_logged {
+                            warn!("the daemon no longer takes cluster commands; dropping them");
+                            *daemon_gone_logged = true;
+                        }
+                    }
+                    Ok(CoordinatorMessage::Welcome(_)) => {}
+                    Err(e) => warn!(error = %e, "ignoring an invalid message from the coordinator"),
+                },
+                Ok(None) => return Ok(End::Closed),
+                Err(s) => return Err(session_err(format!("{:?}: {}", s.code(), s.message()))),
+            },
+            changed = reports.changed(), if !pending => {
+                if changed.is_err() {
+                    return Ok(End::Shutdown);
+                }
+                pending = true;
+            }
+            _ = tokio::time::sleep_until(flush_at), if pending => {
+                pending = false;
+                if !send_latest(reports) {
+                    return Err(session_err("the report stream closed".into()));
+                }
+                last_sent = Instant::now();
+            }
+            _ = tick.tick() => {
+                pending = false;
+                if !send_latest(reports) {
+                    return Err(session_err("the report stream closed".into()));
+                }
+                last_sent = Instant::now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered() {
+        let b = Backoff::default();
+        let d: Vec<Duration> = (1..=10).map(|f| b.delay(f, 42)).collect();
+        for (f, delay) in d.iter().enumerate() {
+            let base = (0.5 * 2f64.powi(f as i32)).min(30.0);
+            let s = delay.as_secs_f64();
+            assert!(s >= 0.8 * base - 1e-9 && s <= (1.2 * base).min(30.0) + 1e-9, "failure {}: {s} s", f + 1);
+        }
+        assert!(b.delay(1000, 1) <= Duration::from_secs(30));
+        assert_ne!(b.delay(3, 1), b.delay(3, 2), "different nodes should not retry in lock-step");
+    }
+
+    #[test]
+    fn validate_names_the_problem() {
+        let mut c = AgentConfig::new("10.0.0.1:7070", "Node_2", NodeCapacity::cpu_only(4.0, 0));
+        assert!(c.validate().unwrap_err().to_string().contains("a-z, 0-9"));
+        c.node_name = "node2".into();
+        c.capacity.cores = 0.0;
+        assert!(c.validate().unwrap_err().to_string().contains("positive number of cores"));
+        c.capacity.cores = 2.0;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn policy_categories_map_one_to_one() {
+        for (c, w) in [
+            (Category::Unknown, WireCategory::Unknown),
+            (Category::Progressing, WireCategory::Progressing),
+            (Category::Watching, WireCategory::Watching),
+            (Category::Converged, WireCategory::Converged),
+        ] {
+            assert_eq!(WireCategory::from(c), w);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_coordinator_is_retried_and_the_agent_stops_with_the_daemon() {
+        // Nothing listens on port 1 of localhost: every attempt fails at once.
+        let (report_tx, report_rx) = watch::channel(NodeReport::default());
+        let (cmd_tx, _cmd_rx) = mpsc::channel(4);
+        let config = AgentConfig::new("127.0.0.1:1", "node9", NodeCapacity::cpu_only(1.0, 0));
+        let (handle, mut status) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
+        let mut waits = Vec::new();
+        while waits.len() < 3 {
+            status.changed().await.unwrap();
+            if let AgentStatus::Waiting { retry_in, error } = status.borrow().clone() {
+                assert!(error.contains("127.0.0.1:1"), "{error}");
+                waits.push(retry_in);
+            }
+        }
+        assert!(waits[1] > waits[0] && waits[2] > waits[1], "{waits:?}");
+        // The daemon keeps updating its report without ever blocking.
+        for _ in 0..100 {
+            report_tx.send_replace(NodeReport::default());
+        }
+        drop(report_tx);
+        tokio::time::timeout(Duration::from_secs(60), handle)
+            .await
+            .expect("the agent stops when the daemon drops the report channel")
+            .unwrap();
+        assert_eq!(*status.borrow(), AgentStatus::Stopped);
+    }
+}

@@ -1,0 +1,16 @@
+//! Generates the gRPC code from `proto/` with protox (a pure-Rust protobuf compiler), so building
+//! needs no `protoc` on the machine.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
+    let file = root.join("governor/cluster/v1/cluster.proto");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let descriptors = protox::compile([&file], [&root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

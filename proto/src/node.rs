@@ -1,0 +1,952 @@
+//! Domain types of the node <-> coordinator half of the protocol, and their conversions.
+//!
+//! The node daemon fills a [`NodeReport`] and receives [`NodeCommand`]s; the coordinator receives
+//! [`NodeMessage`]s and sends [`CoordinatorMessage`]s. `TryFrom<pb::...>` validates what arrives
+//! from the network; `From<...> for pb::...` builds what is sent.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::InvalidMessage;
+use crate::error::{
+    check_node_name, distinct_gpus, finite, non_negative, opt, positive, short, text,
+};
+use crate::pb;
+
+/// Longest job, node or model name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+/// Longest free-text message (reasons, errors) accepted, in bytes.
+pub const MAX_MESSAGE_LEN: usize = 4096;
+
+/// One GPU of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuDevice {
+    /// NVML index on the node (unique per node).
+    pub index: u32,
+    pub model: String,
+    pub memory_bytes: u64,
+}
+
+/// What a node offers to governed jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeCapacity {
+    pub cores: f64,
+    pub memory_bytes: u64,
+    pub gpus: Vec<GpuDevice>,
+}
+
+impl NodeCapacity {
+    /// A CPU-only node.
+    pub fn cpu_only(cores: f64, memory_bytes: u64) -> Self {
+        NodeCapacity {
+            cores,
+            memory_bytes,
+            gpus: Vec::new(),
+        }
+    }
+}
+
+/// Registration: the first message a node sends on its `Session` stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// A DNS label (see [`crate::node::check_node_name`]); with mTLS, the certificate's name.
+    pub node_name: String,
+    pub capacity: NodeCapacity,
+    pub agent_version: String,
+}
+
+pub use crate::error::check_node_name as validate_node_name;
+
+/// The coordinator's answer to a [`Hello`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub session_id: u64,
+    pub report_interval_ms: u32,
+}
+
+/// A job's training stage (FlowCon NL/WL/CL, SpeCon PC/WC/CC). Mirrors
+/// `governor::policy::Category`; the node converts.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Category {
+    /// Not enough progress observed to judge (also: placed, not reported yet).
+    #[default]
+    Unknown,
+    /// Learning fast (FlowCon NL, SpeCon PC).
+    Progressing,
+    /// Slowing down (FlowCon WL, SpeCon WC).
+    Watching,
+    /// Nearly converged (FlowCon CL, SpeCon CC).
+    Converged,
+}
+
+impl Category {
+    /// All categories in their order (the order of `NodeSummary::category_counts`).
+    pub const ALL: [Category; 4] = [
+        Category::Unknown,
+        Category::Progressing,
+        Category::Watching,
+        Category::Converged,
+    ];
+
+    /// Position in [`Category::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Category::Unknown => "unknown",
+            Category::Progressing => "progressing",
+            Category::Watching => "watching",
+            Category::Converged => "converged",
+        })
+    }
+}
+
+/// Where a job on a node came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobOrigin {
+    /// Started on the coordinator's [`StartJob`].
+    Coordinator,
+    /// Found by the node itself.
+    Local,
+}
+
+/// The life of a job's process on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Starting,
+    Running,
+    /// Exited by itself (see `exit_code`).
+    Exited,
+    /// Could not start, or was killed (see `message`).
+    Failed,
+}
+
+impl RunState {
+    /// True once the process is gone.
+    pub fn is_finished(self) -> bool {
+        matches!(self, RunState::Exited | RunState::Failed)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RunState::Starting => "starting",
+            RunState::Running => "running",
+            RunState::Exited => "exited",
+            RunState::Failed => "failed",
+        })
+    }
+}
+
+/// The latest state of one job on a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobReport {
+    /// The coordinator's id for coordinator jobs, the node's own id for local ones.
+    pub job_id: String,
+    /// Member index of a multi-node job (0 otherwise).
+    pub replica: u32,
+    pub name: String,
+    pub origin: JobOrigin,
+    pub state: RunState,
+    pub exit_code: Option<i32>,
+    /// Why it failed, or any note for the operator (may be empty).
+    pub message: String,
+    pub category: Category,
+    /// Latest value of the progress signal E(t).
+    pub progress: Option<f64>,
+    /// Per-second progress P(t) (FlowCon Eq. 1), >= 0.
+    pub growth: Option<f64>,
+    /// Growth efficiency G(t) = P(t) / cores used (FlowCon Eq. 2), >= 0.
+    pub growth_efficiency: Option<f64>,
+    /// Mean CPU use over the last interval, in cores.
+    pub cpu_cores: f64,
+    pub memory_bytes: u64,
+    /// The node's hard cap (cpu.max) in cores; `None` when uncapped.
+    pub cpu_limit_cores: Option<f64>,
+    /// The node's cpu.weight (1..=10000), 0 when unknown.
+    pub cpu_weight: u32,
+    pub gpu_indices: Vec<u32>,
+    /// Mean utilisation of its GPUs, 0..=1.
+    pub gpu_utilization: f64,
+    pub gpu_memory_bytes: u64,
+    /// Epochs done (ProCon's n), when the log shows them.
+    pub epoch: Option<u64>,
+    /// Epochs planned (ProCon's MAX).
+    pub max_epochs: Option<u64>,
+    /// Duration of the last epoch in seconds (ProCon's f).
+    pub epoch_seconds: Option<f64>,
+}
+
+impl JobReport {
+    /// A running coordinator job with nothing measured yet (tests and harnesses fill the rest).
+    pub fn running(job_id: impl Into<String>, name: impl Into<String>) -> Self {
+        JobReport {
+            job_id: job_id.into(),
+            replica: 0,
+            name: name.into(),
+            origin: JobOrigin::Coordinator,
+            state: RunState::Running,
+            exit_code: None,
+            message: String::new(),
+            category: Category::Unknown,
+            progress: None,
+            growth: None,
+            growth_efficiency: None,
+            cpu_cores: 0.0,
+            memory_bytes: 0,
+            cpu_limit_cores: None,
+            cpu_weight: 0,
+            gpu_indices: Vec::new(),
+            gpu_utilization: 0.0,
+            gpu_memory_bytes: 0,
+            epoch: None,
+            max_epochs: None,
+            epoch_seconds: None,
+        }
+    }
+}
+
+/// A node's request to move a job elsewhere (SpeCon).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationRequest {
+    pub job_id: String,
+    pub reason: String,
+}
+
+/// Use of one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuUsage {
+    pub index: u32,
+    /// 0..=1.
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+}
+
+/// The state of a node, sent about once a second and on every change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Increases with every report; the agent sets it, the daemon may leave it 0.
+    pub sequence: u64,
+    pub cpu_used_cores: f64,
+    pub memory_used_bytes: u64,
+    pub jobs: Vec<JobReport>,
+    pub migrations: Vec<MigrationRequest>,
+    pub gpus: Vec<GpuUsage>,
+}
+
+/// Start a job's process on the node.
+///
+/// Idempotent: a node that already runs (`job_id`, `replica`) must ignore it, because the
+/// coordinator resends the starts it has not seen in a report after the node reconnects. The node
+/// reports the job as [`RunState::Starting`]/[`RunState::Running`] once it has it, or as
+/// [`RunState::Failed`] with a message when it cannot start it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StartJob {
+    pub job_id: String,
+    pub replica: u32,
+    /// Number of members (1 for a single-node job).
+    pub replicas: u32,
+    pub name: String,
+    /// Program and arguments; never empty.
+    pub argv: Vec<String>,
+    /// Absolute path of the log the job writes and the node follows.
+    pub log_path: String,
+    /// Progress signal in the log ("loss"...), empty for the node's default.
+    pub metric: String,
+    /// True when larger is better (accuracy).
+    pub maximise: bool,
+    /// GPUs reserved on this node (set CUDA_VISIBLE_DEVICES to them).
+    pub gpu_indices: Vec<u32>,
+    pub priority: i32,
+    /// Environment to add; includes GOVERNOR_JOB_ID, GOVERNOR_RANK, GOVERNOR_WORLD_SIZE.
+    pub env: BTreeMap<String, String>,
+    pub cores: Option<f64>,
+    pub memory_bytes: Option<u64>,
+}
+
+/// Stop a job's process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopJob {
+    pub job_id: String,
+    pub reason: String,
+}
+
+/// A command from the coordinator to a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NodeCommand {
+    Start(StartJob),
+    Stop(StopJob),
+}
+
+impl NodeCommand {
+    /// The job the command is about.
+    pub fn job_id(&self) -> &str {
+        match self {
+            NodeCommand::Start(s) => &s.job_id,
+            NodeCommand::Stop(s) => &s.job_id,
+        }
+    }
+}
+
+/// What a node sends on its stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeMessage {
+    Hello(Hello),
+    Report(NodeReport),
+}
+
+/// What the coordinator sends on a node's stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CoordinatorMessage {
+    Welcome(Welcome),
+    Command(NodeCommand),
+}
+
+// ---- wire -> domain ------------------------------------------------------------------------
+
+fn enum_value<E: TryFrom<i32>>(field: &str, v: i32) -> Result<E, InvalidMessage> {
+    E::try_from(v).map_err(|_| InvalidMessage::new(field, format!("unknown value {v}")))
+}
+
+impl TryFrom<i32> for Category {
+    type Error = InvalidMessage;
+    fn try_from(v: i32) -> Result<Self, InvalidMessage> {
+        match enum_value::<pb::Category>("category", v)? {
+            pb::Category::Unspecified => Err(InvalidMessage::new(
+                "category",
+                "is CATEGORY_UNSPECIFIED; send CATEGORY_UNKNOWN when the stage is not known",
+            )),
+            pb::Category::Unknown => Ok(Category::Unknown),
+            pb::Category::Progressing => Ok(Category::Progressing),
+            pb::Category::Watching => Ok(Category::Watching),
+            pb::Category::Converged => Ok(Category::Converged),
+        }
+    }
+}
+
+impl TryFrom<i32> for JobOrigin {
+    type Error = InvalidMessage;
+    fn try_from(v: i32) -> Result<Self, InvalidMessage> {
+        match enum_value::<pb::JobOrigin>("origin", v)? {
+            pb::JobOrigin::Unspecified => {
+                Err(InvalidMessage::new("origin", "is JOB_ORIGIN_UNSPECIFIED"))
+            }
+            pb::JobOrigin::Coordinator => Ok(JobOrigin::Coordinator),
+            pb::JobOrigin::Local => Ok(JobOrigin::Local),
+        }
+    }
+}
+
+impl TryFrom<i32> for RunState {
+    type Error = InvalidMessage;
+    fn try_from(v: i32) -> Result<Self, InvalidMessage> {
+        match enum_value::<pb::RunState>("state", v)? {
+            pb::RunState::Unspecified => {
+                Err(InvalidMessage::new("state", "is RUN_STATE_UNSPECIFIED"))
+            }
+            pb::RunState::Starting => Ok(RunState::Starting),
+            pb::RunState::Running => Ok(RunState::Running),
+            pb::RunState::Exited => Ok(RunState::Exited),
+            pb::RunState::Failed => Ok(RunState::Failed),
+        }
+    }
+}
+
+impl TryFrom<pb::GpuDevice> for GpuDevice {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::GpuDevice) -> Result<Self, InvalidMessage> {
+        Ok(GpuDevice {
+            index: m.index,
+            model: short("model", m.model, MAX_NAME_LEN)?,
+            memory_bytes: m.memory_bytes,
+        })
+    }
+}
+
+impl TryFrom<pb::NodeCapacity> for NodeCapacity {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::NodeCapacity) -> Result<Self, InvalidMessage> {
+        let gpus = m
+            .gpus
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| GpuDevice::try_from(g).map_err(|e| e.within(format!("gpus[{i}]"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
+        distinct_gpus("gpus", &indices)?;
+        Ok(NodeCapacity {
+            cores: positive("cores", m.cores)?,
+            memory_bytes: m.memory_bytes,
+            gpus,
+        })
+    }
+}
+
+impl TryFrom<pb::Hello> for Hello {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::Hello) -> Result<Self, InvalidMessage> {
+        check_node_name(&m.node_name).map_err(|p| InvalidMessage::new("node_name", p))?;
+        let capacity = m
+            .capacity
+            .ok_or_else(|| InvalidMessage::missing("capacity"))?
+            .try_into()
+            .map_err(|e: InvalidMessage| e.within("capacity"))?;
+        Ok(Hello {
+            node_name: m.node_name,
+            capacity,
+            agent_version: short("agent_version", m.agent_version, MAX_NAME_LEN)?,
+        })
+    }
+}
+
+impl TryFrom<pb::JobReport> for JobReport {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::JobReport) -> Result<Self, InvalidMessage> {
+        distinct_gpus("gpu_indices", &m.gpu_indices)?;
+        let gpu_utilization = non_negative("gpu_utilization", m.gpu_utilization)?;
+        if gpu_utilization > 1.0 {
+            return Err(InvalidMessage::new(
+                "gpu_utilization",
+                format!("is a fraction in 0..=1, got {gpu_utilization}"),
+            ));
+        }
+        Ok(JobReport {
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            replica: m.replica,
+            name: short("name", m.name, MAX_NAME_LEN)?,
+            origin: m.origin.try_into()?,
+            state: m.state.try_into()?,
+            exit_code: m.exit_code,
+            message: short("message", m.message, MAX_MESSAGE_LEN)?,
+            category: m.category.try_into()?,
+            progress: opt(m.progress, |v| finite("progress", v))?,
+            growth: opt(m.growth, |v| non_negative("growth", v))?,
+            growth_efficiency: opt(m.growth_efficiency, |v| {
+                non_negative("growth_efficiency", v)
+            })?,
+            cpu_cores: non_negative("cpu_cores", m.cpu_cores)?,
+            memory_bytes: m.memory_bytes,
+            cpu_limit_cores: opt(m.cpu_limit_cores, |v| positive("cpu_limit_cores", v))?,
+            cpu_weight: m.cpu_weight,
+            gpu_indices: m.gpu_indices,
+            gpu_utilization,
+            gpu_memory_bytes: m.gpu_memory_bytes,
+            epoch: m.epoch,
+            max_epochs: m.max_epochs,
+            epoch_seconds: opt(m.epoch_seconds, |v| non_negative("epoch_seconds", v))?,
+        })
+    }
+}
+
+impl TryFrom<pb::NodeReport> for NodeReport {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::NodeReport) -> Result<Self, InvalidMessage> {
+        let jobs = m
+            .jobs
+            .into_iter()
+            .enumerate()
+            .map(|(i, j)| JobReport::try_from(j).map_err(|e| e.within(format!("jobs[{i}]"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut keys: Vec<(&str, u32)> = jobs
+            .iter()
+            .map(|j| (j.job_id.as_str(), j.replica))
+            .collect();
+        keys.sort_unstable();
+        if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
+            return Err(InvalidMessage::new(
+                "jobs",
+                format!("reports job {} replica {} twice", w[0].0, w[0].1),
+            ));
+        }
+        let migrations = m
+            .migrations
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                Ok(MigrationRequest {
+                    job_id: text("job_id", r.job_id, MAX_NAME_LEN)?,
+                    reason: short("reason", r.reason, MAX_MESSAGE_LEN)?,
+                })
+                .map_err(|e: InvalidMessage| e.within(format!("migrations[{i}]")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let gpus = m
+            .gpus
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let u = non_negative("utilization", g.utilization)
+                    .and_then(|u| {
+                        if u <= 1.0 {
+                            Ok(u)
+                        } else {
+                            Err(InvalidMessage::new(
+                                "utilization",
+                                format!("is a fraction in 0..=1, got {u}"),
+                            ))
+                        }
+                    })
+                    .map_err(|e| e.within(format!("gpus[{i}]")))?;
+                Ok(GpuUsage {
+                    index: g.index,
+                    utilization: u,
+                    memory_used_bytes: g.memory_used_bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, InvalidMessage>>()?;
+        Ok(NodeReport {
+            sequence: m.sequence,
+            cpu_used_cores: non_negative("cpu_used_cores", m.cpu_used_cores)?,
+            memory_used_bytes: m.memory_used_bytes,
+            jobs,
+            migrations,
+            gpus,
+        })
+    }
+}
+
+impl TryFrom<pb::NodeMessage> for NodeMessage {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::NodeMessage) -> Result<Self, InvalidMessage> {
+        match m.body {
+            None => Err(InvalidMessage::missing("body")),
+            Some(pb::node_message::Body::Hello(h)) => Hello::try_from(h)
+                .map(NodeMessage::Hello)
+                .map_err(|e| e.within("hello")),
+            Some(pb::node_message::Body::Report(r)) => NodeReport::try_from(r)
+                .map(NodeMessage::Report)
+                .map_err(|e| e.within("report")),
+        }
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), InvalidMessage> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(InvalidMessage::new(
+                format!("env[{k:?}]"),
+                "names must be non-empty without '=' or NUL, values without NUL",
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_argv(argv: &[String]) -> Result<(), InvalidMessage> {
+    match argv.first() {
+        None => Err(InvalidMessage::new("argv", "must name a program to run")),
+        Some(p) if p.trim().is_empty() => Err(InvalidMessage::new("argv[0]", "must not be empty")),
+        Some(_) => match argv.iter().position(|a| a.contains('\0')) {
+            Some(i) => Err(InvalidMessage::new(format!("argv[{i}]"), "contains NUL")),
+            None => Ok(()),
+        },
+    }
+}
+
+pub(crate) fn check_log_path(p: &str) -> Result<(), InvalidMessage> {
+    if !p.starts_with('/') {
+        return Err(InvalidMessage::new(
+            "log_path",
+            format!("must be an absolute path, got {p:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl TryFrom<pb::StartJob> for StartJob {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::StartJob) -> Result<Self, InvalidMessage> {
+        check_argv(&m.argv)?;
+        check_log_path(&m.log_path)?;
+        distinct_gpus("gpu_indices", &m.gpu_indices)?;
+        let env: BTreeMap<String, String> = m.env.into_iter().collect();
+        check_env(&env)?;
+        if m.replicas == 0 || m.replica >= m.replicas {
+            return Err(InvalidMessage::new(
+                "replica",
+                format!("is {} of {} members", m.replica, m.replicas),
+            ));
+        }
+        Ok(StartJob {
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            replica: m.replica,
+            replicas: m.replicas,
+            name: text("name", m.name, MAX_NAME_LEN)?,
+            argv: m.argv,
+            log_path: m.log_path,
+            metric: short("metric", m.metric, MAX_NAME_LEN)?,
+            maximise: m.maximise,
+            gpu_indices: m.gpu_indices,
+            priority: m.priority,
+            env,
+            cores: opt(m.cores, |v| positive("cores", v))?,
+            memory_bytes: m.memory_bytes,
+        })
+    }
+}
+
+impl TryFrom<pb::CoordinatorMessage> for CoordinatorMessage {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::CoordinatorMessage) -> Result<Self, InvalidMessage> {
+        use pb::coordinator_message::Body;
+        match m.body {
+            None => Err(InvalidMessage::missing("body")),
+            Some(Body::Welcome(w)) => Ok(CoordinatorMessage::Welcome(Welcome {
+                session_id: w.session_id,
+                report_interval_ms: w.report_interval_ms,
+            })),
+            Some(Body::StartJob(s)) => StartJob::try_from(s)
+                .map(|s| CoordinatorMessage::Command(NodeCommand::Start(s)))
+                .map_err(|e| e.within("start_job")),
+            Some(Body::StopJob(s)) => Ok(CoordinatorMessage::Command(NodeCommand::Stop(StopJob {
+                job_id: text("stop_job.job_id", s.job_id, MAX_NAME_LEN)?,
+                reason: short("stop_job.reason", s.reason, MAX_MESSAGE_LEN)?,
+            }))),
+        }
+    }
+}
+
+// ---- domain -> wire ------------------------------------------------------------------------
+
+impl From<Category> for pb::Category {
+    fn from(c: Category) -> Self {
+        match c {
+            Category::Unknown => pb::Category::Unknown,
+            Category::Progressing => pb::Category::Progressing,
+            Category::Watching => pb::Category::Watching,
+            Category::Converged => pb::Category::Converged,
+        }
+    }
+}
+
+impl From<RunState> for pb::RunState {
+    fn from(s: RunState) -> Self {
+        match s {
+            RunState::Starting => pb::RunState::Starting,
+            RunState::Running => pb::RunState::Running,
+            RunState::Exited => pb::RunState::Exited,
+            RunState::Failed => pb::RunState::Failed,
+        }
+    }
+}
+
+impl From<JobOrigin> for pb::JobOrigin {
+    fn from(o: JobOrigin) -> Self {
+        match o {
+            JobOrigin::Coordinator => pb::JobOrigin::Coordinator,
+            JobOrigin::Local => pb::JobOrigin::Local,
+        }
+    }
+}
+
+impl From<GpuDevice> for pb::GpuDevice {
+    fn from(g: GpuDevice) -> Self {
+        pb::GpuDevice {
+            index: g.index,
+            model: g.model,
+            memory_bytes: g.memory_bytes,
+        }
+    }
+}
+
+impl From<NodeCapacity> for pb::NodeCapacity {
+    fn from(c: NodeCapacity) -> Self {
+        pb::NodeCapacity {
+            cores: c.cores,
+            memory_bytes: c.memory_bytes,
+            gpus: c.gpus.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<Hello> for pb::Hello {
+    fn from(h: Hello) -> Self {
+        pb::Hello {
+            node_name: h.node_name,
+            capacity: Some(h.capacity.into()),
+            agent_version: h.agent_version,
+        }
+    }
+}
+
+impl From<JobReport> for pb::JobReport {
+    fn from(j: JobReport) -> Self {
+        pb::JobReport {
+            job_id: j.job_id,
+            replica: j.replica,
+            name: j.name,
+            origin: pb::JobOrigin::from(j.origin) as i32,
+            state: pb::RunState::from(j.state) as i32,
+            exit_code: j.exit_code,
+            message: j.message,
+            category: pb::Category::from(j.category) as i32,
+            progress: j.progress,
+            growth: j.growth,
+            growth_efficiency: j.growth_efficiency,
+            cpu_cores: j.cpu_cores,
+            memory_bytes: j.memory_bytes,
+            cpu_limit_cores: j.cpu_limit_cores,
+            cpu_weight: j.cpu_weight,
+            gpu_indices: j.gpu_indices,
+            gpu_utilization: j.gpu_utilization,
+            gpu_memory_bytes: j.gpu_memory_bytes,
+            epoch: j.epoch,
+            max_epochs: j.max_epochs,
+            epoch_seconds: j.epoch_seconds,
+        }
+    }
+}
+
+impl From<NodeReport> for pb::NodeReport {
+    fn from(r: NodeReport) -> Self {
+        pb::NodeReport {
+            sequence: r.sequence,
+            cpu_used_cores: r.cpu_used_cores,
+            memory_used_bytes: r.memory_used_bytes,
+            jobs: r.jobs.into_iter().map(Into::into).collect(),
+            migrations: r
+                .migrations
+                .into_iter()
+                .map(|m| pb::MigrationRequest {
+                    job_id: m.job_id,
+                    reason: m.reason,
+                })
+                .collect(),
+            gpus: r
+                .gpus
+                .into_iter()
+                .map(|g| pb::GpuUsage {
+                    index: g.index,
+                    utilization: g.utilization,
+                    memory_used_bytes: g.memory_used_bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<NodeMessage> for pb::NodeMessage {
+    fn from(m: NodeMessage) -> Self {
+        pb::NodeMessage {
+            body: Some(match m {
+                NodeMessage::Hello(h) => pb::node_message::Body::Hello(h.into()),
+                NodeMessage::Report(r) => pb::node_message::Body::Report(r.into()),
+            }),
+        }
+    }
+}
+
+impl From<StartJob> for pb::StartJob {
+    fn from(s: StartJob) -> Self {
+        pb::StartJob {
+            job_id: s.job_id,
+            replica: s.replica,
+            replicas: s.replicas,
+            name: s.name,
+            argv: s.argv,
+            log_path: s.log_path,
+            metric: s.metric,
+            maximise: s.maximise,
+            gpu_indices: s.gpu_indices,
+            priority: s.priority,
+            env: s.env.into_iter().collect(),
+            cores: s.cores,
+            memory_bytes: s.memory_bytes,
+        }
+    }
+}
+
+impl From<CoordinatorMessage> for pb::CoordinatorMessage {
+    fn from(m: CoordinatorMessage) -> Self {
+        use pb::coordinator_message::Body;
+        pb::CoordinatorMessage {
+            body: Some(match m {
+                CoordinatorMessage::Welcome(w) => Body::Welcome(pb::Welcome {
+                    session_id: w.session_id,
+                    report_interval_ms: w.report_interval_ms,
+                }),
+                CoordinatorMessage::Command(NodeCommand::Start(s)) => Body::StartJob(s.into()),
+                CoordinatorMessage::Command(NodeCommand::Stop(s)) => Body::StopJob(pb::StopJob {
+                    job_id: s.job_id,
+                    reason: s.reason,
+                }),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> NodeReport {
+        let mut job = JobReport::running("j1", "resnet");
+        job.category = Category::Progressing;
+        job.progress = Some(-0.5);
+        job.growth = Some(0.01);
+        job.cpu_cores = 1.5;
+        job.gpu_indices = vec![0, 1];
+        job.gpu_utilization = 0.9;
+        NodeReport {
+            sequence: 7,
+            cpu_used_cores: 1.5,
+            memory_used_bytes: 1 << 30,
+            jobs: vec![job],
+            migrations: vec![MigrationRequest {
+                job_id: "j1".into(),
+                reason: "converged".into(),
+            }],
+            gpus: vec![GpuUsage {
+                index: 0,
+                utilization: 0.5,
+                memory_used_bytes: 10,
+            }],
+        }
+    }
+
+    #[test]
+    fn report_round_trips_through_the_wire_type() {
+        let r = report();
+        let wire: pb::NodeMessage = NodeMessage::Report(r.clone()).into();
+        assert_eq!(NodeMessage::try_from(wire).unwrap(), NodeMessage::Report(r));
+    }
+
+    #[test]
+    fn nan_cpu_names_the_field() {
+        let mut wire: pb::NodeMessage = NodeMessage::Report(report()).into();
+        let Some(pb::node_message::Body::Report(r)) = wire.body.as_mut() else {
+            unreachable!()
+        };
+        r.jobs[0].cpu_cores = f64::NAN;
+        let e = NodeMessage::try_from(wire).unwrap_err();
+        assert_eq!(e.field, "report.jobs[0].cpu_cores");
+        assert!(e.problem.contains("NaN"), "{e}");
+    }
+
+    #[test]
+    fn unspecified_category_is_rejected_with_advice() {
+        let mut wire = pb::JobReport::from(JobReport::running("j1", "x"));
+        wire.category = 0;
+        let e = JobReport::try_from(wire).unwrap_err();
+        assert_eq!(e.field, "category");
+        assert!(e.problem.contains("CATEGORY_UNKNOWN"), "{e}");
+        let mut wire = pb::JobReport::from(JobReport::running("j1", "x"));
+        wire.category = 99;
+        assert_eq!(
+            JobReport::try_from(wire).unwrap_err().problem,
+            "unknown value 99"
+        );
+    }
+
+    #[test]
+    fn duplicate_jobs_in_a_report_are_rejected() {
+        let mut r = report();
+        r.jobs.push(r.jobs[0].clone());
+        let e = NodeReport::try_from(pb::NodeReport::from(r)).unwrap_err();
+        assert_eq!(e.field, "jobs");
+    }
+
+    #[test]
+    fn hello_needs_capacity_and_a_dns_name() {
+        let hello = pb::Hello {
+            node_name: "node1".into(),
+            capacity: None,
+            agent_version: "0.1".into(),
+        };
+        assert_eq!(
+            Hello::try_from(hello).unwrap_err().to_string(),
+            "invalid capacity: is missing"
+        );
+        let hello = pb::Hello {
+            node_name: "Node_1".into(),
+            capacity: Some(NodeCapacity::cpu_only(4.0, 1).into()),
+            agent_version: String::new(),
+        };
+        assert_eq!(Hello::try_from(hello).unwrap_err().field, "node_name");
+        let hello = pb::Hello {
+            node_name: "n".into(),
+            capacity: Some(pb::NodeCapacity {
+                cores: 0.0,
+                memory_bytes: 1,
+                gpus: vec![],
+            }),
+            agent_version: String::new(),
+        };
+        assert_eq!(Hello::try_from(hello).unwrap_err().field, "capacity.cores");
+    }
+
+    #[test]
+    fn duplicate_gpu_indices_are_rejected() {
+        let cap = pb::NodeCapacity {
+            cores: 4.0,
+            memory_bytes: 0,
+            gpus: vec![
+                pb::GpuDevice {
+                    index: 1,
+                    model: "A".into(),
+                    memory_bytes: 0,
+                },
+                pb::GpuDevice {
+                    index: 1,
+                    model: "A".into(),
+                    memory_bytes: 0,
+                },
+            ],
+        };
+        let e = NodeCapacity::try_from(cap).unwrap_err();
+        assert_eq!(e.to_string(), "invalid gpus: lists GPU 1 twice");
+    }
+
+    #[test]
+    fn start_job_round_trips_and_checks_replicas() {
+        let s = StartJob {
+            job_id: "j3".into(),
+            replica: 1,
+            replicas: 2,
+            name: "bert".into(),
+            argv: vec!["python".into(), "train.py".into()],
+            log_path: "/var/log/bert.log".into(),
+            metric: "loss".into(),
+            maximise: false,
+            gpu_indices: vec![2, 3],
+            priority: 5,
+            env: [("A".to_string(), "b".to_string())].into(),
+            cores: Some(4.0),
+            memory_bytes: None,
+        };
+        let wire: pb::CoordinatorMessage =
+            CoordinatorMessage::Command(NodeCommand::Start(s.clone())).into();
+        assert_eq!(
+            CoordinatorMessage::try_from(wire).unwrap(),
+            CoordinatorMessage::Command(NodeCommand::Start(s.clone()))
+        );
+        let mut bad = pb::StartJob::from(s.clone());
+        bad.replica = 2;
+        assert_eq!(StartJob::try_from(bad).unwrap_err().field, "replica");
+        let mut bad = pb::StartJob::from(s);
+        bad.log_path = "relative.log".into();
+        assert_eq!(StartJob::try_from(bad).unwrap_err().field, "log_path");
+    }
+
+    #[test]
+    fn empty_messages_are_missing_a_body() {
+        assert_eq!(
+            NodeMessage::try_from(pb::NodeMessage { body: None })
+                .unwrap_err()
+                .to_string(),
+            "invalid body: is missing"
+        );
+    }
+}
