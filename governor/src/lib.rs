@@ -7,5 +7,12 @@
 pub mod cgroup;
 pub mod cli;
 pub mod cluster;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod discovery;
+pub mod gpu;
 pub mod policy;
 pub mod progress;
+pub mod status;
+pub mod sys;

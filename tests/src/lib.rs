@@ -61,6 +61,16 @@ impl Drop for Burner {
     }
 }
 
+/// Restrict a process to one CPU (so that tests of CPU sharing control where contention happens).
+pub fn pin_to_cpu(pid: u32, cpu: usize) {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .unwrap_or_else(|e| panic!("cannot select CPU {cpu}: {e}"));
+    sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set)
+        .unwrap_or_else(|e| panic!("cannot pin process {pid} to CPU {cpu}: {e}"));
+}
+
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat`.
 pub fn process_cpu_seconds(pid: u32) -> f64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -175,3 +185,4 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
     fs::write(&p, want.join(" "))
         .unwrap_or_else(|e| panic!("cannot enable {want:?} in {}: {e}", p.display()));
 }
+pub mod daemon;

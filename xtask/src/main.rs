@@ -4,6 +4,7 @@
 
 mod cmd;
 mod demo;
+mod plot;
 mod setup;
 mod test;
 mod vm;

@@ -323,7 +323,8 @@ fn find_extracted_kernel(kernel_dir: &Path) -> Option<(PathBuf, String)> {
 
 fn verify_boot(bed: &Bed) -> Result<()> {
     let stamp = bed_dir().join("boot-verified");
-    let want = format!("{}\n{}\n", bed.vmlinuz.display(), bed.kernel_release);
+    // Keyed by the kernel release, not the path: worktrees share one bed through symlinks.
+    let want = format!("{}\n", bed.kernel_release);
     if fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
         eprintln!("   {} booted before", bed.kernel_release);
         return Ok(());

@@ -186,7 +186,7 @@ fn wait_guests(
 }
 
 /// Read a guest's exit status file; a missing file means the guest died before finishing.
-fn guest_status(run_dir: &Path, name: &str) -> Result<i32> {
+pub fn guest_rc(run_dir: &Path, name: &str) -> Result<i32> {
     let path = run_dir.join(format!("{name}.rc"));
     let text = fs::read_to_string(&path).with_context(|| {
         format!("guest `{name}` powered off without writing {} (it crashed or was killed); its console is in {}", path.display(), run_dir.join(format!("{name}.console")).display())
@@ -198,7 +198,7 @@ fn guest_status(run_dir: &Path, name: &str) -> Result<i32> {
 
 /// Shell prologue every guest script starts with: log to the run directory, load modules on
 /// demand, delegate the controllers the tests need.
-fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
+pub fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
     format!(
         r#"#!/bin/sh
 set -u
@@ -221,8 +221,14 @@ export GOVERNOR_IN_VM=1 RUST_BACKTRACE=1
 }
 
 /// Write the epilogue that records the status; `trap` covers early exits.
-fn guest_epilogue() -> &'static str {
+pub fn guest_epilogue() -> &'static str {
     "trap - EXIT\necho \"$rc\" > \"$RUN/$NAME.rc\"\necho \"== guest $NAME done: rc=$rc after $(cut -d' ' -f1 /proc/uptime) s\"\n"
+}
+
+/// Wait for one guest while printing its log live.
+pub fn wait_with_log(child: &mut Child, log: &Path, timeout: Duration) -> Result<()> {
+    let mut follower = [LogFollower::new(log.to_owned(), "")];
+    wait_guests(std::slice::from_mut(child), &mut follower, timeout)
 }
 
 /// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
@@ -254,7 +260,7 @@ pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> 
         &mut [],
         Duration::from_secs(300),
     )?;
-    let rc = guest_status(&run_dir, name)?;
+    let rc = guest_rc(&run_dir, name)?;
     if rc != 0 {
         let log = fs::read_to_string(run_dir.join("guest.log")).unwrap_or_default();
         bail!("`{command}` failed in the guest (rc={rc}):\n{log}");
@@ -317,7 +323,53 @@ pub fn run_vm_test(args: &VmTestArgs) -> Result<()> {
     }
 }
 
-fn test_loop(exes: &[PathBuf], test_args: &str) -> String {
+/// The test binary's name without cargo's hash suffix (`vm_daemon-1a2b...` -> `vm_daemon`).
+fn binary_name(exe: &Path) -> String {
+    let stem = exe
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+        _ => stem,
+    }
+}
+
+/// FILTER selects whole test binaries when it names one (`vm_daemon`), otherwise it is a
+/// libtest name filter applied in every binary.
+fn select<'a>(exes: &'a [PathBuf], filter: Option<&str>) -> (Vec<&'a PathBuf>, Option<String>) {
+    match filter {
+        Some(f) if exes.iter().any(|e| binary_name(e) == f) => {
+            (exes.iter().filter(|e| binary_name(e) == f).collect(), None)
+        }
+        Some(f) => (exes.iter().collect(), Some(f.to_owned())),
+        None => (exes.iter().collect(), None),
+    }
+}
+
+/// Sum `N passed; M failed` over libtest's result lines; a run that executed nothing is a
+/// failure (a filter that matches nothing must not pass silently).
+fn tests_run(log: &str) -> usize {
+    log.lines()
+        .filter_map(|l| l.split("test result: ").nth(1))
+        .map(|r| {
+            let num = |word: &str| {
+                r.split("; ")
+                    .find_map(|p| {
+                        p.trim_start_matches(|c: char| !c.is_ascii_digit())
+                            .strip_suffix(word)?
+                            .trim()
+                            .parse::<usize>()
+                            .ok()
+                    })
+                    .unwrap_or(0)
+            };
+            num("passed") + num("failed")
+        })
+        .sum()
+}
+
+fn test_loop(exes: &[&PathBuf], test_args: &str) -> String {
     let mut s = String::from("rc=0\n");
     for exe in exes {
         let e = shell_quote(&exe.display().to_string());
@@ -333,12 +385,13 @@ fn bin_dir() -> PathBuf {
 fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
     let run_dir = new_run_dir("vm-test")?;
     let name = "guest";
-    let filter = args.filter.as_deref().map(shell_quote).unwrap_or_default();
+    let (selected, name_filter) = select(exes, args.filter.as_deref());
+    let filter = name_filter.as_deref().map(shell_quote).unwrap_or_default();
     let script = run_dir.join("guest.sh");
     let body = format!(
         "export GOVERNOR_BIN_DIR={}\n{}",
         shell_quote(&bin_dir().display().to_string()),
-        test_loop(exes, &format!("{filter} --skip multinode_"))
+        test_loop(&selected, &format!("{filter} --skip multinode_"))
     );
     fs::write(
         &script,
@@ -371,7 +424,7 @@ fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
         &mut follower,
         Duration::from_secs(args.timeout_minutes * 60),
     )?;
-    let rc = guest_status(&run_dir, name)?;
+    let rc = guest_rc(&run_dir, name)?;
     eprintln!(
         "== vm-test finished in {:.0} s: {}",
         started.elapsed().as_secs_f64(),
@@ -416,7 +469,10 @@ ip addr add 10.10.0.{node}/24 dev $NIC && ip link set $NIC up || exit 1
 echo "== $NIC = 10.10.0.{node}/24"
 {tests}"#,
             bins = shell_quote(&bin_dir().display().to_string()),
-            tests = test_loop(exes, &format!("multinode_ {filter}")),
+            tests = test_loop(
+                &exes.iter().collect::<Vec<_>>(),
+                &format!("multinode_ {filter}")
+            ),
         );
         fs::write(
             &script,
@@ -453,7 +509,7 @@ echo "== $NIC = 10.10.0.{node}/24"
     let mut failed = Vec::new();
     for node in 1..=n {
         let name = format!("node{node}");
-        match guest_status(&run_dir, &name) {
+        match guest_rc(&run_dir, &name) {
             Ok(0) => {}
             Ok(rc) => failed.push(format!("{name} rc={rc}")),
             Err(e) => failed.push(format!("{e:#}")),
@@ -476,4 +532,26 @@ echo "== $NIC = 10.10.0.{node}/24"
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_tests_that_ran_and_selects_binaries_by_name() {
+        let log = "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out\n\
+                   test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s\n";
+        assert_eq!(tests_run(log), 3);
+        assert_eq!(tests_run("nothing"), 0);
+        let exes = vec![
+            PathBuf::from("/t/deps/vm_daemon-0a1b2c3d"),
+            PathBuf::from("/t/deps/vm_cgroup_v2-99ff"),
+        ];
+        assert_eq!(binary_name(&exes[0]), "vm_daemon");
+        let (sel, f) = select(&exes, Some("vm_daemon"));
+        assert_eq!((sel.len(), f), (1, None));
+        let (sel, f) = select(&exes, Some("restores"));
+        assert_eq!((sel.len(), f.as_deref()), (2, Some("restores")));
+    }
 }

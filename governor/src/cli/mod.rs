@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod daemon;
 pub mod parse;
+pub mod run_job;
+pub mod status;
 
 /// Governor: a per-node resource governor for deep-learning training jobs.
 #[derive(Debug, Parser)]
@@ -15,12 +18,22 @@ pub struct Cli {
     #[arg(long, global = true, env = "GOVERNOR_LOG_LEVEL")]
     pub log_level: Option<String>,
 
+    /// Print a commented example configuration (/etc/governor/governor.toml) and exit.
+    #[arg(long)]
+    pub example_config: bool,
+
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the node daemon: find training jobs, follow their progress, govern their cgroups.
+    Daemon(daemon::DaemonArgs),
+    /// Show every governed job: category, progress, CPU and memory, last decision and why.
+    Status(status::StatusArgs),
+    /// Start a command as a governed job in a cgroup of its own (under governor.slice/jobs).
+    RunJob(run_job::RunJobArgs),
     /// Parse training-log files and print their records (or a summary) as JSON lines.
     Parse(parse::ParseArgs),
     /// List the supported training-log formats with a one-line example each.
@@ -44,8 +57,24 @@ pub fn init_tracing(level: Option<&str>, default: &str) {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_level.as_deref(), "warn");
-    match cli.command {
+    if cli.example_config {
+        print!("{}", crate::config::EXAMPLE_CONFIG);
+        return ExitCode::SUCCESS;
+    }
+    let Some(command) = cli.command else {
+        eprintln!("governor: a subcommand is required (see `governor --help`)");
+        return ExitCode::from(2);
+    };
+    let default_level = if matches!(command, Command::Daemon(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    init_tracing(cli.log_level.as_deref(), default_level);
+    match command {
+        Command::Daemon(args) => daemon::run(args),
+        Command::Status(args) => status::run(args),
+        Command::RunJob(args) => run_job::run(args),
         Command::Parse(args) => parse::run_parse(args),
         Command::Formats => parse::run_formats(),
     }

@@ -1,0 +1,178 @@
+//! `governor run-job --name N --log PATH [--metric M] -- CMD...`: start a command as a governed
+//! job in a cgroup of its own under the governor's subtree (`governor.slice/jobs/<name>`), hand
+//! it to the daemon, forward signals to it, and exit with its status. The cgroup (needed later
+//! for checkpoint/migration) is removed when the job ends.
+//!
+//! The command joins its cgroup between fork and exec, so it never runs outside it. It also
+//! gets `GOVERNOR_LOG`/`GOVERNOR_JOB`/`GOVERNOR_METRIC` in its environment, so a daemon that is
+//! not running yet, or restarts, still finds it.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cgroup::{ActuatorConfig, CgroupFs, JobCgroup};
+use crate::control::{self, AdoptJob, Request, Response};
+
+/// Arguments of `governor run-job`.
+#[derive(Debug, clap::Args)]
+pub struct RunJobArgs {
+    /// Job name; also the name of its cgroup under governor.slice/jobs.
+    #[arg(long)]
+    pub name: String,
+    /// Log file or glob the job writes its progress to (repeatable). Relative paths are taken
+    /// from the current directory.
+    #[arg(long = "log", required = true)]
+    pub logs: Vec<String>,
+    /// Progress metric (default: the training loss).
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// Log format (default: detect; `governor formats` lists them).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Control socket of the daemon.
+    #[arg(long, default_value = "/run/governor/governor.sock")]
+    pub socket: PathBuf,
+    /// Mount point of the cgroup filesystem.
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<OsString>,
+}
+
+fn absolute(p: &str) -> String {
+    let path = Path::new(p);
+    if path.is_absolute() {
+        return p.to_owned();
+    }
+    std::env::current_dir()
+        .map(|d| d.join(path).display().to_string())
+        .unwrap_or_else(|_| p.to_owned())
+}
+
+pub fn run(args: RunJobArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("governor run-job: {e:#}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let logs: Vec<String> = args.logs.iter().map(|l| absolute(l)).collect();
+    let fs = CgroupFs::detect(&args.cgroup_root).with_context(|| {
+        format!(
+            "cannot use the cgroup filesystem at {}",
+            args.cgroup_root.display()
+        )
+    })?;
+    let subtree = ActuatorConfig::default().jobs_subtree;
+    let job = fs.create_job_group(&subtree, &args.name).with_context(|| {
+        format!(
+            "cannot create the job's cgroup {}/{}",
+            subtree.display(),
+            args.name
+        )
+    })?;
+
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("GOVERNOR_LOG", logs.join(":"))
+        .env("GOVERNOR_JOB", &args.name);
+    if let Some(m) = &args.metric {
+        command.env("GOVERNOR_METRIC", m);
+    }
+    fs.prepare_command(&job, &mut command)
+        .context("cannot prepare the job to start in its cgroup")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let code = rt.block_on(async {
+        let mut child = tokio::process::Command::from(command)
+            .spawn()
+            .with_context(|| format!("cannot start {:?}", args.command[0]))?;
+        let pid = child.id().unwrap_or(0);
+        let adopt = Request::Adopt(AdoptJob {
+            name: args.name.clone(),
+            cgroup: format!("/{job}"),
+            logs: logs.clone(),
+            metric: args.metric.clone(),
+            format: args.format.clone(),
+            pid,
+        });
+        let socket = args.socket.clone();
+        match tokio::task::spawn_blocking(move || {
+            control::request(&socket, &adopt, Duration::from_secs(5))
+        })
+        .await?
+        {
+            Ok(Response::Ok { .. }) => {}
+            Ok(Response::Error { message }) if message.contains("already governed") => {}
+            Ok(other) => eprintln!(
+                "governor run-job: the daemon did not take the job: {other:?}; it runs ungoverned"
+            ),
+            Err(e) => {
+                eprintln!("governor run-job: {e}; the job runs ungoverned until a daemon finds it")
+            }
+        }
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sighup = signal(SignalKind::hangup())?;
+        let status = loop {
+            let forward = tokio::select! {
+                status = child.wait() => break status?,
+                _ = sigint.recv() => Signal::SIGINT,
+                _ = sigterm.recv() => Signal::SIGTERM,
+                _ = sighup.recv() => Signal::SIGHUP,
+            };
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = kill(Pid::from_raw(raw), forward);
+            }
+        };
+        anyhow::Ok(status)
+    })?;
+    let release = Request::Release {
+        cgroup: format!("/{job}"),
+    };
+    let _ = control::request(&args.socket, &release, Duration::from_secs(5));
+    cleanup_group(&fs, &job);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (code.code(), code.signal()) {
+        (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)),
+        _ => ExitCode::FAILURE,
+    })
+}
+
+/// The job's main process ended: stop what it left behind and remove its cgroup.
+fn cleanup_group(fs: &CgroupFs, job: &JobCgroup) {
+    if !fs.procs(job).is_empty() {
+        let _ = fs.signal_job_group(job, Signal::SIGTERM);
+        for _ in 0..50 {
+            if fs.procs(job).is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = fs.signal_job_group(job, Signal::SIGKILL);
+        for _ in 0..50 {
+            if fs.procs(job).is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Err(e) = fs.remove_job_group(job) {
+        eprintln!("governor run-job: cannot remove the job's cgroup: {e}");
+    }
+}

@@ -1,0 +1,726 @@
+//! Configuration: the daemon's `governor.toml` and declared jobs (`jobs.d/*.toml`).
+//!
+//! Every field has a serde default documented in the `Default` impl, so an empty file is a valid
+//! configuration. `governor --example-config` prints [`EXAMPLE_CONFIG`], a commented example that
+//! a unit test keeps in sync with these types.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::policy::{Bounds, Direction};
+
+/// Errors reading configuration; each names the file and what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The daemon's configuration (`/etc/governor/governor.toml`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Node policy: `fair`, `flowcon`, `specon` or `governor`.
+    pub policy: String,
+    /// Directory of declared jobs, one TOML file per job.
+    pub jobs_dir: PathBuf,
+    /// Mount point of the cgroup filesystem.
+    pub cgroup_root: PathBuf,
+    /// Where the original value of every cgroup file the governor writes is recorded.
+    pub state_file: PathBuf,
+    /// Control socket (`governor status` talks to it).
+    pub socket: PathBuf,
+    /// Group that owns the control socket (mode 0660); `None` keeps root's group.
+    pub socket_group: Option<String>,
+    /// How often resource usage is sampled.
+    #[serde(with = "humantime_serde")]
+    pub sample_interval: Duration,
+    /// Capacity the policy divides among governed jobs.
+    pub node: NodeConfig,
+    pub discovery: DiscoveryConfig,
+    pub actuation: ActuationConfig,
+    /// Cluster coordinator; absent: the node governs on its own.
+    pub coordinator: Option<CoordinatorConfig>,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            policy: "governor".into(),
+            jobs_dir: "/etc/governor/jobs.d".into(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            state_file: "/run/governor/state.json".into(),
+            socket: "/run/governor/governor.sock".into(),
+            socket_group: None,
+            sample_interval: Duration::from_millis(1000),
+            node: NodeConfig::default(),
+            discovery: DiscoveryConfig::default(),
+            actuation: ActuationConfig::default(),
+            coordinator: None,
+        }
+    }
+}
+
+/// Capacity available to governed jobs. Unset values are read from the machine.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Cores (default: online CPUs).
+    pub cores: Option<f64>,
+    /// Memory (default: MemTotal).
+    pub memory: Option<ByteSize>,
+    /// Name reported to the coordinator (default: the host name).
+    pub name: Option<String>,
+    /// GPUs to report on a machine without NVIDIA GPUs (tests, the VM bed). Real GPUs are
+    /// found through NVML.
+    pub simulated_gpus: Vec<crate::gpu::SimulatedGpu>,
+}
+
+/// How jobs are found.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Find processes whose environment has `GOVERNOR_LOG=<path>`.
+    pub environment: bool,
+    /// Full rescan of /proc as a safety net, in case an event was missed (process events
+    /// and cgroup inotify events notice jobs within a second; this is not the main path).
+    #[serde(with = "humantime_serde")]
+    pub rescan_interval: Duration,
+    /// A discovered job whose cgroup has no process left is dropped after this long.
+    #[serde(with = "humantime_serde")]
+    pub finished_grace: Duration,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            environment: true,
+            rescan_interval: Duration::from_secs(30),
+            finished_grace: Duration::from_millis(0),
+        }
+    }
+}
+
+/// How allocations are written.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActuationConfig {
+    /// Compute and log decisions without writing any cgroup file.
+    pub dry_run: bool,
+    /// `cpu.max` period in microseconds.
+    pub cpu_period_us: u64,
+    /// Minimum time between two writes of the same CPU file.
+    #[serde(with = "humantime_serde")]
+    pub cpu_min_write_interval: Duration,
+    /// Minimum time between two writes of the same memory file.
+    #[serde(with = "humantime_serde")]
+    pub memory_min_write_interval: Duration,
+    /// Apply the policy's memory proposals (`memory.high`/`memory.max`). Off by default: the
+    /// governor then touches only CPU files.
+    pub govern_memory: bool,
+    /// Never limit memory below usage plus this fraction of usage...
+    pub memory_headroom_fraction: f64,
+    /// ...or plus this many bytes, whichever is larger.
+    pub memory_headroom_min: ByteSize,
+}
+
+impl Default for ActuationConfig {
+    fn default() -> Self {
+        ActuationConfig {
+            dry_run: false,
+            cpu_period_us: 100_000,
+            cpu_min_write_interval: Duration::from_millis(100),
+            memory_min_write_interval: Duration::from_secs(1),
+            govern_memory: false,
+            memory_headroom_fraction: 0.10,
+            memory_headroom_min: ByteSize(64 << 20),
+        }
+    }
+}
+
+/// Connection to the cluster coordinator.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoordinatorConfig {
+    /// `host:port` of the coordinator.
+    pub address: String,
+    /// CA certificate (PEM) that signed the coordinator's certificate.
+    pub ca: Option<PathBuf>,
+    /// This node's client certificate and key (PEM).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Plain-text gRPC without TLS. Only for test clusters.
+    pub insecure: bool,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            address: String::new(),
+            ca: None,
+            cert: None,
+            key: None,
+            insecure: false,
+        }
+    }
+}
+
+/// A declared job (`jobs.d/<name>.toml`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    /// Name shown in `governor status`; defaults to the file's stem.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The job's cgroup, relative to the cgroup root (e.g. `/system.slice/train.service`).
+    pub cgroup: String,
+    /// Log files or glob patterns (newest match wins) the job writes its progress to.
+    pub logs: Vec<String>,
+    /// Log format (`auto` or a name from `governor formats`).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Progress metric (default: the training loss).
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// Whether the metric should go down (`minimise`, default for losses) or up (`maximise`).
+    #[serde(default)]
+    pub direction: Option<Direction>,
+    /// Larger is more important.
+    #[serde(default)]
+    pub priority: i32,
+    /// Never cap the job below this many cores.
+    #[serde(default)]
+    pub min_cpu: Option<f64>,
+    /// Never let the job use more than this many cores.
+    #[serde(default)]
+    pub max_cpu: Option<f64>,
+    #[serde(default)]
+    pub min_memory: Option<ByteSize>,
+    #[serde(default)]
+    pub max_memory: Option<ByteSize>,
+    /// A custom line format: `[custom] regex = '...'` with named captures (`step`, `epoch`,
+    /// `split`, any other name is a metric) and an optional `split` for the records.
+    #[serde(default)]
+    pub custom: Option<crate::progress::CustomFormat>,
+}
+
+impl JobConfig {
+    /// The operator's bounds in policy terms.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            min_cores: self.min_cpu,
+            max_cores: self.max_cpu,
+            min_memory_bytes: self.min_memory.map(|b| b.0),
+            max_memory_bytes: self.max_memory.map(|b| b.0),
+        }
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if !self.cgroup.starts_with('/') {
+            return Err(invalid(format!(
+                "cgroup {:?} must be a path relative to the cgroup root, starting with '/'",
+                self.cgroup
+            )));
+        }
+        if self.cgroup.split('/').any(|c| c == "..") {
+            return Err(invalid(format!(
+                "cgroup {:?} must not contain '..'",
+                self.cgroup
+            )));
+        }
+        if self.logs.is_empty() {
+            return Err(invalid(
+                "logs is empty: name at least one log file or glob".into(),
+            ));
+        }
+        for (name, v) in [("min_cpu", self.min_cpu), ("max_cpu", self.max_cpu)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(invalid(format!(
+                    "{name} = {v} must be a positive number of cores"
+                )));
+            }
+        }
+        if let (Some(lo), Some(hi)) = (self.min_cpu, self.max_cpu)
+            && lo > hi
+        {
+            return Err(invalid(format!("min_cpu = {lo} is above max_cpu = {hi}")));
+        }
+        if let (Some(lo), Some(hi)) = (self.min_memory, self.max_memory)
+            && lo.0 > hi.0
+        {
+            return Err(invalid(format!(
+                "min_memory = {lo} is above max_memory = {hi}"
+            )));
+        }
+        if let Some(custom) = &self.custom
+            && let Err(e) = regex::Regex::new(&custom.regex)
+        {
+            return Err(invalid(format!("custom.regex does not compile: {e}")));
+        }
+        for log in &self.logs {
+            if !Path::new(log).is_absolute() {
+                return Err(invalid(format!("log path {log:?} must be absolute")));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DaemonConfig {
+    /// Read and validate a configuration file.
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and validate configuration text (`path` only names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let config: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if let Err(e) = crate::policy::by_name(&self.policy) {
+            return Err(invalid(e.to_string()));
+        }
+        if self.sample_interval < Duration::from_millis(50) {
+            return Err(invalid(format!(
+                "sample_interval = {:?} is below the 50ms minimum",
+                self.sample_interval
+            )));
+        }
+        if !(1_000..=1_000_000).contains(&self.actuation.cpu_period_us) {
+            return Err(invalid(format!(
+                "actuation.cpu_period_us = {} must be within 1000..=1000000 (the kernel's range)",
+                self.actuation.cpu_period_us
+            )));
+        }
+        let f = self.actuation.memory_headroom_fraction;
+        if !(f.is_finite() && (0.0..=10.0).contains(&f)) {
+            return Err(invalid(format!(
+                "actuation.memory_headroom_fraction = {f} must be within 0..=10"
+            )));
+        }
+        if let Some(c) = self.node.cores
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(invalid(format!("node.cores = {c} must be positive")));
+        }
+        if let Some(c) = &self.coordinator {
+            if c.address.is_empty() {
+                return Err(invalid("coordinator.address is empty".into()));
+            }
+            if !c.insecure && (c.ca.is_none() || c.cert.is_none() || c.key.is_none()) {
+                return Err(invalid("coordinator needs ca, cert and key for mTLS (or insecure = true for a test cluster)".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Load every `*.toml` in `dir`. A bad file is reported in the error list and skipped; the
+/// others still load (one broken job file must not stop governing the rest).
+pub fn load_jobs_dir(dir: &Path) -> (BTreeMap<PathBuf, JobConfig>, Vec<ConfigError>) {
+    let mut jobs = BTreeMap::new();
+    let mut errors = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (jobs, errors),
+        Err(source) => {
+            errors.push(ConfigError::Read {
+                path: dir.to_owned(),
+                source,
+            });
+            return (jobs, errors);
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        match load_job(&path) {
+            Ok(job) => {
+                jobs.insert(path, job);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    (jobs, errors)
+}
+
+/// Read one declared job; its name defaults to the file stem.
+pub fn load_job(path: &Path) -> Result<JobConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut job: JobConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    if job.name.is_none() {
+        job.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    }
+    job.validate(path)?;
+    Ok(job)
+}
+
+/// A byte count written as an integer or with a unit: `512MiB`, `2G`, `1.5GiB`, `65536`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parse `512MiB`, `2G`, `1.5GiB`, `65536` (K/M/G/T are binary multiples, as in cgroupfs).
+    pub fn parse(s: &str) -> Result<ByteSize, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size (examples: 65536, 512MiB, 2G)"))?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            other => {
+                return Err(format!(
+                    "unknown size unit {other:?} in {s:?} (use K, M, G or T)"
+                ));
+            }
+        };
+        let bytes = n * mult as f64;
+        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+            return Err(format!("{s:?} is out of range"));
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u64); 4] = [
+            ("TiB", 1 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+        ];
+        for (name, size) in UNITS {
+            if self.0 >= size && self.0 % size == 0 {
+                return write!(f, "{}{name}", self.0 / size);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Durations in TOML as humantime strings (`"250ms"`, `"1s"`, `"2m"`).
+mod humantime_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| {
+            serde::de::Error::custom(format!("{s:?}: {e} (examples: \"250ms\", \"1s\", \"2m\")"))
+        })
+    }
+}
+
+/// The commented example printed by `governor --example-config`.
+pub const EXAMPLE_CONFIG: &str = r#"# /etc/governor/governor.toml: configuration of the Governor node daemon.
+# Every setting is optional; the values shown are the defaults.
+
+# Node policy: fair (kernel default sharing), flowcon, specon or governor.
+policy = "governor"
+
+# Declared jobs: one TOML file per job (see the example job below).
+jobs_dir = "/etc/governor/jobs.d"
+
+# Mount point of the cgroup filesystem (v2 unified, or v1/hybrid: detected automatically).
+cgroup_root = "/sys/fs/cgroup"
+
+# The original value of every cgroup file the governor writes is recorded here and restored on
+# shutdown, on SIGTERM and on the next start after a crash.
+state_file = "/run/governor/state.json"
+
+# Control socket used by `governor status` (mode 0660).
+socket = "/run/governor/governor.sock"
+# socket_group = "governor"
+
+# How often CPU and memory usage are sampled.
+sample_interval = "1s"
+
+[node]
+# Capacity the policy divides among governed jobs (default: all online CPUs and MemTotal).
+# cores = 16
+# memory = "64GiB"
+# name = "gpu-node-7"
+# GPUs are found through NVML. For test clusters without GPUs, declare simulated ones:
+# [[node.simulated_gpus]]
+# model = "NVIDIA H200"
+# memory = "141GiB"
+
+[discovery]
+# Adopt processes started with GOVERNOR_LOG=<path> in their environment
+# (optional GOVERNOR_METRIC, GOVERNOR_JOB).
+environment = true
+# Safety-net full rescan; process events and cgroup inotify notice jobs within a second.
+rescan_interval = "30s"
+finished_grace = "0s"
+
+[actuation]
+# Compute and log decisions without writing (also: governor daemon --dry-run).
+dry_run = false
+cpu_period_us = 100000
+cpu_min_write_interval = "100ms"
+memory_min_write_interval = "1s"
+# Apply memory proposals (memory.high / memory.max). The memory guard never sets a limit below
+# usage + max(memory_headroom_fraction * usage, memory_headroom_min) and backs off at once when
+# memory.events reports pressure.
+govern_memory = false
+memory_headroom_fraction = 0.1
+memory_headroom_min = "64MiB"
+
+# Report to a cluster coordinator (optional). Without it the node governs on its own.
+# [coordinator]
+# address = "10.10.0.1:7443"
+# ca = "/etc/governor/tls/ca.pem"
+# cert = "/etc/governor/tls/node.pem"
+# key = "/etc/governor/tls/node.key"
+# insecure = false
+
+# ---------------------------------------------------------------------------------------------
+# Example declared job, /etc/governor/jobs.d/bert.toml:
+#
+# name = "bert-finetune"
+# cgroup = "/system.slice/docker-4f3a9c.scope"   # relative to cgroup_root
+# logs = ["/data/bert/out/trainer_state.json", "/data/bert/lightning_logs/version_*/metrics.csv"]
+# format = "auto"              # or a name from `governor formats`
+# metric = "loss"              # default: the training loss
+# direction = "minimise"       # or "maximise" (accuracy-like metrics)
+# priority = 0
+# min_cpu = 1.0                # cores
+# max_cpu = 8.0
+# min_memory = "4GiB"
+# max_memory = "32GiB"
+# [custom]                     # for a log format Governor does not know
+# regex = 'step (?P<step>\d+) loss (?P<loss>[0-9.eE+-]+)'
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = DaemonConfig::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c, DaemonConfig::default());
+    }
+
+    #[test]
+    fn example_config_parses_to_the_defaults() {
+        // Keeps EXAMPLE_CONFIG honest: it shows exactly the defaults.
+        let c = DaemonConfig::parse(EXAMPLE_CONFIG, Path::new("example")).unwrap();
+        assert_eq!(c, DaemonConfig::default());
+    }
+
+    #[test]
+    fn example_job_in_the_example_config_is_valid() {
+        let job: String = EXAMPLE_CONFIG
+            .lines()
+            .skip_while(|l| !l.contains("Example declared job"))
+            .skip(2)
+            .filter_map(|l| l.strip_prefix("# "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bert.toml");
+        std::fs::write(&p, job).unwrap();
+        let j = load_job(&p).unwrap();
+        assert_eq!(j.name.as_deref(), Some("bert-finetune"));
+        assert_eq!(j.max_memory, Some(ByteSize(32 << 30)));
+        assert_eq!(j.direction, Some(Direction::Minimise));
+        assert_eq!(j.bounds().min_cores, Some(1.0));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected_with_the_file_named() {
+        let e = DaemonConfig::parse("polcy = \"fair\"", Path::new("/etc/g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/etc/g.toml") && e.contains("polcy"), "{e}");
+        let e = DaemonConfig::parse("policy = \"nope\"", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown policy"), "{e}");
+        let e = DaemonConfig::parse("sample_interval = \"1ms\"", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("50ms"), "{e}");
+        let e = DaemonConfig::parse("sample_interval = \"soon\"", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("soon"), "{e}");
+        let e = DaemonConfig::parse("[coordinator]\naddress = \"a:1\"", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mTLS"), "{e}");
+        assert!(
+            DaemonConfig::parse(
+                "[coordinator]\naddress = \"a:1\"\ninsecure = true",
+                Path::new("g.toml")
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(ByteSize::parse("65536").unwrap(), ByteSize(65536));
+        assert_eq!(ByteSize::parse("512MiB").unwrap(), ByteSize(512 << 20));
+        assert_eq!(ByteSize::parse("2G").unwrap(), ByteSize(2 << 30));
+        assert_eq!(ByteSize::parse("1.5 GiB").unwrap(), ByteSize(3 << 29));
+        assert!(ByteSize::parse("12 parsecs").is_err());
+        assert!(ByteSize::parse("lots").is_err());
+        assert_eq!(ByteSize(512 << 20).to_string(), "512MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn jobs_dir_loads_good_files_and_reports_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.toml"),
+            "cgroup = \"/a\"\nlogs = [\"/l/a.csv\"]\nmax_cpu = 2",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("b.toml"),
+            "cgroup = \"relative\"\nlogs = [\"/l\"]",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("c.toml"), "this is not toml").unwrap();
+        std::fs::write(
+            dir.path().join("d.toml"),
+            "cgroup = \"/d\"\nlogs = [\"/l\"]\nmin_cpu = 4\nmax_cpu = 2",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("e.toml"), "cgroup = \"/e\"\nlogs = []").unwrap();
+        std::fs::write(
+            dir.path().join("f.toml"),
+            "cgroup = \"/f/../../etc\"\nlogs = [\"/l\"]",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("g.toml"),
+            "cgroup = \"/g\"\nlogs = [\"/l\"]\n[custom]\nregex = \"(?P<loss>\"",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("h.toml"),
+            "cgroup = \"/h\"\nlogs = [\"rel/log.csv\"]",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let (jobs, errors) = load_jobs_dir(dir.path());
+        assert_eq!(jobs.len(), 1);
+        let a = jobs.values().next().unwrap();
+        assert_eq!(a.name.as_deref(), Some("a"));
+        assert_eq!(a.max_cpu, Some(2.0));
+        let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 7, "{messages:#?}");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("b.toml") && m.contains("starting with '/'"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("d.toml") && m.contains("above max_cpu"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("e.toml") && m.contains("logs is empty"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("f.toml") && m.contains("'..'"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("g.toml") && m.contains("custom.regex"))
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("h.toml") && m.contains("must be absolute"))
+        );
+    }
+
+    #[test]
+    fn missing_jobs_dir_is_not_an_error() {
+        let (jobs, errors) = load_jobs_dir(Path::new("/nonexistent/governor/jobs.d"));
+        assert!(jobs.is_empty() && errors.is_empty());
+    }
+}

@@ -1,0 +1,317 @@
+//! The control socket: a Unix stream socket (mode 0660) carrying one JSON request line and one
+//! JSON response line per connection. `governor status` and `governor run-job` are its clients;
+//! the daemon answers requests inside its control loop, so answers reflect its current state.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as TokioBufReader};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::status::NodeStatus;
+
+/// Largest request accepted (a request is a small JSON object).
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// A request to the daemon.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum Request {
+    /// The node's status.
+    Status,
+    /// Re-read the configuration and the jobs directory (as SIGHUP does).
+    Reload,
+    /// Govern a job started by `governor run-job` in a cgroup it created.
+    Adopt(AdoptJob),
+    /// A job started by `governor run-job` has ended: restore and forget it.
+    Release { cgroup: String },
+}
+
+/// A job handed to the daemon by `governor run-job`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdoptJob {
+    pub name: String,
+    /// cgroup path relative to the cgroup root.
+    pub cgroup: String,
+    pub logs: Vec<String>,
+    pub metric: Option<String>,
+    pub format: Option<String>,
+    pub pid: u32,
+}
+
+/// The daemon's answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "response", rename_all = "snake_case")]
+pub enum Response {
+    Status(Box<NodeStatus>),
+    Ok { message: String },
+    Error { message: String },
+}
+
+/// Errors talking to the daemon, written for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(
+        "cannot reach the governor daemon at {path}: {source} (is `governor daemon` running? is the socket path right?)"
+    )]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("talking to the governor daemon at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the governor daemon at {path} sent an unreadable answer: {message}")]
+    Protocol { path: PathBuf, message: String },
+    #[error("cannot create the control socket {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("control socket {path}: another governor daemon is already listening there")]
+    InUse { path: PathBuf },
+}
+
+/// Send one request and wait for the answer (blocking; for the CLI).
+pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ControlError> {
+    let io_err = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut stream = StdUnixStream::connect(path).map_err(|source| ControlError::Connect {
+        path: path.to_owned(),
+        source,
+    })?;
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
+    let mut line = serde_json::to_string(req).expect("requests always serialise");
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(io_err)?;
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(io_err)?;
+    serde_json::from_str(&answer).map_err(|e| ControlError::Protocol {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// A request waiting for the control loop's answer.
+pub struct PendingRequest {
+    pub request: Request,
+    pub reply: oneshot::Sender<Response>,
+}
+
+/// Bind the control socket: create its directory, replace a stale socket file, set mode 0660 and
+/// the configured group. Refuses to steal the socket of a live daemon.
+pub fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, ControlError> {
+    let bind_err = |source| ControlError::Bind {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(bind_err)?;
+    }
+    if path.exists() {
+        if StdUnixStream::connect(path).is_ok() {
+            return Err(ControlError::InUse {
+                path: path.to_owned(),
+            });
+        }
+        std::fs::remove_file(path).map_err(bind_err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(bind_err)?;
+    if let Some(group) = group {
+        let gid = nix::unistd::Group::from_name(group)
+            .map_err(|e| bind_err(std::io::Error::from(e)))?
+            .ok_or_else(|| {
+                bind_err(std::io::Error::other(format!(
+                    "group {group:?} does not exist"
+                )))
+            })?
+            .gid;
+        nix::unistd::chown(path, None, Some(gid)).map_err(|e| bind_err(std::io::Error::from(e)))?;
+    }
+    Ok(listener)
+}
+
+/// Accept connections forever, handing each request to the control loop through `requests`.
+pub async fn serve(listener: UnixListener, requests: mpsc::Sender<PendingRequest>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "control socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let requests = requests.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut reader = TokioBufReader::new(read.take(MAX_REQUEST_BYTES as u64));
+            let mut line = String::new();
+            let response =
+                match tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
+                    .await
+                {
+                    Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
+                        Ok(request) => {
+                            let (reply, answer) = oneshot::channel();
+                            if requests
+                                .send(PendingRequest { request, reply })
+                                .await
+                                .is_err()
+                            {
+                                Response::Error {
+                                    message: "the daemon is shutting down".into(),
+                                }
+                            } else {
+                                answer.await.unwrap_or(Response::Error {
+                                    message: "the daemon dropped the request".into(),
+                                })
+                            }
+                        }
+                        // Never echo the request back: it is untrusted input.
+                        Err(e) => Response::Error {
+                            message: format!(
+                                "malformed request ({} at line {} column {})",
+                                e.classify_name(),
+                                e.line(),
+                                e.column()
+                            ),
+                        },
+                    },
+                    Ok(Err(e)) => Response::Error {
+                        message: format!("cannot read request: {e}"),
+                    },
+                    Err(_) => Response::Error {
+                        message: "no request within 5 s".into(),
+                    },
+                };
+            let mut out = serde_json::to_string(&response).expect("responses always serialise");
+            out.push('\n');
+            let _ = write.write_all(out.as_bytes()).await;
+        });
+    }
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "I/O error",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "unknown request",
+            serde_json::error::Category::Eof => "truncated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn request_and_answer_over_a_real_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/governor.sock");
+        let listener = bind(&path, None).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        let (tx, mut rx) = mpsc::channel(4);
+        tokio::spawn(serve(listener, tx));
+        tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                let answer = match p.request {
+                    Request::Status => Response::Status(Box::new(NodeStatus {
+                        node: "n1".into(),
+                        ..Default::default()
+                    })),
+                    other => Response::Ok {
+                        message: format!("{other:?}"),
+                    },
+                };
+                let _ = p.reply.send(answer);
+            }
+        });
+        let p = path.clone();
+        let status = tokio::task::spawn_blocking(move || {
+            request(&p, &Request::Status, Duration::from_secs(5))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(matches!(status, Response::Status(s) if s.node == "n1"));
+        let p = path.clone();
+        let release = tokio::task::spawn_blocking(move || {
+            request(
+                &p,
+                &Request::Release {
+                    cgroup: "/x".into(),
+                },
+                Duration::from_secs(5),
+            )
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(matches!(release, Response::Ok { message } if message.contains("/x")));
+
+        // A second daemon must not steal the socket.
+        assert!(matches!(bind(&path, None), Err(ControlError::InUse { .. })));
+
+        // Garbage gets an error that does not echo it.
+        let p = path.clone();
+        let raw = tokio::task::spawn_blocking(move || {
+            let mut s = StdUnixStream::connect(&p).unwrap();
+            s.write_all(b"{\"request\":\"rm -rf secret\"}\n").unwrap();
+            let mut a = String::new();
+            BufReader::new(s).read_line(&mut a).unwrap();
+            a
+        })
+        .await
+        .unwrap();
+        assert!(
+            raw.contains("unknown request") && !raw.contains("secret"),
+            "{raw}"
+        );
+    }
+
+    #[test]
+    fn stale_socket_is_replaced_and_missing_daemon_is_explained() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async { bind(&path, None).unwrap() });
+        let e = request(
+            &dir.path().join("none.sock"),
+            &Request::Status,
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("is `governor daemon` running"),
+            "{e}"
+        );
+    }
+}

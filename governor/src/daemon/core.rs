@@ -1,0 +1,642 @@
+//! The daemon's decision core, free of I/O scheduling: a job table, the node policy and the
+//! actuator. The async shell ([`super::run`]) feeds it events; tests and benchmarks drive it
+//! directly against a fake cgroup root with their own clock.
+//!
+//! Path of a log line to a cgroup write: the watcher delivers a [`Record`] →
+//! [`NodeCore::on_record`] turns it into the job's progress signal (SignalTracker) and hands a
+//! [`ProgressPoint`] to the policy → [`NodeCore::decide_and_apply`] asks the policy for a
+//! [`Plan`] and applies each job's [`Allocation`] through the [`Actuator`] (which skips unchanged
+//! writes, rate-limits, guards memory and records originals for restore).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use crate::cgroup::{Actuator, CgroupError, CgroupUsage, HierarchyKind, JobCgroup, RestoreReport};
+use crate::policy::{
+    Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
+    NodeResources, Plan, ProgressPoint, Usage,
+};
+use crate::progress::{Record, SignalConfig, SignalTracker, SignalUpdate};
+use crate::status::{JobStatus, NodeStatus};
+
+/// How a job came to be governed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobSource {
+    /// A file in the jobs directory.
+    Declared(PathBuf),
+    /// A process with `GOVERNOR_LOG` in its environment.
+    Environment { pid: u32 },
+    /// Started by `governor run-job` (or by the coordinator).
+    Launched { pid: u32 },
+}
+
+impl JobSource {
+    fn label(&self) -> &'static str {
+        match self {
+            JobSource::Declared(_) => "declared",
+            JobSource::Environment { .. } => "environment",
+            JobSource::Launched { .. } => "launched",
+        }
+    }
+}
+
+/// A job to start governing.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub cgroup: JobCgroup,
+    pub name: String,
+    pub source: JobSource,
+    /// Runtime recognised from the cgroup path, for display.
+    pub runtime: String,
+    pub spec: JobSpec,
+    pub signal: SignalConfig,
+}
+
+/// One governed job.
+#[derive(Debug)]
+pub struct JobEntry {
+    pub name: String,
+    pub source: JobSource,
+    pub runtime: String,
+    pub spec: JobSpec,
+    tracker: SignalTracker,
+    adopted_at: Instant,
+    records: u64,
+    last_value: Option<f64>,
+    /// Recent (time, value) pairs for the growth figure shown in status.
+    history: VecDeque<(Instant, f64)>,
+    first_value: Option<f64>,
+    log_file: Option<String>,
+    log_problem: Option<String>,
+    cpu_prev: Option<(Instant, f64)>,
+    cpu_cores: Option<f64>,
+    cpu_seconds: Option<f64>,
+    usage: Option<CgroupUsage>,
+    allocation: Option<Allocation>,
+    /// The actuator holds written values for this job (released when the policy lets go).
+    touched: bool,
+}
+
+/// Where CPU usage comes from (eBPF maps or cgroup files).
+pub trait CpuSource {
+    /// `ebpf`, `cpu.stat` or `cpuacct`.
+    fn name(&self) -> String;
+    /// Why the preferred source is not in use, if it is not.
+    fn note(&self) -> Option<String> {
+        None
+    }
+    /// Cumulative CPU seconds of each group (None where unreadable).
+    fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>>;
+}
+
+/// Outcome of one decision round, for logs and benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RoundStats {
+    pub jobs: usize,
+    pub files_written: usize,
+    pub errors: usize,
+}
+
+/// Static settings of the core.
+#[derive(Clone, Debug)]
+pub struct CoreSettings {
+    pub node_name: String,
+    pub resources: NodeResources,
+    pub dry_run: bool,
+    /// Pass the policy's memory proposals to the actuator (off: CPU only).
+    pub govern_memory: bool,
+}
+
+/// The job table, the policy and the actuator.
+pub struct NodeCore {
+    settings: CoreSettings,
+    policy: Box<dyn NodePolicy>,
+    actuator: Actuator,
+    epoch: Instant,
+    jobs: BTreeMap<JobCgroup, JobEntry>,
+    next_decision_at: Option<Instant>,
+    cpu_source: String,
+    cpu_source_note: Option<String>,
+    coordinator: Option<String>,
+    last_plan: Plan,
+}
+
+const GROWTH_WINDOW: Duration = Duration::from_secs(60);
+
+impl NodeCore {
+    /// A core with an already-recovered actuator.
+    pub fn new(
+        settings: CoreSettings,
+        policy: Box<dyn NodePolicy>,
+        actuator: Actuator,
+        now: Instant,
+    ) -> NodeCore {
+        NodeCore {
+            settings,
+            policy,
+            actuator,
+            epoch: now,
+            jobs: BTreeMap::new(),
+            next_decision_at: None,
+            cpu_source: "cpu.stat".into(),
+            cpu_source_note: None,
+            coordinator: None,
+            last_plan: Plan::default(),
+        }
+    }
+
+    fn secs(&self, now: Instant) -> f64 {
+        now.saturating_duration_since(self.epoch).as_secs_f64()
+    }
+
+    fn at(&self, secs: f64) -> Instant {
+        self.epoch + Duration::from_secs_f64(secs.max(0.0))
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Replace the policy (SIGHUP with a new policy): every job is re-announced to it.
+    pub fn set_policy(&mut self, policy: Box<dyn NodePolicy>, now: Instant) {
+        self.policy = policy;
+        let t = self.secs(now);
+        for entry in self.jobs.values() {
+            self.policy.job_added(t, &entry.spec);
+        }
+        self.next_decision_at = Some(now);
+    }
+
+    /// Update the capacity the policy divides.
+    pub fn set_resources(&mut self, resources: NodeResources) {
+        self.settings.resources = resources;
+    }
+
+    /// Record which CPU source is in use (for status).
+    pub fn set_cpu_source(&mut self, name: String, note: Option<String>) {
+        self.cpu_source = name;
+        self.cpu_source_note = note;
+    }
+
+    /// Record the coordinator connection state (for status).
+    pub fn set_coordinator_state(&mut self, state: Option<String>) {
+        self.coordinator = state;
+    }
+
+    /// The actuator (for job cgroup creation and usage reads).
+    pub fn actuator(&self) -> &Actuator {
+        &self.actuator
+    }
+
+    /// Governed jobs.
+    pub fn jobs(&self) -> impl Iterator<Item = (&JobCgroup, &JobEntry)> {
+        self.jobs.iter()
+    }
+
+    /// Whether a cgroup is governed.
+    pub fn contains(&self, cgroup: &JobCgroup) -> bool {
+        self.jobs.contains_key(cgroup)
+    }
+
+    /// The latest plan.
+    pub fn last_plan(&self) -> &Plan {
+        &self.last_plan
+    }
+
+    /// Start governing a job. Returns false if the cgroup is already governed.
+    pub fn add_job(&mut self, now: Instant, job: NewJob) -> bool {
+        if self.jobs.contains_key(&job.cgroup) {
+            return false;
+        }
+        info!(job = %job.name, cgroup = %job.cgroup, source = job.source.label(), runtime = %job.runtime, "governing job");
+        self.policy.job_added(self.secs(now), &job.spec);
+        let entry = JobEntry {
+            name: job.name,
+            source: job.source,
+            runtime: job.runtime,
+            spec: job.spec,
+            tracker: SignalTracker::new(job.signal),
+            adopted_at: now,
+            records: 0,
+            last_value: None,
+            history: VecDeque::new(),
+            first_value: None,
+            log_file: None,
+            log_problem: None,
+            cpu_prev: None,
+            cpu_cores: None,
+            cpu_seconds: None,
+            usage: None,
+            allocation: None,
+            touched: false,
+        };
+        self.jobs.insert(job.cgroup, entry);
+        self.next_decision_at = Some(now);
+        true
+    }
+
+    /// Stop governing a job and restore every file the governor changed in its cgroup.
+    pub fn remove_job(&mut self, now: Instant, cgroup: &JobCgroup, why: &str) -> Option<JobEntry> {
+        let entry = self.jobs.remove(cgroup)?;
+        info!(job = %entry.name, cgroup = %cgroup, reason = why, "job no longer governed");
+        self.policy.job_removed(self.secs(now), &entry.spec.id);
+        if !self.settings.dry_run {
+            log_restore(&self.actuator.release(cgroup));
+        }
+        self.next_decision_at = Some(now);
+        Some(entry)
+    }
+
+    /// A record from one of a job's logs. Returns true when it moved the progress signal.
+    pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
+        let t = self.secs(now);
+        let Some(entry) = self.jobs.get_mut(cgroup) else {
+            return false;
+        };
+        entry.records += 1;
+        entry.log_file = Some(record.file.display().to_string());
+        entry.log_problem = None;
+        match entry.tracker.observe(record) {
+            SignalUpdate::Value { value, new_segment } => {
+                if new_segment {
+                    info!(job = %entry.name, file = %record.file.display(), "the log restarted its counters: new run segment");
+                    entry.history.clear();
+                    entry.first_value = None;
+                }
+                entry.first_value.get_or_insert(value);
+                entry.last_value = Some(value);
+                entry.history.push_back((now, value));
+                while entry
+                    .history
+                    .front()
+                    .is_some_and(|(t0, _)| now.saturating_duration_since(*t0) > GROWTH_WINDOW)
+                {
+                    entry.history.pop_front();
+                }
+                self.policy.progress(
+                    t,
+                    &entry.spec.id,
+                    ProgressPoint {
+                        at: t,
+                        value,
+                        new_segment,
+                    },
+                );
+                true
+            }
+            SignalUpdate::NonFinite { value } => {
+                if entry.tracker.non_finite() == 1 {
+                    warn!(job = %entry.name, file = %record.file.display(), value, "the progress signal is not finite (NaN/inf): ignored, never used as progress (reported once)");
+                }
+                false
+            }
+            SignalUpdate::Absent => false,
+        }
+    }
+
+    /// A problem with a job's logs (shown in status; the watcher logs it once).
+    pub fn on_log_problem(&mut self, cgroup: &JobCgroup, message: String) {
+        if let Some(entry) = self.jobs.get_mut(cgroup) {
+            entry.log_problem = Some(message);
+        }
+    }
+
+    /// Sample every job's CPU and memory usage and hand it to the policy.
+    pub fn sample(&mut self, now: Instant, cpu: &mut dyn CpuSource) {
+        let t = self.secs(now);
+        let groups: Vec<JobCgroup> = self.jobs.keys().cloned().collect();
+        let cpu_seconds = cpu.cpu_seconds(&groups);
+        for (cgroup, cpu_s) in groups.iter().zip(cpu_seconds) {
+            let usage = match self.actuator.usage(cgroup) {
+                Ok(u) => Some(u),
+                Err(e) if e.is_gone() => None,
+                Err(e) => {
+                    debug!(cgroup = %cgroup, error = %e, "usage unreadable");
+                    None
+                }
+            };
+            let Some(entry) = self.jobs.get_mut(cgroup) else {
+                continue;
+            };
+            let cpu_s = cpu_s.or_else(|| {
+                usage
+                    .as_ref()
+                    .and_then(|u| u.cpu_usage_usec)
+                    .map(|us| us as f64 / 1e6)
+            });
+            if let Some(c) = cpu_s {
+                if let Some((t0, c0)) = entry.cpu_prev {
+                    let dt = now.saturating_duration_since(t0).as_secs_f64();
+                    if dt > 0.0 {
+                        entry.cpu_cores = Some(((c - c0) / dt).max(0.0));
+                    }
+                }
+                entry.cpu_prev = Some((now, c));
+                entry.cpu_seconds = Some(c);
+            }
+            let memory = usage.as_ref().and_then(|u| u.memory_current).unwrap_or(0);
+            let pressure = usage
+                .as_ref()
+                .and_then(|u| u.memory_events.as_ref())
+                .map(|e| e.high + e.max + e.oom)
+                .unwrap_or(0);
+            if let Some(c) = entry.cpu_seconds {
+                self.policy.usage(
+                    t,
+                    &entry.spec.id,
+                    Usage {
+                        at: t,
+                        cpu_seconds: c,
+                        memory_bytes: memory,
+                        memory_pressure_events: pressure,
+                    },
+                );
+            }
+            entry.usage = usage;
+        }
+    }
+
+    /// Whether the policy asked to be consulted by now.
+    pub fn decision_due(&self, now: Instant) -> bool {
+        self.next_decision_at.is_some_and(|t| t <= now)
+    }
+
+    /// Ask the policy for a plan and apply it.
+    pub fn decide_and_apply(&mut self, now: Instant) -> RoundStats {
+        let t = self.secs(now);
+        let plan = self.policy.decide(t, &self.settings.resources);
+        self.next_decision_at = plan.next_decision_at.map(|s| self.at(s));
+        let mut stats = RoundStats {
+            jobs: self.jobs.len(),
+            ..Default::default()
+        };
+        let by_id: BTreeMap<JobId, JobCgroup> = self
+            .jobs
+            .iter()
+            .map(|(c, e)| (e.spec.id.clone(), c.clone()))
+            .collect();
+        for (id, alloc) in &plan.allocations {
+            let Some(cgroup) = by_id.get(id) else {
+                continue;
+            };
+            let Some(entry) = self.jobs.get_mut(cgroup) else {
+                continue;
+            };
+            let mut alloc = alloc.clone();
+            clamp_to_bounds(&mut alloc, &entry.spec);
+            if !self.settings.govern_memory {
+                alloc.memory = Default::default();
+            }
+            let changed = entry.allocation.as_ref().is_none_or(|a| {
+                a.cpu != alloc.cpu || a.category != alloc.category || a.memory != alloc.memory
+            });
+            if changed {
+                info!(
+                    job = %entry.name,
+                    category = %alloc.category,
+                    weight = alloc.cpu.weight,
+                    max_cores = ?alloc.cpu.max_cores,
+                    memory_high = ?alloc.memory.high_bytes,
+                    reason = %alloc.reason,
+                    dry_run = self.settings.dry_run,
+                    "decision"
+                );
+            }
+            // The kernel default (weight 100, no cap, no memory limit) means "hands off": the
+            // files keep whatever the kernel or the orchestrator set, and anything the governor
+            // wrote earlier is put back. So `fair` never writes, and a job a policy lets go is
+            // restored rather than pinned to weight 100.
+            let hands_off =
+                alloc.cpu == CpuAllocation::DEFAULT && alloc.memory == MemoryAllocation::default();
+            if hands_off {
+                if entry.touched && !self.settings.dry_run {
+                    log_restore(&self.actuator.release(cgroup));
+                }
+                entry.touched = false;
+            } else if !self.settings.dry_run {
+                entry.touched = true;
+                let result = match &entry.usage {
+                    Some(u) => self.actuator.apply_with_usage(cgroup, &alloc, u, now),
+                    None => self.actuator.apply(cgroup, &alloc, now),
+                };
+                match result {
+                    Ok(outcome) => {
+                        stats.files_written += outcome.written.len();
+                        stats.errors += outcome.errors.len();
+                    }
+                    Err(e) => {
+                        stats.errors += 1;
+                        log_apply_error(&entry.name, cgroup, &e);
+                    }
+                }
+            }
+            entry.allocation = Some(alloc);
+        }
+        for m in &plan.migrations {
+            info!(job = %m.job, reason = %m.reason, "the policy asks to migrate this job (needs a coordinator)");
+        }
+        self.last_plan = plan;
+        stats
+    }
+
+    /// Apply writes the actuator held back (rate limits, drift back-off), if due.
+    pub fn poll_actuator(&mut self, now: Instant) {
+        if self.settings.dry_run {
+            return;
+        }
+        for (cgroup, result) in self.actuator.poll(now) {
+            if let Err(e) = result {
+                let name = self
+                    .jobs
+                    .get(&cgroup)
+                    .map(|e| e.name.clone())
+                    .unwrap_or_else(|| cgroup.to_string());
+                log_apply_error(&name, &cgroup, &e);
+            }
+        }
+    }
+
+    /// The earliest instant something is due (policy decision or held-back write).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let actuator = if self.settings.dry_run {
+            None
+        } else {
+            self.actuator.next_wakeup()
+        };
+        match (self.next_decision_at, actuator) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Restore everything and forget every job (shutdown).
+    pub fn shutdown(&mut self) -> RestoreReport {
+        let report = self.actuator.restore_all();
+        log_restore(&report);
+        self.jobs.clear();
+        report
+    }
+
+    /// The status snapshot `governor status` shows.
+    pub fn status(&self, now: Instant) -> NodeStatus {
+        let kind = match self.actuator.fs().kind() {
+            HierarchyKind::Unified => "v2",
+            HierarchyKind::Hybrid => "hybrid",
+            HierarchyKind::Legacy => "v1",
+        };
+        NodeStatus {
+            node: self.settings.node_name.clone(),
+            policy: self.policy.name().into(),
+            dry_run: self.settings.dry_run,
+            cpu_source: self.cpu_source.clone(),
+            cpu_source_note: self.cpu_source_note.clone(),
+            cgroup_mode: kind.into(),
+            cores: self.settings.resources.cores,
+            memory_bytes: self.settings.resources.memory_bytes,
+            coordinator: self.coordinator.clone(),
+            uptime_seconds: self.secs(now),
+            jobs: self
+                .jobs
+                .iter()
+                .map(|(cgroup, e)| e.status(cgroup, now))
+                .collect(),
+        }
+    }
+}
+
+impl JobEntry {
+    /// Progress per minute over the last minute, relative to the first value of the run
+    /// (positive = improving, whatever the direction).
+    fn growth_per_minute(&self) -> Option<f64> {
+        let (t0, v0) = *self.history.front()?;
+        let (t1, v1) = *self.history.back()?;
+        let minutes = t1.saturating_duration_since(t0).as_secs_f64() / 60.0;
+        let scale = self.first_value?.abs().max(1e-12);
+        if minutes < 1.0 / 60.0 {
+            return None;
+        }
+        let delta = match self.tracker.direction() {
+            crate::policy::Direction::Minimise => v0 - v1,
+            crate::policy::Direction::Maximise => v1 - v0,
+        };
+        Some(delta / scale / minutes)
+    }
+
+    fn status(&self, cgroup: &JobCgroup, now: Instant) -> JobStatus {
+        let alloc = self.allocation.as_ref();
+        JobStatus {
+            name: self.name.clone(),
+            cgroup: format!("/{}", cgroup.relative().display()),
+            source: self.source.label().into(),
+            runtime: self.runtime.clone(),
+            category: alloc.map(|a| a.category).unwrap_or(Category::Unknown),
+            signal: self.tracker.metric().map(str::to_owned),
+            signal_value: self.last_value,
+            growth_per_minute: self.growth_per_minute(),
+            records: self.records,
+            log_file: self.log_file.clone(),
+            log_problem: self.log_problem.clone(),
+            cpu_usage_cores: self.cpu_cores,
+            cpu_weight: alloc.map(|a| a.cpu.weight),
+            cpu_max_cores: alloc.and_then(|a| a.cpu.max_cores),
+            memory_bytes: self.usage.as_ref().and_then(|u| u.memory_current),
+            memory_high_bytes: alloc.and_then(|a| a.memory.high_bytes),
+            memory_max_bytes: alloc.and_then(|a| a.memory.max_bytes),
+            decision: alloc
+                .map(|a| a.reason.clone())
+                .unwrap_or_else(|| "waiting for the first decision".into()),
+            age_seconds: now.saturating_duration_since(self.adopted_at).as_secs_f64(),
+        }
+    }
+}
+
+/// Operator bounds override any policy: a cap never below `min_cores`, never above `max_cores`.
+fn clamp_to_bounds(alloc: &mut Allocation, spec: &JobSpec) {
+    let b = &spec.bounds;
+    if let Some(max) = b.max_cores {
+        alloc.cpu.max_cores = Some(alloc.cpu.max_cores.map_or(max, |c| c.min(max)));
+    }
+    if let (Some(min), Some(c)) = (b.min_cores, alloc.cpu.max_cores)
+        && c < min
+    {
+        alloc.cpu.max_cores = Some(min);
+    }
+    if let Some(max) = b.max_memory_bytes {
+        alloc.memory.max_bytes = Some(alloc.memory.max_bytes.map_or(max, |m| m.min(max)));
+    }
+    if let Some(min) = b.min_memory_bytes {
+        for v in [&mut alloc.memory.high_bytes, &mut alloc.memory.max_bytes]
+            .into_iter()
+            .flatten()
+        {
+            *v = (*v).max(min);
+        }
+    }
+}
+
+fn log_apply_error(job: &str, cgroup: &JobCgroup, e: &CgroupError) {
+    if e.is_gone() {
+        debug!(job, cgroup = %cgroup, "cgroup vanished while applying");
+    } else {
+        warn!(job, cgroup = %cgroup, error = %e, "cannot apply the decision");
+    }
+}
+
+fn log_restore(report: &RestoreReport) {
+    for (job, knob, value) in &report.restored {
+        debug!(job = %job, file = ?knob, value = %value, "restored");
+    }
+    for (job, knob) in &report.left_to_others {
+        info!(job = %job, file = ?knob, "left as another writer set it");
+    }
+    for e in &report.errors {
+        warn!(error = %e, "restore failed (kept in the state file for the next attempt)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Bounds;
+
+    fn alloc(max: Option<f64>) -> Allocation {
+        let mut a = Allocation::unmanaged(Category::Progressing, "t");
+        a.cpu.max_cores = max;
+        a
+    }
+
+    #[test]
+    fn operator_bounds_override_the_policy() {
+        let mut spec = JobSpec::new("j");
+        spec.bounds = Bounds {
+            min_cores: Some(1.0),
+            max_cores: Some(3.0),
+            min_memory_bytes: Some(100),
+            max_memory_bytes: Some(1000),
+        };
+        let mut a = alloc(None);
+        clamp_to_bounds(&mut a, &spec);
+        assert_eq!(
+            a.cpu.max_cores,
+            Some(3.0),
+            "no cap becomes the operator's max"
+        );
+        let mut a = alloc(Some(0.2));
+        clamp_to_bounds(&mut a, &spec);
+        assert_eq!(
+            a.cpu.max_cores,
+            Some(1.0),
+            "a cap never goes below the operator's min"
+        );
+        let mut a = alloc(Some(2.0));
+        a.memory.high_bytes = Some(50);
+        clamp_to_bounds(&mut a, &spec);
+        assert_eq!(a.cpu.max_cores, Some(2.0));
+        assert_eq!(a.memory.high_bytes, Some(100));
+        assert_eq!(a.memory.max_bytes, Some(1000));
+    }
+}

@@ -1,0 +1,474 @@
+//! The daemon's view of where jobs come from: declared job files, processes carrying
+//! `GOVERNOR_LOG` (found at start-up, on `exec` events and by safety rescans), and jobs handed
+//! over by `governor run-job`. Produces [`Found`] jobs for the core and notices finished ones.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use tracing::{info, warn};
+
+use super::core::{JobSource, NewJob, NodeCore};
+use crate::cgroup::{Controller, HierarchyKind, JobCgroup};
+use crate::config::{DaemonConfig, JobConfig, load_jobs_dir};
+use crate::control::AdoptJob;
+use crate::discovery::names::identify;
+use crate::discovery::procfs::{CgroupLine, ProcFs};
+use crate::discovery::scan::{self, EnvProcess, Placement};
+use crate::policy::{Direction, JobId, JobSpec};
+use crate::progress::signal::infer_direction;
+use crate::progress::{FormatChoice, SignalConfig, WatchSpec};
+use crate::sys::proc_events::ProcEvent;
+
+/// A job ready to be governed and the logs to follow for it.
+pub struct Found {
+    pub job: NewJob,
+    pub watch: WatchSpec,
+}
+
+#[derive(Debug, Default)]
+struct ProcessJob {
+    pids: BTreeSet<u32>,
+    /// The governor created this cgroup (adoption or run-job) and removes it when empty.
+    owned_group: bool,
+}
+
+/// Discovery state.
+pub struct Discovery {
+    config: DaemonConfig,
+    line: CgroupLine<'static>,
+    proc: ProcFs,
+    declared: BTreeMap<PathBuf, JobConfig>,
+    process_jobs: BTreeMap<JobCgroup, ProcessJob>,
+    pid_index: HashMap<u32, JobCgroup>,
+    /// Problems already logged (each is logged once).
+    reported: HashSet<String>,
+}
+
+fn job_cgroup(path: &str) -> Option<JobCgroup> {
+    JobCgroup::new(path.trim_start_matches('/')).ok()
+}
+
+fn spec_for(
+    id: &JobCgroup,
+    priority: i32,
+    metric: Option<&str>,
+    direction: Option<Direction>,
+) -> JobSpec {
+    let mut spec = JobSpec::new(id.to_string());
+    spec.id = JobId(id.to_string());
+    spec.priority = priority;
+    spec.direction = direction
+        .or_else(|| metric.map(infer_direction))
+        .unwrap_or_default();
+    spec
+}
+
+/// A job name usable as a cgroup directory name.
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = s.trim_matches(|c| c == '.' || c == '-').to_owned();
+    if s.is_empty() {
+        "job".into()
+    } else {
+        s.chars().take(64).collect()
+    }
+}
+
+impl Discovery {
+    pub fn new(config: DaemonConfig, kind: HierarchyKind) -> Discovery {
+        Discovery {
+            config,
+            line: if kind.is_v2() {
+                CgroupLine::Unified
+            } else {
+                CgroupLine::Controller("cpu")
+            },
+            proc: ProcFs::default(),
+            declared: BTreeMap::new(),
+            process_jobs: BTreeMap::new(),
+            pid_index: HashMap::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    fn report_once(&mut self, key: String, message: impl FnOnce() -> String) {
+        if self.reported.insert(key) {
+            warn!("{}", message());
+        }
+    }
+
+    fn load_declared(&mut self) {
+        let (jobs, errors) = load_jobs_dir(&self.config.jobs_dir);
+        for e in errors {
+            let msg = e.to_string();
+            self.report_once(format!("jobfile:{msg}"), || {
+                format!("job file ignored: {msg}")
+            });
+        }
+        self.declared = jobs;
+    }
+
+    /// Everything present at start-up.
+    pub fn initial(&mut self, core: &NodeCore) -> Vec<Found> {
+        self.load_declared();
+        let mut found = self.pending_declared(core);
+        found.extend(self.rescan(core));
+        found
+    }
+
+    /// Declared jobs not governed yet whose cgroup exists now.
+    pub fn pending_declared(&mut self, core: &NodeCore) -> Vec<Found> {
+        let mut out = Vec::new();
+        let declared: Vec<(PathBuf, JobConfig)> = self
+            .declared
+            .iter()
+            .map(|(p, j)| (p.clone(), j.clone()))
+            .collect();
+        for (file, cfg) in declared {
+            let Some(cgroup) = job_cgroup(&cfg.cgroup) else {
+                self.report_once(format!("badcg:{}", file.display()), || {
+                    format!(
+                        "{}: cgroup {:?} is not a usable cgroup path",
+                        file.display(),
+                        cfg.cgroup
+                    )
+                });
+                continue;
+            };
+            if core.contains(&cgroup) || !core.actuator().fs().exists(&cgroup, Controller::Cpu) {
+                continue;
+            }
+            let name = cfg.name.clone().unwrap_or_else(|| cgroup.to_string());
+            let format = match cfg
+                .format
+                .as_deref()
+                .map(FormatChoice::from_str)
+                .transpose()
+            {
+                Ok(f) => f.unwrap_or_default(),
+                Err(e) => {
+                    self.report_once(format!("fmt:{}", file.display()), || {
+                        format!("{}: {e}; detecting the format instead", file.display())
+                    });
+                    FormatChoice::Auto
+                }
+            };
+            let mut spec = spec_for(&cgroup, cfg.priority, cfg.metric.as_deref(), cfg.direction);
+            spec.bounds = cfg.bounds();
+            out.push(Found {
+                job: NewJob {
+                    runtime: identify(&format!("/{cgroup}")).to_string(),
+                    name,
+                    source: JobSource::Declared(file.clone()),
+                    spec,
+                    signal: SignalConfig {
+                        metric: cfg.metric.clone(),
+                        direction: cfg.direction,
+                    },
+                    cgroup,
+                },
+                watch: WatchSpec {
+                    paths: cfg.logs.iter().map(PathBuf::from).collect(),
+                    format,
+                    custom: cfg.custom.clone(),
+                },
+            });
+        }
+        out
+    }
+
+    /// Full scan of /proc for `GOVERNOR_LOG` processes not yet governed.
+    pub fn rescan(&mut self, core: &NodeCore) -> Vec<Found> {
+        if !self.config.discovery.environment {
+            return Vec::new();
+        }
+        let groups = scan::scan(&self.proc, self.line);
+        let mut out = Vec::new();
+        for (cgroup, members) in groups {
+            if let Some(f) = self.consider(core, &cgroup, &members) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// New and finished jobs from process events.
+    pub fn on_proc_events(
+        &mut self,
+        core: &NodeCore,
+        events: &[ProcEvent],
+    ) -> (Vec<Found>, Vec<JobCgroup>) {
+        let mut found = Vec::new();
+        let mut finished = BTreeSet::new();
+        for ev in events {
+            match *ev {
+                ProcEvent::Exec { pid } if self.config.discovery.environment => {
+                    if let Some(p) = scan::env_process(&self.proc, pid, self.line)
+                        && let Some(f) = self.consider(core, &p.cgroup.clone(), &[p])
+                    {
+                        found.push(f);
+                    }
+                }
+                ProcEvent::Exit { pid } => {
+                    if let Some(cgroup) = self.pid_index.remove(&pid)
+                        && let Some(job) = self.process_jobs.get_mut(&cgroup)
+                    {
+                        job.pids.remove(&pid);
+                        if core.actuator().fs().procs(&cgroup).is_empty() {
+                            finished.insert(cgroup);
+                        }
+                    }
+                }
+                ProcEvent::Overflow => {
+                    info!("process events were lost (exec storm): rescanning");
+                    found.extend(self.rescan(core));
+                }
+                ProcEvent::Exec { .. } => {}
+            }
+        }
+        (found, finished.into_iter().collect())
+    }
+
+    /// Process-found and launched jobs whose cgroup has no process left (or is gone).
+    pub fn finished_jobs(&self, core: &NodeCore) -> Vec<JobCgroup> {
+        let mut out: Vec<JobCgroup> = self
+            .process_jobs
+            .keys()
+            .filter(|c| core.contains(c) && core.actuator().fs().procs(c).is_empty())
+            .cloned()
+            .collect();
+        // Declared jobs whose cgroup vanished (container removed): stop governing until it
+        // reappears.
+        for (c, _) in core.jobs() {
+            if !self.process_jobs.contains_key(c)
+                && !core.actuator().fs().exists(c, Controller::Cpu)
+            {
+                out.push(c.clone());
+            }
+        }
+        out
+    }
+
+    /// Decide whether the processes of `cgroup` make a new job.
+    fn consider(&mut self, core: &NodeCore, cgroup: &str, members: &[EnvProcess]) -> Option<Found> {
+        let first = members.first()?;
+        // Already governed (in place, or adopted/launched into a group of ours)?
+        if let Some(c) = job_cgroup(cgroup)
+            && (core.contains(&c) || self.process_jobs.contains_key(&c))
+        {
+            for m in members {
+                self.pid_index.insert(m.pid, c.clone());
+                self.process_jobs
+                    .entry(c.clone())
+                    .or_default()
+                    .pids
+                    .insert(m.pid);
+            }
+            return None;
+        }
+        if members.iter().any(|m| self.pid_index.contains_key(&m.pid)) {
+            return None;
+        }
+        let roots = scan::job_roots(&self.proc, members);
+        let root_pid = roots.first().copied().unwrap_or(first.pid);
+        let env = &first.env;
+        let identity = identify(cgroup);
+        let name = env.job.clone().unwrap_or_else(|| identity.to_string());
+        let member_pids = job_cgroup(cgroup)
+            .map(|c| core.actuator().fs().procs(&c))
+            .unwrap_or_default();
+        let placement = scan::placement(&self.proc, cgroup, &roots, &member_pids);
+        let logs: Vec<PathBuf> = env
+            .logs
+            .iter()
+            .map(|l| self.proc.host_path(root_pid, l))
+            .collect();
+        let mut runtime = identity.to_string();
+        let (target, owned, pids) = match placement {
+            Placement::InPlace => (
+                job_cgroup(cgroup)?,
+                false,
+                members.iter().map(|m| m.pid).collect::<Vec<_>>(),
+            ),
+            Placement::Adopt { pids } => {
+                let group_name = format!("{}-{}", sanitize(&name), root_pid);
+                let group = match core.actuator().create_job_group(&group_name) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        self.report_once(format!("adopt:{root_pid}"), || format!("cannot create a cgroup for job {name} (pid {root_pid}): {e}; it is not governed"));
+                        return None;
+                    }
+                };
+                let pids = if pids.is_empty() { roots.clone() } else { pids };
+                for &pid in &pids {
+                    if let Err(e) = core.actuator().fs().add_process(&group, pid) {
+                        warn!(job = %name, pid, error = %e, "cannot move a process of the job into its cgroup");
+                    }
+                }
+                // Children forked while moving stay behind: move what is left of the tree.
+                let again = scan::placement(
+                    &self.proc,
+                    cgroup,
+                    &roots,
+                    &job_cgroup(cgroup)
+                        .map(|c| core.actuator().fs().procs(&c))
+                        .unwrap_or_default(),
+                );
+                if let Placement::Adopt { pids: late } = again {
+                    for pid in late {
+                        let _ = core.actuator().fs().add_process(&group, pid);
+                    }
+                }
+                info!(job = %name, from = cgroup, to = %group, processes = pids.len(), "job shared its cgroup with other processes: moved into a cgroup of its own");
+                runtime = format!("adopted from {cgroup}");
+                (group, true, pids)
+            }
+        };
+        let entry = self.process_jobs.entry(target.clone()).or_default();
+        entry.owned_group |= owned;
+        for pid in pids.iter().copied().chain(members.iter().map(|m| m.pid)) {
+            entry.pids.insert(pid);
+            self.pid_index.insert(pid, target.clone());
+        }
+        let spec = spec_for(&target, 0, env.metric.as_deref(), None);
+        // A process in the governor's own job subtree was started by `governor run-job` (its
+        // exec is often seen before run-job's adopt request arrives).
+        let source = if matches!(
+            identity.runtime,
+            crate::discovery::names::Runtime::Governor { .. }
+        ) {
+            JobSource::Launched { pid: root_pid }
+        } else {
+            JobSource::Environment { pid: root_pid }
+        };
+        Some(Found {
+            job: NewJob {
+                runtime,
+                name,
+                source,
+                spec,
+                signal: SignalConfig {
+                    metric: env.metric.clone(),
+                    direction: None,
+                },
+                cgroup: target,
+            },
+            watch: WatchSpec {
+                paths: logs,
+                format: FormatChoice::Auto,
+                custom: None,
+            },
+        })
+    }
+
+    /// A job started by `governor run-job` in a cgroup it created.
+    pub fn adopt_launched(&mut self, core: &NodeCore, job: &AdoptJob) -> Result<Found, String> {
+        let cgroup = job_cgroup(&job.cgroup)
+            .ok_or_else(|| format!("invalid cgroup path {:?}", job.cgroup))?;
+        if job.logs.iter().any(|l| !super::is_absolute(l)) {
+            return Err("log paths must be absolute".into());
+        }
+        let format = job
+            .format
+            .as_deref()
+            .map(FormatChoice::from_str)
+            .transpose()
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        let entry = self.process_jobs.entry(cgroup.clone()).or_default();
+        entry.pids.insert(job.pid);
+        self.pid_index.insert(job.pid, cgroup.clone());
+        if core.contains(&cgroup) {
+            return Err(format!("{} is already governed", job.cgroup));
+        }
+        Ok(Found {
+            job: NewJob {
+                runtime: identify(&format!("/{cgroup}")).to_string(),
+                name: job.name.clone(),
+                source: JobSource::Launched { pid: job.pid },
+                spec: spec_for(&cgroup, 0, job.metric.as_deref(), None),
+                signal: SignalConfig {
+                    metric: job.metric.clone(),
+                    direction: None,
+                },
+                cgroup,
+            },
+            watch: WatchSpec {
+                paths: job.logs.iter().map(PathBuf::from).collect(),
+                format,
+                custom: None,
+            },
+        })
+    }
+
+    /// New configuration: returns declared jobs to start and declared jobs whose file is gone.
+    pub fn reload(
+        &mut self,
+        config: DaemonConfig,
+        core: &NodeCore,
+    ) -> (Vec<Found>, Vec<JobCgroup>) {
+        self.config = config;
+        let before: BTreeSet<JobCgroup> = self
+            .declared
+            .values()
+            .filter_map(|j| job_cgroup(&j.cgroup))
+            .collect();
+        self.reported.retain(|k| !k.starts_with("jobfile:"));
+        self.load_declared();
+        let after: BTreeSet<JobCgroup> = self
+            .declared
+            .values()
+            .filter_map(|j| job_cgroup(&j.cgroup))
+            .collect();
+        let gone = before
+            .difference(&after)
+            .filter(|c| core.contains(c) && !self.process_jobs.contains_key(*c))
+            .cloned()
+            .collect();
+        (self.pending_declared(core), gone)
+    }
+
+    /// Forget a job that is no longer governed; remove its cgroup if the governor created it.
+    pub fn forget(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
+        if let Some(job) = self.process_jobs.remove(cgroup) {
+            for pid in &job.pids {
+                self.pid_index.remove(pid);
+            }
+            if job.owned_group && core.actuator().fs().procs(cgroup).is_empty() {
+                let _ = core.actuator().fs().remove_job_group(cgroup);
+            }
+        }
+    }
+
+    /// On shutdown: remove the (empty) cgroups the governor created for adopted jobs.
+    pub fn cleanup_adopted_groups(&self, core: &NodeCore) {
+        for (cgroup, job) in &self.process_jobs {
+            if job.owned_group && core.actuator().fs().procs(cgroup).is_empty() {
+                let _ = core.actuator().fs().remove_job_group(cgroup);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_become_safe_cgroup_names() {
+        assert_eq!(sanitize("bert finetune/v2"), "bert-finetune-v2");
+        assert_eq!(sanitize("../../etc"), "etc");
+        assert_eq!(sanitize("..."), "job");
+        assert_eq!(sanitize(&"x".repeat(100)).len(), 64);
+    }
+}

@@ -1,0 +1,443 @@
+//! `governor daemon`: one control loop (`select!`) over progress events, process events
+//! (discovery), a sampling tick, control requests and signals. The decisions themselves are made
+//! by [`core::NodeCore`]; this module wires the event sources to it.
+//!
+//! Start-up order matters for safety: the actuator is created first and immediately restores
+//! anything a crashed previous run left in place (state file), before any job is governed.
+//! Shutdown (SIGTERM, SIGINT, or an error in the loop) restores every file the daemon changed.
+
+pub mod core;
+mod discovery;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use self::core::{CoreSettings, CpuSource, NodeCore};
+use self::discovery::Discovery;
+use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
+use crate::config::DaemonConfig;
+use crate::control::{self, PendingRequest, Request, Response};
+use crate::policy::{self, NodeResources};
+use crate::progress::{WatchEvent, WatchEventKind, Watcher, WatcherHandle};
+use crate::sys::proc_events::{ProcEvent, ProcEvents};
+
+/// Command-line options of `governor daemon`.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    pub config_path: PathBuf,
+    /// Overrides the configured policy.
+    pub policy: Option<String>,
+    /// Compute and log decisions without writing.
+    pub dry_run: bool,
+}
+
+/// Run the daemon until SIGTERM/SIGINT. Builds its own single-threaded runtime: the daemon's
+/// work is small and sequential, and one thread keeps its CPU cost and memory low.
+pub fn run_blocking(opts: DaemonOptions) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(run(opts))
+}
+
+/// Load the configuration, applying command-line overrides.
+fn load_config(opts: &DaemonOptions) -> Result<DaemonConfig> {
+    let mut config = if opts.config_path.exists() {
+        DaemonConfig::load(&opts.config_path)?
+    } else {
+        warn!(path = %opts.config_path.display(), "configuration file not found: using defaults (governor --example-config prints one)");
+        DaemonConfig::default()
+    };
+    if let Some(p) = &opts.policy {
+        policy::by_name(p)?;
+        config.policy = p.clone();
+    }
+    if opts.dry_run {
+        config.actuation.dry_run = true;
+    }
+    Ok(config)
+}
+
+fn actuator_config(config: &DaemonConfig) -> ActuatorConfig {
+    let a = &config.actuation;
+    ActuatorConfig {
+        state_file: config.state_file.clone(),
+        cpu_period_us: a.cpu_period_us,
+        cpu_min_write_interval_ms: a.cpu_min_write_interval.as_millis() as u64,
+        memory_min_write_interval_ms: a.memory_min_write_interval.as_millis() as u64,
+        manage_memory: a.govern_memory,
+        memory_guard: MemoryGuardConfig {
+            headroom_fraction: a.memory_headroom_fraction,
+            headroom_min_bytes: a.memory_headroom_min.0,
+            ..MemoryGuardConfig::default()
+        },
+        ..ActuatorConfig::default()
+    }
+}
+
+/// The node's capacity: configured, or read from the machine.
+pub fn node_resources(config: &DaemonConfig) -> NodeResources {
+    let cores = config.node.cores.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as f64)
+            .unwrap_or(1.0)
+    });
+    let memory_bytes = config.node.memory.map(|m| m.0).unwrap_or_else(mem_total);
+    NodeResources {
+        cores,
+        memory_bytes,
+    }
+}
+
+fn mem_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                l.strip_prefix("MemTotal:")
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+/// The host name, for status and the coordinator.
+pub fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// CPU usage read from the cgroup files the actuator already reads (`cpu.stat` usage_usec on
+/// v2, `cpuacct.usage` on v1): returning `None` makes the core use those readings.
+struct CgroupFileCpu {
+    name: &'static str,
+}
+
+impl CpuSource for CgroupFileCpu {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
+        vec![None; groups.len()]
+    }
+}
+
+async fn run(opts: DaemonOptions) -> Result<()> {
+    let config = load_config(&opts)?;
+    let hierarchy = Hierarchy::detect(&config.cgroup_root).with_context(|| {
+        format!(
+            "cannot use the cgroup filesystem at {}",
+            config.cgroup_root.display()
+        )
+    })?;
+    let kind = hierarchy.kind();
+    let mut actuator = Actuator::new(hierarchy, actuator_config(&config))
+        .with_context(|| format!("cannot open the state file {}", config.state_file.display()))?;
+    let recovered = actuator.recover();
+    if !recovered.restored.is_empty() || !recovered.errors.is_empty() {
+        warn!(
+            restored = recovered.restored.len(),
+            failed = recovered.errors.len(),
+            "restored cgroup values left by a previous run that did not stop cleanly"
+        );
+    }
+    let now = Instant::now();
+    let settings = CoreSettings {
+        node_name: config.node.name.clone().unwrap_or_else(host_name),
+        resources: node_resources(&config),
+        dry_run: config.actuation.dry_run,
+        govern_memory: config.actuation.govern_memory,
+    };
+    let policy = policy::by_name(&config.policy)?;
+    let mut core = NodeCore::new(settings.clone(), policy, actuator, now);
+    let mut cpu: Box<dyn CpuSource> = Box::new(CgroupFileCpu {
+        name: if kind.is_v2() { "cpu.stat" } else { "cpuacct" },
+    });
+    core.set_cpu_source(cpu.name(), cpu.note());
+    info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
+
+    raise_open_file_limit();
+    let (watcher, mut watch_events) =
+        Watcher::spawn(4096).context("cannot start the log watcher (inotify)")?;
+    let listener = control::bind(&config.socket, config.socket_group.as_deref())?;
+    let (request_tx, mut requests) = mpsc::channel::<PendingRequest>(64);
+    let server = tokio::spawn(control::serve(listener, request_tx));
+
+    let mut proc_events = match ProcEvents::subscribe() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            warn!(error = %e, rescan = ?config.discovery.rescan_interval, "process events unavailable (needs root and CONFIG_PROC_EVENTS): new jobs are found by periodic rescans only");
+            None
+        }
+    };
+    if let Err(e) = crate::sys::become_child_subreaper() {
+        warn!(error = %e, "cannot become a child subreaper");
+    }
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+
+    let discovery = Discovery::new(config.clone(), kind);
+    let mut shell = Shell {
+        core,
+        watcher,
+        discovery,
+        config_path: opts.config_path.clone(),
+        opts: opts.clone(),
+    };
+    shell.initial_discovery(Instant::now()).await;
+
+    let mut tick = tokio::time::interval(config.sample_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rescan = tokio::time::interval(config.discovery.rescan_interval);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    rescan.tick().await;
+    let mut proc_buf = Vec::new();
+
+    let exit_reason = loop {
+        let wake = shell
+            .core
+            .next_wakeup()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        // Unbiased: a stream of exec or log events must not starve control requests.
+        tokio::select! {
+            _ = sigterm.recv() => break "SIGTERM",
+            _ = sigint.recv() => break "SIGINT",
+            _ = sighup.recv() => shell.reload(Instant::now()).await,
+            Some(ev) = watch_events.recv() => shell.on_watch_event(Instant::now(), ev),
+            result = next_proc_events(&mut proc_events, &mut proc_buf) => {
+                match result {
+                    Ok(()) => shell.on_proc_events(Instant::now(), &proc_buf).await,
+                    Err(e) => {
+                        warn!(error = %e, "process event socket failed: falling back to periodic rescans");
+                        proc_events = None;
+                    }
+                }
+                proc_buf.clear();
+            }
+            Some(req) = requests.recv() => shell.on_request(Instant::now(), req).await,
+            _ = tick.tick() => shell.on_tick(Instant::now(), cpu.as_mut()).await,
+            _ = rescan.tick() => shell.rescan(Instant::now()).await,
+            _ = tokio::time::sleep_until(wake.into()) => {
+                let now = Instant::now();
+                shell.core.poll_actuator(now);
+                if shell.core.decision_due(now) {
+                    shell.core.decide_and_apply(now);
+                }
+            }
+        }
+    };
+    info!(
+        reason = exit_reason,
+        "shutting down: restoring every cgroup value the governor changed"
+    );
+    server.abort();
+    let report = shell.core.shutdown();
+    shell.discovery.cleanup_adopted_groups(&shell.core);
+    let _ = std::fs::remove_file(&config.socket);
+    if report.errors.is_empty() {
+        info!(
+            restored = report.restored.len(),
+            "governor stopped; all limits restored"
+        );
+        Ok(())
+    } else {
+        error!(
+            failed = report.errors.len(),
+            "governor stopped; some values could not be restored (kept in the state file: the next start retries)"
+        );
+        anyhow::bail!(
+            "{} cgroup values could not be restored",
+            report.errors.len()
+        )
+    }
+}
+
+/// The watcher keeps one descriptor per followed log file: raise the soft RLIMIT_NOFILE to the
+/// hard limit so a node with thousands of jobs does not run out.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+    }
+}
+
+async fn next_proc_events(
+    events: &mut Option<ProcEvents>,
+    buf: &mut Vec<ProcEvent>,
+) -> std::io::Result<()> {
+    match events {
+        Some(e) => e.next_events(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The loop's state, borrowed by each event handler.
+struct Shell {
+    core: NodeCore,
+    watcher: WatcherHandle,
+    discovery: Discovery,
+    config_path: PathBuf,
+    opts: DaemonOptions,
+}
+
+impl Shell {
+    async fn initial_discovery(&mut self, now: Instant) {
+        let found = self.discovery.initial(&self.core);
+        self.start_jobs(now, found).await;
+        self.core.decide_and_apply(now);
+    }
+
+    async fn start_jobs(&mut self, now: Instant, jobs: Vec<discovery::Found>) {
+        for found in jobs {
+            let key = found.job.cgroup.to_string();
+            let name = found.job.name.clone();
+            if !self.core.add_job(now, found.job) {
+                continue;
+            }
+            if let Err(e) = self.watcher.add(&key, found.watch).await {
+                warn!(job = %name, error = %e, "cannot follow the job's logs; it is governed without progress");
+                self.core
+                    .on_log_problem(&JobCgroup::new(&key).expect("valid key"), e.to_string());
+            }
+        }
+    }
+
+    async fn stop_job(&mut self, now: Instant, cgroup: &JobCgroup, why: &str) {
+        let key = cgroup.to_string();
+        let _ = self.watcher.remove(&key).await;
+        self.core.remove_job(now, cgroup, why);
+        self.discovery.forget(cgroup, &self.core);
+    }
+
+    fn on_watch_event(&mut self, now: Instant, ev: WatchEvent) {
+        let Ok(cgroup) = JobCgroup::new(&*ev.key) else {
+            return;
+        };
+        match ev.kind {
+            WatchEventKind::Record(record) => {
+                if self.core.on_record(now, &cgroup, &record) {
+                    // Sub-second reaction: decide as soon as the signal moves.
+                    self.core.decide_and_apply(now);
+                }
+            }
+            WatchEventKind::Problem(message) => self.core.on_log_problem(&cgroup, message),
+            WatchEventKind::Format(_)
+            | WatchEventKind::Opened
+            | WatchEventKind::Truncated
+            | WatchEventKind::Closed => {}
+        }
+    }
+
+    async fn on_proc_events(&mut self, now: Instant, events: &[ProcEvent]) {
+        let (found, finished) = self.discovery.on_proc_events(&self.core, events);
+        self.start_jobs(now, found).await;
+        for cgroup in finished {
+            self.stop_job(now, &cgroup, "its last process exited").await;
+        }
+        if self.core.decision_due(now) {
+            self.core.decide_and_apply(now);
+        }
+    }
+
+    async fn on_tick(&mut self, now: Instant, cpu: &mut dyn CpuSource) {
+        for cgroup in self.discovery.finished_jobs(&self.core) {
+            self.stop_job(now, &cgroup, "its cgroup has no process left")
+                .await;
+        }
+        let pending = self.discovery.pending_declared(&self.core);
+        self.start_jobs(now, pending).await;
+        self.core.sample(now, cpu);
+        self.core.decide_and_apply(now);
+        self.core.poll_actuator(now);
+    }
+
+    async fn rescan(&mut self, now: Instant) {
+        let found = self.discovery.rescan(&self.core);
+        self.start_jobs(now, found).await;
+    }
+
+    async fn reload(&mut self, now: Instant) {
+        info!(path = %self.config_path.display(), "SIGHUP: reloading the configuration and the jobs directory");
+        let config = match load_config(&self.opts) {
+            Ok(c) => c,
+            Err(e) => {
+                error!(error = %e, "reload failed: keeping the current configuration");
+                return;
+            }
+        };
+        if config.policy != self.core.policy_name() {
+            match policy::by_name(&config.policy) {
+                Ok(p) => {
+                    info!(from = self.core.policy_name(), to = %config.policy, "policy changed");
+                    self.core.set_policy(p, now);
+                }
+                Err(e) => error!(error = %e, "reload: keeping the current policy"),
+            }
+        }
+        self.core.set_resources(node_resources(&config));
+        let (found, gone) = self.discovery.reload(config, &self.core);
+        for cgroup in gone {
+            self.stop_job(now, &cgroup, "its job file was removed")
+                .await;
+        }
+        self.start_jobs(now, found).await;
+        self.core.decide_and_apply(now);
+    }
+
+    async fn on_request(&mut self, now: Instant, req: PendingRequest) {
+        let response = match req.request {
+            Request::Status => Response::Status(Box::new(self.core.status(now))),
+            Request::Reload => {
+                self.reload(now).await;
+                Response::Ok {
+                    message: "configuration reloaded".into(),
+                }
+            }
+            Request::Adopt(job) => match self.discovery.adopt_launched(&self.core, &job) {
+                Ok(found) => {
+                    let name = found.job.name.clone();
+                    self.start_jobs(now, vec![found]).await;
+                    self.core.decide_and_apply(now);
+                    Response::Ok {
+                        message: format!("governing {name}"),
+                    }
+                }
+                Err(e) => Response::Error { message: e },
+            },
+            Request::Release { cgroup } => match JobCgroup::new(cgroup.trim_start_matches('/')) {
+                Ok(c) if self.core.contains(&c) => {
+                    self.stop_job(now, &c, "run-job reported its end").await;
+                    Response::Ok {
+                        message: format!("released {cgroup}"),
+                    }
+                }
+                Ok(_) => Response::Ok {
+                    message: format!("{cgroup} was not governed"),
+                },
+                Err(e) => Response::Error {
+                    message: e.to_string(),
+                },
+            },
+        };
+        let _ = req.reply.send(response);
+    }
+}
+
+/// Whether `path` looks absolute (log paths must be).
+pub(crate) fn is_absolute(path: &str) -> bool {
+    Path::new(path).is_absolute()
+}

@@ -1,0 +1,5 @@
+//! Finding training jobs, runtime-agnostically: declared job files, processes carrying
+//! `GOVERNOR_LOG` in their environment, and jobs launched by `governor run-job`.
+pub mod names;
+pub mod procfs;
+pub mod scan;

@@ -1,0 +1,274 @@
+//! What `governor status` shows: typed, serialisable snapshots of the daemon's view of the node,
+//! served on the control socket and rendered as a table or JSON.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Category;
+
+/// The daemon's view of the node at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node name (host name unless configured).
+    pub node: String,
+    /// Active node policy.
+    pub policy: String,
+    /// Decisions are computed and logged but not written.
+    pub dry_run: bool,
+    /// Where CPU usage comes from: `ebpf`, `cpu.stat` or `cpuacct`.
+    pub cpu_source: String,
+    /// Why eBPF accounting is not in use, if it is not.
+    pub cpu_source_note: Option<String>,
+    /// cgroup hierarchy in use: `v2`, `v1` or `hybrid`.
+    pub cgroup_mode: String,
+    /// Cores and bytes the policy divides.
+    pub cores: f64,
+    pub memory_bytes: u64,
+    /// Coordinator connection state, if one is configured.
+    pub coordinator: Option<String>,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One governed job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub name: String,
+    /// cgroup path relative to the cgroup root.
+    pub cgroup: String,
+    /// `declared`, `environment` or `launched`.
+    pub source: String,
+    /// Runtime recognised from the cgroup path (docker-…, pod-…/containerd-…, unit name).
+    pub runtime: String,
+    pub category: Category,
+    /// Name of the progress signal (the metric followed).
+    pub signal: Option<String>,
+    /// Latest finite value of the signal.
+    pub signal_value: Option<f64>,
+    /// Progress per minute, normalised by the signal's initial value (positive = improving).
+    pub growth_per_minute: Option<f64>,
+    /// Records received from the job's logs.
+    pub records: u64,
+    /// Log file currently followed.
+    pub log_file: Option<String>,
+    /// Last problem with the job's logs (parse errors, missing file), if any.
+    pub log_problem: Option<String>,
+    /// CPU cores used over the last sample interval.
+    pub cpu_usage_cores: Option<f64>,
+    /// Applied `cpu.weight` (None: untouched).
+    pub cpu_weight: Option<u32>,
+    /// Applied `cpu.max` in cores (None: no cap).
+    pub cpu_max_cores: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub memory_high_bytes: Option<u64>,
+    pub memory_max_bytes: Option<u64>,
+    /// The policy's last decision for the job, and why.
+    pub decision: String,
+    /// Seconds since the job was adopted.
+    pub age_seconds: f64,
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+/// Human-readable byte count (binary units).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+/// Render a node status as the table `governor status` prints.
+pub fn render_table(s: &NodeStatus) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node {}  policy {}{}  cpu source {}{}  cgroup {}  capacity {:.1} cores / {}  up {:.0}s{}",
+        s.node,
+        s.policy,
+        if s.dry_run { " (dry run)" } else { "" },
+        s.cpu_source,
+        s.cpu_source_note
+            .as_deref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default(),
+        s.cgroup_mode,
+        s.cores,
+        human_bytes(s.memory_bytes),
+        s.uptime_seconds,
+        s.coordinator
+            .as_deref()
+            .map(|c| format!("  coordinator {c}"))
+            .unwrap_or_default(),
+    );
+    if s.jobs.is_empty() {
+        out.push_str("no governed jobs\n");
+        return out;
+    }
+    let headers = [
+        "JOB",
+        "CATEGORY",
+        "SIGNAL",
+        "VALUE",
+        "GROWTH/MIN",
+        "CPU",
+        "WEIGHT",
+        "CPU.MAX",
+        "MEMORY",
+        "MEM.LIMIT",
+        "CGROUP",
+        "DECISION",
+    ];
+    let rows: Vec<[String; 12]> = s
+        .jobs
+        .iter()
+        .map(|j| {
+            [
+                j.name.clone(),
+                j.category.to_string(),
+                j.signal.clone().unwrap_or_else(|| "-".into()),
+                opt(j.signal_value, |v| format!("{v:.4}")),
+                opt(j.growth_per_minute, |g| format!("{:+.2}%", g * 100.0)),
+                opt(j.cpu_usage_cores, |c| format!("{c:.2}")),
+                opt(j.cpu_weight, |w| w.to_string()),
+                opt(j.cpu_max_cores, |c| format!("{c:.2}")),
+                opt(j.memory_bytes, human_bytes),
+                match (j.memory_high_bytes, j.memory_max_bytes) {
+                    (None, None) => "-".into(),
+                    (h, m) => format!("{}/{}", opt(h, human_bytes), opt(m, human_bytes)),
+                },
+                j.cgroup.clone(),
+                match &j.log_problem {
+                    Some(p) => format!("{} [log: {p}]", j.decision),
+                    None => j.decision.clone(),
+                },
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let last = cells.len() - 1;
+        for (i, c) in cells.iter().enumerate() {
+            if i == last {
+                out.push_str(c);
+            } else {
+                let _ = write!(out, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push('\n');
+    };
+    line(headers.to_vec(), &mut out);
+    for r in &rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_a_row_per_job_and_aligned_columns() {
+        let s = NodeStatus {
+            node: "n1".into(),
+            policy: "governor".into(),
+            cpu_source: "cpu.stat".into(),
+            cpu_source_note: Some("eBPF disabled".into()),
+            cgroup_mode: "v2".into(),
+            cores: 2.0,
+            memory_bytes: 2 << 30,
+            jobs: vec![
+                JobStatus {
+                    name: "a".into(),
+                    cgroup: "/governor.slice/jobs/a".into(),
+                    category: Category::Progressing,
+                    signal: Some("loss".into()),
+                    signal_value: Some(0.5),
+                    growth_per_minute: Some(0.1),
+                    cpu_usage_cores: Some(1.25),
+                    cpu_weight: Some(400),
+                    decision: "fast learner".into(),
+                    ..Default::default()
+                },
+                JobStatus {
+                    name: "bb".into(),
+                    cgroup: "/x".into(),
+                    category: Category::Converged,
+                    cpu_max_cores: Some(0.2),
+                    memory_bytes: Some(3 << 20),
+                    memory_max_bytes: Some(1 << 30),
+                    log_problem: Some("no known format".into()),
+                    decision: "converged".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let t = render_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(
+            lines[0].contains("policy governor")
+                && lines[0].contains("cpu source cpu.stat (eBPF disabled)")
+        );
+        assert!(
+            lines[2].starts_with("a   ")
+                && lines[2].contains("progressing")
+                && lines[2].contains("+10.00%")
+                && lines[2].contains("400")
+        );
+        assert!(
+            lines[3].contains("converged")
+                && lines[3].contains("0.20")
+                && lines[3].contains("3.0MiB")
+                && lines[3].contains("-/1.0GiB")
+                && lines[3].contains("[log: no known format]")
+        );
+        let col = lines[1].find("CATEGORY").unwrap();
+        assert_eq!(lines[2].find("progressing"), Some(col));
+        assert_eq!(lines[3].find("converged"), Some(col));
+    }
+
+    #[test]
+    fn status_round_trips_through_json() {
+        let s = NodeStatus {
+            node: "n".into(),
+            jobs: vec![JobStatus {
+                name: "j".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let back: NodeStatus = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(
+            render_table(&NodeStatus::default()).lines().nth(1),
+            Some("no governed jobs")
+        );
+    }
+
+    #[test]
+    fn bytes() {
+        assert_eq!(human_bytes(512), "512B");
+        assert_eq!(human_bytes(1536), "1.5KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0GiB");
+    }
+}

@@ -1,0 +1,251 @@
+//! Running the real `governor` daemon binary in tests (inside the VM).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Path of a binary built by the workspace (`GOVERNOR_BIN_DIR`, set by `cargo xtask vm-test`).
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("GOVERNOR_BIN_DIR")
+        .expect("GOVERNOR_BIN_DIR is not set: run with `cargo xtask vm-test`");
+    let p = PathBuf::from(dir).join(name);
+    assert!(p.exists(), "{} was not built", p.display());
+    p
+}
+
+/// A governor daemon started with its own configuration, socket and state file.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub socket: PathBuf,
+    pub state_file: PathBuf,
+    pub config: PathBuf,
+    pub jobs_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Write a configuration (`extra` is appended to the TOML) without starting the daemon.
+    pub fn configure(policy: &str, extra: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("governor.sock");
+        let state_file = dir.path().join("state.json");
+        let jobs_dir = dir.path().join("jobs.d");
+        fs::create_dir_all(&jobs_dir).unwrap();
+        let config = dir.path().join("governor.toml");
+        let text = format!(
+            "policy = \"{policy}\"\njobs_dir = \"{}\"\nsocket = \"{}\"\nstate_file = \"{}\"\nsample_interval = \"250ms\"\n{extra}\n",
+            jobs_dir.display(),
+            socket.display(),
+            state_file.display()
+        );
+        fs::write(&config, text).unwrap();
+        let log = dir.path().join("daemon.log");
+        Daemon {
+            dir,
+            child: None,
+            socket,
+            state_file,
+            config,
+            jobs_dir,
+            log,
+        }
+    }
+
+    /// Configure and start; waits until the control socket answers.
+    pub fn start(policy: &str, extra: &str) -> Daemon {
+        let mut d = Daemon::configure(policy, extra);
+        d.spawn();
+        d
+    }
+
+    /// Start (or restart) the daemon process.
+    pub fn spawn(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(bin("governor"))
+            .args(["daemon", "--config"])
+            .arg(&self.config)
+            .args(["--log-level", "governor=debug,info"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start governor daemon");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.status_json().is_none() {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!(
+                    "governor daemon exited at start-up ({status}); its log:\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "governor daemon did not answer within 60 s; log:\n{}",
+                self.log_text()
+            );
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Declare a job (`jobs.d/<name>.toml`); call before `spawn` or send SIGHUP after.
+    pub fn declare_job(&self, name: &str, toml: &str) {
+        fs::write(self.jobs_dir.join(format!("{name}.toml")), toml).unwrap();
+    }
+
+    /// `governor status --json`, parsed; None if the daemon does not answer.
+    pub fn status_json(&self) -> Option<serde_json::Value> {
+        let out = Command::new(bin("governor"))
+            .args(["status", "--json", "--socket"])
+            .arg(&self.socket)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// The status entry of one job, by name.
+    pub fn job(&self, name: &str) -> Option<serde_json::Value> {
+        let s = self.status_json()?;
+        s["jobs"]
+            .as_array()?
+            .iter()
+            .find(|j| j["name"] == name)
+            .cloned()
+    }
+
+    /// Wait until `pred` holds for the named job's status (panics with the log after `within`).
+    pub fn wait_job(
+        &self,
+        name: &str,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(j) = self.job(name)
+                && pred(&j)
+            {
+                return j;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {name}: {what} did not happen within {within:?}; status: {:?}\nlog:\n{}",
+                self.status_json(),
+                self.log_tail()
+            );
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn signal(&mut self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait()
+    }
+
+    /// SIGKILL (simulated crash) and wait.
+    pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.wait();
+    }
+
+    /// SIGHUP (reload).
+    pub fn reload(&mut self) {
+        self.signal(libc::SIGHUP);
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("daemon not running");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!(
+                    "governor daemon did not exit within 30 s; log:\n{}",
+                    self.log_tail()
+                );
+            }
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The daemon's whole log.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last 60 lines of the daemon's log.
+    pub fn log_tail(&self) -> String {
+        let t = self.log_text();
+        let lines: Vec<&str> = t.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+            let _ = self.wait();
+        }
+    }
+}
+
+/// Appends Keras-CSVLogger rows (`epoch,loss`) to a log file, as a training job would.
+pub struct KerasLog {
+    path: PathBuf,
+    epoch: u64,
+}
+
+impl KerasLog {
+    /// Create the file with its header.
+    pub fn create(path: &Path) -> KerasLog {
+        if let Some(d) = path.parent() {
+            fs::create_dir_all(d).unwrap();
+        }
+        fs::write(path, "epoch,loss\n").unwrap();
+        KerasLog {
+            path: path.to_owned(),
+            epoch: 0,
+        }
+    }
+
+    /// Append one epoch's loss.
+    pub fn append(&mut self, loss: f64) {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .unwrap();
+        writeln!(f, "{},{loss}", self.epoch).unwrap();
+        self.epoch += 1;
+    }
+}
+
+/// Cumulative CPU seconds of a cgroup (`cpu.stat` usage_usec).
+pub fn cgroup_cpu_seconds(group: &Path) -> f64 {
+    crate::read_keyed(&group.join("cpu.stat"))["usage_usec"] as f64 / 1e6
+}
