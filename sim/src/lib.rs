@@ -7,10 +7,14 @@
 //! add migration costs.
 #![forbid(unsafe_code)]
 
+pub mod baseline;
 pub mod cli;
+pub mod cluster;
 pub mod compare;
+pub mod curves;
 pub mod job;
 pub mod node;
+pub mod trace;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};

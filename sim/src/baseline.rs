@@ -1,0 +1,123 @@
+//! `spread`: the papers' baseline placement, the default schedulers they compare with (Docker
+//! Swarm's `spread` strategy in FlowCon, Kubernetes' default scheduler in SpeCon and ProCon),
+//! behind the coordinator's own [`PlacementPolicy`] trait so the simulator drives it exactly
+//! like the real policies.
+//!
+//! Rule: among the nodes that can take the job ([`feasible_nodes`], the coordinator's filter),
+//! the one running the fewest jobs (placed-but-unreported ones included, like Swarm's container
+//! count), ties to the least CPU in use, then to the first by name. With jobs that never request
+//! CPU (the papers' containers had no requests) Kubernetes' least-allocated scoring degenerates
+//! to the same balance by count, which is what SpeCon's evaluation used explicitly ("workload
+//! evenly distributed based on the number of containers").
+//!
+//! This is a baseline, not one of the policies under comparison; it lives in the simulator
+//! because the coordinator has no reason to offer it.
+
+use coordinator::placement::{
+    Candidate, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
+};
+
+/// Fewest jobs first.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spread;
+
+impl PlacementPolicy for Spread {
+    fn name(&self) -> &'static str {
+        "spread"
+    }
+
+    fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
+        let feasible = feasible_nodes(cluster, job)?;
+        let mut ranked: Vec<(usize, usize, f64)> = feasible
+            .iter()
+            .map(|&i| {
+                let n = &cluster.nodes[i];
+                let load = if n.cores > 0.0 {
+                    n.cpu_used_cores / n.cores
+                } else {
+                    0.0
+                };
+                (i, n.jobs.len(), load)
+            })
+            .collect();
+        ranked.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.total_cmp(&b.2)).then(a.0.cmp(&b.0)));
+        let (best, jobs, _) = ranked[0];
+        let node = &cluster.nodes[best];
+        Ok(Placement {
+            node: best,
+            gpus: node
+                .free_gpus()
+                .into_iter()
+                .take(job.gpus as usize)
+                .collect(),
+            reason: format!("spread: {} runs the fewest jobs ({jobs})", node.name),
+            candidates: ranked
+                .iter()
+                .take(coordinator::placement::CANDIDATES_KEPT)
+                .map(|&(i, jobs, load)| Candidate {
+                    node: cluster.nodes[i].name.clone(),
+                    score: jobs as f64,
+                    note: format!("{jobs} jobs, CPU {:.0}% in use", load * 100.0),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// A placement policy by name: the coordinator's ([`coordinator::placement::by_name`]) or
+/// `spread`.
+pub fn placement_by_name(
+    name: &str,
+) -> Result<Box<dyn PlacementPolicy>, coordinator::placement::UnknownPolicy> {
+    if name == "spread" {
+        return Ok(Box::new(Spread));
+    }
+    coordinator::placement::by_name(name).map_err(|mut e| {
+        e.known.push_str(", spread");
+        e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coordinator::placement::{JobView, NodeView};
+    use governor_proto::node::Category;
+
+    #[test]
+    fn the_node_with_fewest_jobs_wins_then_the_least_loaded() {
+        let mut a = NodeView::new("a", 4.0, 1 << 34);
+        a.jobs.push(JobView::running("x", Category::Progressing, 2.0));
+        let mut b = NodeView::new("b", 4.0, 1 << 34);
+        b.cpu_used_cores = 3.0;
+        let c = NodeView::new("c", 4.0, 1 << 34);
+        let view = ClusterView {
+            nodes: vec![a, b, c],
+        };
+        let p = Spread.place(&view, &JobRequest::new("j", 0)).unwrap();
+        assert_eq!(view.nodes[p.node].name, "c", "{}", p.reason);
+    }
+
+    #[test]
+    fn infeasible_nodes_are_never_chosen() {
+        let view = ClusterView {
+            nodes: vec![
+                NodeView::new("a", 4.0, 1 << 34),
+                NodeView::new("b", 4.0, 1 << 34).with_gpus(2, "T4", 1 << 34),
+            ],
+        };
+        let p = Spread.place(&view, &JobRequest::new("j", 2)).unwrap();
+        assert_eq!(p.node, 1);
+        assert_eq!(p.gpus, vec![0, 1]);
+        assert!(Spread.place(&view, &JobRequest::new("j", 3)).is_err());
+    }
+
+    #[test]
+    fn names_resolve_to_the_coordinators_policies_or_spread() {
+        for name in ["spread", "soonest", "flowcon", "procon", "specon", "round-robin", "first-fit"] {
+            assert_eq!(placement_by_name(name).unwrap().name(), name);
+        }
+        let e = placement_by_name("nope").unwrap_err().to_string();
+        assert!(e.contains("spread") && e.contains("soonest"), "{e}");
+    }
+}
