@@ -151,7 +151,7 @@ impl Default for ActuationConfig {
 }
 
 /// Connection to the cluster coordinator.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CoordinatorConfig {
     /// `host:port` of the coordinator.
@@ -163,18 +163,6 @@ pub struct CoordinatorConfig {
     pub key: Option<PathBuf>,
     /// Plain-text gRPC without TLS. Only for test clusters.
     pub insecure: bool,
-}
-
-impl Default for CoordinatorConfig {
-    fn default() -> Self {
-        CoordinatorConfig {
-            address: String::new(),
-            ca: None,
-            cert: None,
-            key: None,
-            insecure: false,
-        }
-    }
 }
 
 /// A declared job (`jobs.d/<name>.toml`).
@@ -442,7 +430,7 @@ impl fmt::Display for ByteSize {
             ("KiB", 1 << 10),
         ];
         for (name, size) in UNITS {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{name}", self.0 / size);
             }
         }

@@ -8,12 +8,12 @@
 pub mod accounting;
 pub mod cgroup;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;
-pub mod cluster;
 pub mod policy;
 pub mod progress;
 pub mod status;

@@ -87,7 +87,8 @@ mod tests {
     #[test]
     fn the_node_with_fewest_jobs_wins_then_the_least_loaded() {
         let mut a = NodeView::new("a", 4.0, 1 << 34);
-        a.jobs.push(JobView::running("x", Category::Progressing, 2.0));
+        a.jobs
+            .push(JobView::running("x", Category::Progressing, 2.0));
         let mut b = NodeView::new("b", 4.0, 1 << 34);
         b.cpu_used_cores = 3.0;
         let c = NodeView::new("c", 4.0, 1 << 34);
@@ -114,7 +115,15 @@ mod tests {
 
     #[test]
     fn names_resolve_to_the_coordinators_policies_or_spread() {
-        for name in ["spread", "soonest", "flowcon", "procon", "specon", "round-robin", "first-fit"] {
+        for name in [
+            "spread",
+            "soonest",
+            "flowcon",
+            "procon",
+            "specon",
+            "round-robin",
+            "first-fit",
+        ] {
             assert_eq!(placement_by_name(name).unwrap().name(), name);
         }
         let e = placement_by_name("nope").unwrap_err().to_string();

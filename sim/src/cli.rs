@@ -152,12 +152,7 @@ fn node_config(cores: f64, w: &WorkloadArgs) -> NodeConfig {
     }
 }
 
-fn workload_params(
-    jobs: usize,
-    cores: f64,
-    seed: u64,
-    w: &WorkloadArgs,
-) -> Result<WorkloadParams> {
+fn workload_params(jobs: usize, cores: f64, seed: u64, w: &WorkloadArgs) -> Result<WorkloadParams> {
     let (lo, hi) = w
         .parallel_fraction
         .split_once('-')
@@ -234,8 +229,14 @@ fn run_node_command(args: NodeArgs) -> Result<()> {
 
 fn parse_seeds(s: &str) -> Result<Vec<u64>> {
     if let Some((a, b)) = s.split_once('-') {
-        let a: u64 = a.trim().parse().with_context(|| format!("seed range {s:?}"))?;
-        let b: u64 = b.trim().parse().with_context(|| format!("seed range {s:?}"))?;
+        let a: u64 = a
+            .trim()
+            .parse()
+            .with_context(|| format!("seed range {s:?}"))?;
+        let b: u64 = b
+            .trim()
+            .parse()
+            .with_context(|| format!("seed range {s:?}"))?;
         if b < a {
             bail!("empty seed range {s:?}");
         }

@@ -43,11 +43,10 @@ use std::collections::{BinaryHeap, HashMap};
 
 use coordinator::placement::specon::{MigrationTarget, SpeCon};
 use coordinator::placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
-use coordinator::queue::{QueuedJob, Queue};
+use coordinator::queue::{Queue, QueuedJob};
 use governor::policy::share::{ShareRequest, water_fill};
 use governor::policy::{
-    Category, CpuAllocation, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint,
-    Usage,
+    Category, CpuAllocation, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint, Usage,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -243,7 +242,11 @@ impl std::str::FromStr for PolicySpec {
                 "migrate" => migrate = true,
                 "no-migrate" => migrate = false,
                 "reserve" => reserve = true,
-                f => return Err(format!("unknown flag +{f} in {s:?} (migrate, no-migrate, reserve)")),
+                f => {
+                    return Err(format!(
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve)"
+                    ));
+                }
             }
         }
         governor::policy::by_spec(&node).map_err(|e| format!("{s:?}: {e}"))?;
@@ -611,9 +614,7 @@ impl Engine<'_> {
         if self.queue.is_empty() {
             return;
         }
-        let round = self
-            .queue
-            .admit(t, &mut self.view, self.placement.as_mut());
+        let round = self.queue.admit(t, &mut self.view, self.placement.as_mut());
         for a in round.admitted {
             let Some(&j) = self.index.get(&a.job.id) else {
                 continue;
@@ -767,9 +768,7 @@ impl Engine<'_> {
             let worker = &mut self.workers[w];
             worker.policy.progress(t, &self.ids[d.job], d.point);
             if reports_total {
-                worker
-                    .policy
-                    .work_done(t, &self.ids[d.job], d.obs.fraction);
+                worker.policy.work_done(t, &self.ids[d.job], d.obs.fraction);
             }
             let rt = &mut self.rt[d.job];
             rt.previous = rt.last.replace(d.obs);
@@ -803,7 +802,10 @@ impl Engine<'_> {
             report = true;
         }
         // 6. The policy's own deadline.
-        if self.workers[w].next_decision.is_some_and(|at| at <= t + EPS) {
+        if self.workers[w]
+            .next_decision
+            .is_some_and(|at| at <= t + EPS)
+        {
             changed = true;
         }
         if changed {
@@ -976,13 +978,12 @@ impl Engine<'_> {
     /// The node's report: the coordinator's view of worker `w` now.
     fn report(&mut self, w: usize) {
         let worker = &self.workers[w];
-        let mut jobs: Vec<JobView> = worker
-            .running
-            .iter()
-            .map(|&j| self.job_view(j))
-            .collect();
+        let mut jobs: Vec<JobView> = worker.running.iter().map(|&j| self.job_view(j)).collect();
         for &(_, j) in &worker.arriving {
-            jobs.push(JobView::pending(self.jobs[j].model.id.clone(), &self.request(j)));
+            jobs.push(JobView::pending(
+                self.jobs[j].model.id.clone(),
+                &self.request(j),
+            ));
         }
         let node = &mut self.view.nodes[w];
         node.cpu_used_cores = worker.running.iter().map(|&j| self.rt[j].cores).sum();
@@ -1253,9 +1254,13 @@ mod tests {
                     governor::policy::by_name(name).unwrap().as_mut(),
                     seed,
                 );
-                let cluster =
-                    run_cluster(&t, &config, &spec(&format!("{name}/spread+no-migrate")), seed)
-                        .unwrap();
+                let cluster = run_cluster(
+                    &t,
+                    &config,
+                    &spec(&format!("{name}/spread+no-migrate")),
+                    seed,
+                )
+                .unwrap();
                 for (n, c) in node.jobs.iter().zip(&cluster.jobs) {
                     let (Some(a), Some(b)) = (n.finish, c.finish) else {
                         panic!("{name} seed {seed}: {n:?} vs {c:?}");
@@ -1449,13 +1454,19 @@ mod tests {
     #[test]
     fn policy_specs_resolve_aliases_and_flags() {
         let s = spec("fifo");
-        assert_eq!((s.node.as_str(), s.placement.as_str()), ("fair", "first-fit"));
+        assert_eq!(
+            (s.node.as_str(), s.placement.as_str()),
+            ("fair", "first-fit")
+        );
         assert!(s.reserve_cores);
         let s = spec("specon+no-migrate");
         assert_eq!(s.placement, "specon");
         assert!(!s.migrate);
         let s = spec("governor:floor=0.5/procon");
-        assert_eq!((s.node.as_str(), s.placement.as_str()), ("governor:floor=0.5", "procon"));
+        assert_eq!(
+            (s.node.as_str(), s.placement.as_str()),
+            ("governor:floor=0.5", "procon")
+        );
         assert_eq!(spec("ours").node, "governor");
         for bad in ["nope", "fair/nope", "fair+bogus", "bogus/spread"] {
             assert!(bad.parse::<PolicySpec>().is_err(), "{bad} accepted");

@@ -93,12 +93,15 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// One loss value and where it was logged: (epoch, step, value).
+type CurvePoint = (Option<f64>, Option<u64>, f64);
+
 /// The curve of one log file (see the module documentation), or why there is none.
 pub fn curve_from_file(path: &Path, source: &str) -> Result<RealCurve, String> {
     let log = parse_file(path, FormatChoice::Auto).map_err(|e| e.to_string())?;
     let mut tracker = SignalTracker::new(SignalConfig::default());
     // Segments of (epoch, step, value).
-    let mut segments: Vec<Vec<(Option<f64>, Option<u64>, f64)>> = Vec::new();
+    let mut segments: Vec<Vec<CurvePoint>> = Vec::new();
     for record in &log.records {
         if let SignalUpdate::Value { value, new_segment } = tracker.observe(record) {
             if new_segment || segments.is_empty() {
@@ -124,7 +127,7 @@ pub fn curve_from_file(path: &Path, source: &str) -> Result<RealCurve, String> {
             segment.len()
         ));
     }
-    if let Some(bad) = segment.iter().find(|p| !(p.2 > 0.0)) {
+    if let Some(bad) = segment.iter().find(|p| p.2.is_nan() || p.2 <= 0.0) {
         return Err(format!("non-positive loss value {}", bad.2));
     }
     let positions = positions(&segment);

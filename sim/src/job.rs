@@ -27,7 +27,7 @@ impl Speedup {
     /// Work per second on `cores` cores (the caller has already limited `cores` to the job's
     /// parallelism). Never negative; 0 for 0 cores.
     pub fn speed(&self, cores: f64) -> f64 {
-        if !(cores > 0.0) {
+        if cores.is_nan() || cores <= 0.0 {
             return 0.0;
         }
         if cores <= 1.0 {

@@ -414,7 +414,13 @@ pub fn run_node(
             decisions += 1;
             if config.record_decisions {
                 for (id, a) in &plan.allocations {
-                    decision_log.push((t, id.0.clone(), a.cpu.weight, a.cpu.max_cores, a.reason.clone()));
+                    decision_log.push((
+                        t,
+                        id.0.clone(),
+                        a.cpu.weight,
+                        a.cpu.max_cores,
+                        a.reason.clone(),
+                    ));
                 }
             }
             allocations = plan

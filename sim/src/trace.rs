@@ -163,7 +163,9 @@ impl Trace {
                 return Err(bad("duplicate id"));
             }
             if !(m.submit.is_finite() && m.submit >= 0.0) {
-                return Err(bad("submit must be a finite, non-negative number of seconds"));
+                return Err(bad(
+                    "submit must be a finite, non-negative number of seconds",
+                ));
             }
             if !(m.work.is_finite() && m.work > 0.0) {
                 return Err(bad("work must be positive"));
@@ -319,10 +321,10 @@ pub fn generate(params: &TraceParams, curves: &[RealCurve]) -> Trace {
                 params.memory_max.max(params.memory_min) as f64,
             );
             let memory_bytes = (memory / f64::from(1u32 << 20)).round() as u64 * (1 << 20);
-            let checkpoint_bytes =
-                (memory_bytes as f64 * rng.random_range(0.6..=1.0) / f64::from(1u32 << 20)).round()
-                    as u64
-                    * (1 << 20);
+            let checkpoint_bytes = (memory_bytes as f64 * rng.random_range(0.6..=1.0)
+                / f64::from(1u32 << 20))
+            .round() as u64
+                * (1 << 20);
             let gpus = if rng.random_bool(params.gpu_share.clamp(0.0, 1.0)) {
                 match rng.random_range(0..10) {
                     0..=5 => 1,
@@ -475,7 +477,13 @@ mod tests {
         let fixed: Arrival = "fixed:10:60".parse().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(0);
         assert_eq!(fixed.times(3, &mut rng), vec![10.0, 70.0, 130.0]);
-        for bad in ["uniform:5:1", "uniform:1", "poisson:1:2", "fixed:-1:5", "uniform:a:b"] {
+        for bad in [
+            "uniform:5:1",
+            "uniform:1",
+            "poisson:1:2",
+            "fixed:-1:5",
+            "uniform:a:b",
+        ] {
             assert!(bad.parse::<Arrival>().is_err(), "{bad} accepted");
         }
     }

@@ -137,7 +137,10 @@ mod tests {
     fn a_seed_names_a_workload() {
         let p = WorkloadParams::default();
         assert_eq!(generate(&p), generate(&p));
-        let q = WorkloadParams { seed: 2, ..p.clone() };
+        let q = WorkloadParams {
+            seed: 2,
+            ..p.clone()
+        };
         assert_ne!(generate(&p), generate(&q));
     }
 

@@ -61,12 +61,24 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     };
     let max: Vec<f64> = claims
         .iter()
-        .map(|c| if c.max.is_finite() { c.max.max(0.0) } else { capacity })
+        .map(|c| {
+            if c.max.is_finite() {
+                c.max.max(0.0)
+            } else {
+                capacity
+            }
+        })
         .collect();
     let mut cores: Vec<f64> = claims
         .iter()
         .zip(&max)
-        .map(|(c, m)| if c.min.is_finite() { c.min.clamp(0.0, *m) } else { 0.0 })
+        .map(|(c, m)| {
+            if c.min.is_finite() {
+                c.min.clamp(0.0, *m)
+            } else {
+                0.0
+            }
+        })
         .collect();
     let floor_total: f64 = cores.iter().sum();
     if floor_total > capacity && floor_total > 0.0 {
@@ -76,7 +88,7 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     }
     let mut left = capacity - floor_total;
     let quantum = capacity / QUANTA;
-    if quantum <= 0.0 {
+    if quantum.is_nan() || quantum <= 0.0 {
         return cores;
     }
     let gain = |i: usize, cores: &[f64]| -> Option<(f64, f64)> {
@@ -86,13 +98,17 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
         }
         let f = claims[i].parallel_fraction;
         // Quanta straddle one core only at its boundary: value the step by where it starts.
-        let step = if cores[i] < 1.0 { step.min(1.0 - cores[i]) } else { step };
+        let step = if cores[i] < 1.0 {
+            step.min(1.0 - cores[i])
+        } else {
+            step
+        };
         let value = if cores[i] < 1.0 {
             claims[i].value
         } else {
             claims[i].value_above_one
         };
-        if !(value > 0.0) {
+        if value.is_nan() || value <= 0.0 {
             return None;
         }
         let g = value * (amdahl_speed(cores[i] + step, f) - amdahl_speed(cores[i], f)) / step;
@@ -136,21 +152,34 @@ mod tests {
     fn linear_speedups_make_strict_priority_up_to_each_max() {
         let c = allocate(
             4.0,
-            &[claim(3.0, 1.0, 0.0, 3.0), claim(2.0, 1.0, 0.0, 8.0), claim(1.0, 1.0, 0.0, 8.0)],
+            &[
+                claim(3.0, 1.0, 0.0, 3.0),
+                claim(2.0, 1.0, 0.0, 8.0),
+                claim(1.0, 1.0, 0.0, 8.0),
+            ],
         );
-        assert!((c[0] - 3.0).abs() < 1e-9 && (c[1] - 1.0).abs() < 1e-9 && c[2] < 1e-9, "{c:?}");
+        assert!(
+            (c[0] - 3.0).abs() < 1e-9 && (c[1] - 1.0).abs() < 1e-9 && c[2] < 1e-9,
+            "{c:?}"
+        );
     }
 
     #[test]
     fn equal_values_and_curves_split_evenly() {
         let c = allocate(8.0, &[claim(1.0, 0.9, 0.0, 8.0), claim(1.0, 0.9, 0.0, 8.0)]);
-        assert!((c[0] - 4.0).abs() < 0.03 && (c[1] - 4.0).abs() < 0.03, "{c:?}");
+        assert!(
+            (c[0] - 4.0).abs() < 0.03 && (c[1] - 4.0).abs() < 0.03,
+            "{c:?}"
+        );
     }
 
     #[test]
     fn cores_go_where_they_scale() {
         // Same value: the job that scales (f = 0.98) gets more than the one that does not.
-        let c = allocate(8.0, &[claim(1.0, 0.98, 0.0, 8.0), claim(1.0, 0.6, 0.0, 8.0)]);
+        let c = allocate(
+            8.0,
+            &[claim(1.0, 0.98, 0.0, 8.0), claim(1.0, 0.6, 0.0, 8.0)],
+        );
         assert!(c[0] > 5.0 && c[1] >= 1.0, "{c:?}");
         assert!((c[0] + c[1] - 8.0).abs() < 1e-9);
     }
@@ -159,22 +188,37 @@ mod tests {
     fn every_job_gets_a_core_before_anyone_scales_past_one() {
         // Below one core speed is linear; above it, marginal speed drops to f: with values
         // 1.0 and 0.95 and f = 0.9 the second job still gets its first core first.
-        let c = allocate(2.0, &[claim(1.0, 0.9, 0.0, 8.0), claim(0.95, 0.9, 0.0, 8.0)]);
+        let c = allocate(
+            2.0,
+            &[claim(1.0, 0.9, 0.0, 8.0), claim(0.95, 0.9, 0.0, 8.0)],
+        );
         assert!(c[1] >= 1.0 - 1e-9, "{c:?}");
     }
 
     #[test]
     fn minimums_come_first_and_are_scaled_when_they_do_not_fit() {
-        let c = allocate(4.0, &[claim(10.0, 1.0, 0.0, 8.0), claim(0.0, 0.9, 1.0, 8.0)]);
-        assert!((c[1] - 1.0).abs() < 1e-9 && (c[0] - 3.0).abs() < 1e-9, "{c:?}");
+        let c = allocate(
+            4.0,
+            &[claim(10.0, 1.0, 0.0, 8.0), claim(0.0, 0.9, 1.0, 8.0)],
+        );
+        assert!(
+            (c[1] - 1.0).abs() < 1e-9 && (c[0] - 3.0).abs() < 1e-9,
+            "{c:?}"
+        );
         let c = allocate(2.0, &[claim(1.0, 0.9, 2.0, 8.0), claim(1.0, 0.9, 2.0, 8.0)]);
-        assert!((c[0] - 1.0).abs() < 1e-9 && (c[1] - 1.0).abs() < 1e-9, "{c:?}");
+        assert!(
+            (c[0] - 1.0).abs() < 1e-9 && (c[1] - 1.0).abs() < 1e-9,
+            "{c:?}"
+        );
     }
 
     #[test]
     fn capacity_nobody_can_use_stays_unallocated() {
         let c = allocate(8.0, &[claim(1.0, 0.9, 0.0, 1.0), claim(1.0, 0.9, 0.0, 2.0)]);
-        assert!((c[0] - 1.0).abs() < 1e-9 && (c[1] - 2.0).abs() < 1e-9, "{c:?}");
+        assert!(
+            (c[0] - 1.0).abs() < 1e-9 && (c[1] - 2.0).abs() < 1e-9,
+            "{c:?}"
+        );
         assert!(allocate(0.0, &[claim(1.0, 0.9, 0.0, 1.0)])[0] == 0.0);
         assert!(allocate(4.0, &[]).is_empty());
     }
@@ -183,7 +227,10 @@ mod tests {
     fn bad_numbers_do_not_poison_the_split() {
         let c = allocate(
             4.0,
-            &[claim(f64::NAN, 0.9, f64::NAN, f64::INFINITY), claim(1.0, 0.9, 0.0, 4.0)],
+            &[
+                claim(f64::NAN, 0.9, f64::NAN, f64::INFINITY),
+                claim(1.0, 0.9, 0.0, 4.0),
+            ],
         );
         assert_eq!(c[0], 0.0);
         assert!((c[1] - 4.0).abs() < 1e-9, "{c:?}");

@@ -615,7 +615,13 @@ mod tests {
             for j in ["a", "b", "c"] {
                 observe(&mut p, t, j, 10.0 - 6.0 * round as f64, 20.0 * round as f64);
             }
-            observe(&mut p, t, "d", 10.0 - 0.2 * round as f64, 20.0 * round as f64);
+            observe(
+                &mut p,
+                t,
+                "d",
+                10.0 - 0.2 * round as f64,
+                20.0 * round as f64,
+            );
             p.decide(t, &NODE);
         }
         assert_eq!(list_of(&p, "d"), List::Completing);

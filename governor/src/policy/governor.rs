@@ -100,8 +100,8 @@ use super::share::{ShareRequest, fair_shares, water_fill};
 use super::signal::{LossTracker, StageThresholds};
 use super::speedup::{PRIOR_PARALLEL_FRACTION, SpeedupFit, amdahl_speed};
 use super::{
-    Allocation, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
-    NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
+    Allocation, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy, NodeResources, Plan,
+    ProgressPoint, Seconds, Usage, clamp_cores,
 };
 
 /// How to treat a job whose remaining work is unknown (its log has not said how far along it
@@ -206,7 +206,11 @@ impl GovernorParams {
                 self.order = match value {
                     "remaining" => RankBy::Remaining,
                     "fair_deadline" => RankBy::FairDeadline,
-                    _ => return Err(format!("order is remaining or fair_deadline, not {value:?}")),
+                    _ => {
+                        return Err(format!(
+                            "order is remaining or fair_deadline, not {value:?}"
+                        ));
+                    }
                 }
             }
             _ => return Err(format!("unknown parameter {key:?}")),
@@ -542,7 +546,12 @@ impl Governor {
 /// without its own promotion, and the delay it is allowed (`margin × budget`): it enters above
 /// the allowance and leaves below half of it.
 fn is_urgent(was_urgent: bool, delay: f64, allowance: f64) -> bool {
-    delay > if was_urgent { allowance / 2.0 } else { allowance }
+    delay
+        > if was_urgent {
+            allowance / 2.0
+        } else {
+            allowance
+        }
 }
 
 /// How far above its fair share an urgent job is lifted (when that fits).
@@ -660,8 +669,7 @@ fn project(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<f64> {
         t += step;
         for (&i, v) in live.iter().zip(&speeds) {
             left[i] -= v * step;
-            if left[i].is_finite() && left[i] <= 1e-9 * jobs[i].remaining.unwrap_or(1.0).max(1.0)
-            {
+            if left[i].is_finite() && left[i] <= 1e-9 * jobs[i].remaining.unwrap_or(1.0).max(1.0) {
                 finish[i] = t;
             }
         }
@@ -972,7 +980,11 @@ mod tests {
         usage(&mut p, 20.0, "b", 20.0);
         p.work_done(20.0, &id("b"), 20.0 / 115.0);
         p.decide(20.0, &node(1.0));
-        assert_eq!(p.order, vec![id("a"), id("b")], "swapped on a 5% difference");
+        assert_eq!(
+            p.order,
+            vec![id("a"), id("b")],
+            "swapped on a 5% difference"
+        );
         // b at 85 left: more than 10% less, it overtakes.
         usage(&mut p, 30.0, "b", 30.0);
         p.work_done(30.0, &id("b"), 30.0 / 115.0);
@@ -1205,7 +1217,10 @@ mod tests {
         assert!((c[1].min - 0.1).abs() < 1e-12, "floor: {:?}", c[1]);
         assert_eq!((c[2].min, c[2].max, c[2].value), (1.0, 1.0, 0.0), "pinned");
         assert!((c[3].min - 1.25).abs() < 1e-12, "boosted: {:?}", c[3]);
-        assert_eq!(c[0].value_above_one, 1.0, "spread 0: throughput above one core");
+        assert_eq!(
+            c[0].value_above_one, 1.0,
+            "spread 0: throughput above one core"
+        );
         // A job ranked on a guessed size keeps its fair share.
         let mut guessed = job(Some(5.0), false);
         guessed.guessed = true;
@@ -1366,7 +1381,10 @@ mod tests {
         // Under fair sharing a (20 units) had 0.5 core: its twin finishes at 40, not 20.
         p.decide(50.0, &node(1.0));
         let finished = p.virtual_finish[&id("a")];
-        assert!((finished - 40.0).abs() < 1e-6, "twin finished at {finished}");
+        assert!(
+            (finished - 40.0).abs() < 1e-6,
+            "twin finished at {finished}"
+        );
     }
 
     #[test]
@@ -1405,7 +1423,12 @@ mod tests {
         }
         assert_eq!(params.order, RankBy::FairDeadline);
         assert_eq!(params.unknown, UnknownWork::Neutral);
-        for (k, v) in [("floor", "2"), ("order", "x"), ("unknown", "x"), ("nope", "1")] {
+        for (k, v) in [
+            ("floor", "2"),
+            ("order", "x"),
+            ("unknown", "x"),
+            ("nope", "1"),
+        ] {
             assert!(params.set(k, v).is_err(), "{k}={v} accepted");
         }
     }

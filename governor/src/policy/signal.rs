@@ -247,9 +247,18 @@ mod tests {
         let mut small = LossTracker::new(Direction::Minimise, 1.0, StageThresholds::default());
         let mut large = LossTracker::new(Direction::Minimise, 1.0, StageThresholds::default());
         let curve: Vec<f64> = (0..20).map(|i| 1.0 + (-(i as f64) / 4.0).exp()).collect();
-        feed(&mut small, &curve.iter().map(|v| v * 0.1).collect::<Vec<_>>());
-        feed(&mut large, &curve.iter().map(|v| v * 100.0).collect::<Vec<_>>());
-        let (a, b) = (small.normalised_progress().unwrap(), large.normalised_progress().unwrap());
+        feed(
+            &mut small,
+            &curve.iter().map(|v| v * 0.1).collect::<Vec<_>>(),
+        );
+        feed(
+            &mut large,
+            &curve.iter().map(|v| v * 100.0).collect::<Vec<_>>(),
+        );
+        let (a, b) = (
+            small.normalised_progress().unwrap(),
+            large.normalised_progress().unwrap(),
+        );
         assert!((a - b).abs() < 1e-9, "{a} vs {b}");
         let (a, b) = (small.stage().unwrap(), large.stage().unwrap());
         assert!((a - b).abs() < 1e-9, "{a} vs {b}");
@@ -294,7 +303,8 @@ mod tests {
         let mut values = vec![2.0, 1.5, 1.2];
         values.extend((0..60).map(|i| if i % 2 == 0 { 1.1 } else { 0.9 }));
         let stages = |smoothing: f64| {
-            let mut t = LossTracker::new(Direction::Minimise, smoothing, StageThresholds::default());
+            let mut t =
+                LossTracker::new(Direction::Minimise, smoothing, StageThresholds::default());
             let stages: Vec<f64> = values
                 .iter()
                 .enumerate()

@@ -360,7 +360,11 @@ mod tests {
         let mut plans = Vec::new();
         for (r, av) in a.iter().enumerate() {
             let r = r as u32 + 1;
-            plans.push(tick(&mut p, r, &[("a", *av), ("b", fast(r)), ("c", fast(r))]));
+            plans.push(tick(
+                &mut p,
+                r,
+                &[("a", *av), ("b", fast(r)), ("c", fast(r))],
+            ));
             match r {
                 1..=2 => assert_eq!(p.category(&id("a")), Some(Category::Progressing)),
                 3 => assert_eq!(p.category(&id("a")), Some(Category::Watching), "PC -> WC"),
@@ -368,8 +372,7 @@ mod tests {
                 _ => assert_eq!(p.category(&id("a")), Some(Category::Converged)),
             }
         }
-        let requests: Vec<&MigrationRequest> =
-            plans.iter().flat_map(|p| &p.migrations).collect();
+        let requests: Vec<&MigrationRequest> = plans.iter().flat_map(|p| &p.migrations).collect();
         assert_eq!(requests.len(), 1, "at most once: {requests:?}");
         assert_eq!(requests[0].job, id("a"));
         assert!(
@@ -377,7 +380,10 @@ mod tests {
             "requested at the first CC round that is still slowing"
         );
         assert!(p.migrated(&id("a")));
-        assert_eq!(p.decide(200.0, &NODE).allocations[&id("a")].cpu, CpuAllocation::DEFAULT);
+        assert_eq!(
+            p.decide(200.0, &NODE).allocations[&id("a")].cpu,
+            CpuAllocation::DEFAULT
+        );
     }
 
     #[test]
@@ -416,7 +422,11 @@ mod tests {
                 assert_eq!(p.category(&id("a")), Some(Category::Converged));
             }
         }
-        assert_eq!(p.category(&id("a")), Some(Category::Progressing), "CC -> PC");
+        assert_eq!(
+            p.category(&id("a")),
+            Some(Category::Progressing),
+            "CC -> PC"
+        );
     }
 
     #[test]

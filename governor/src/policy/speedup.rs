@@ -26,7 +26,7 @@ const MAX_POINTS: usize = 32;
 
 /// Speed in work units per second on `cores` cores for parallel fraction `f`.
 pub fn amdahl_speed(cores: f64, f: f64) -> f64 {
-    if !(cores > 0.0) {
+    if cores.is_nan() || cores <= 0.0 {
         return 0.0;
     }
     if cores <= 1.0 {
@@ -175,7 +175,13 @@ mod tests {
         let fit = drive(
             1200.0,
             0.8,
-            &[(1.0, 30.0), (4.0, 30.0), (2.0, 30.0), (8.0, 30.0), (0.5, 30.0)],
+            &[
+                (1.0, 30.0),
+                (4.0, 30.0),
+                (2.0, 30.0),
+                (8.0, 30.0),
+                (0.5, 30.0),
+            ],
         );
         let f = fit.parallel_fraction().unwrap();
         assert!((f - 0.8).abs() < 0.011, "f {f}");

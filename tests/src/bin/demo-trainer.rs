@@ -136,6 +136,8 @@ impl Mlp {
     }
 
     /// Forward pass; fills `h` with the hidden activations and returns the logit.
+    // Index loops: the same `j` addresses rows of w1 and entries of b1, w2 and h.
+    #[allow(clippy::needless_range_loop)]
     fn forward(&self, x: &[f64], h: &mut [f64]) -> f64 {
         let mut z = self.b2;
         for j in 0..self.hidden {
@@ -148,6 +150,7 @@ impl Mlp {
     }
 
     /// Accumulate the gradient of the mean BCE loss over `idx` into `g`; return (loss sum, correct).
+    #[allow(clippy::needless_range_loop)]
     fn accumulate(&self, data: &Dataset, idx: &[usize], g: &mut Mlp) -> (f64, usize) {
         let mut h = vec![0.0; self.hidden];
         let (mut loss, mut correct) = (0.0, 0);
