@@ -188,6 +188,10 @@ pub struct JobConfig {
     /// Larger is more important.
     #[serde(default)]
     pub priority: i32,
+    /// Total epochs of the run, if known: with the epoch the log reports, the governor learns
+    /// how much work the job has left and serves the jobs closest to finishing first.
+    #[serde(default)]
+    pub epochs: Option<f64>,
     /// Never cap the job below this many cores.
     #[serde(default)]
     pub min_cpu: Option<f64>,
@@ -236,6 +240,11 @@ impl JobConfig {
             return Err(invalid(
                 "logs is empty: name at least one log file or glob".into(),
             ));
+        }
+        if let Some(e) = self.epochs
+            && !(e.is_finite() && e > 0.0)
+        {
+            return Err(invalid(format!("epochs = {e} must be a positive number")));
         }
         for (name, v) in [("min_cpu", self.min_cpu), ("max_cpu", self.max_cpu)] {
             if let Some(v) = v
@@ -544,6 +553,7 @@ memory_headroom_min = "64MiB"
 # metric = "loss"              # default: the training loss
 # direction = "minimise"       # or "maximise" (accuracy-like metrics)
 # priority = 0
+# epochs = 90                  # total epochs of the run, if known (lets the governor see how far along it is)
 # min_cpu = 1.0                # cores
 # max_cpu = 8.0
 # min_memory = "4GiB"

@@ -42,6 +42,9 @@ pub struct AdoptJob {
     pub metric: Option<String>,
     pub format: Option<String>,
     pub pid: u32,
+    /// Total epochs of the run (`run-job --epochs`).
+    #[serde(default)]
+    pub epochs: Option<f64>,
 }
 
 /// The daemon's answer.

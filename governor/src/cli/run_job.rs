@@ -35,6 +35,10 @@ pub struct RunJobArgs {
     /// Log format (default: detect; `governor formats` lists them).
     #[arg(long)]
     pub format: Option<String>,
+    /// Total epochs of the run: with the epoch its log reports, the governor learns how much
+    /// work the job has left (also passed to the job as `GOVERNOR_EPOCHS`).
+    #[arg(long, value_parser = positive_epochs)]
+    pub epochs: Option<f64>,
     /// Control socket of the daemon.
     #[arg(long, default_value = "/run/governor/governor.sock")]
     pub socket: PathBuf,
@@ -44,6 +48,13 @@ pub struct RunJobArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
+}
+
+fn positive_epochs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(e) if e.is_finite() && e > 0.0 => Ok(e),
+        _ => Err(format!("{s:?} is not a positive number of epochs")),
+    }
 }
 
 fn absolute(p: &str) -> String {
@@ -92,6 +103,9 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     if let Some(m) = &args.metric {
         command.env("GOVERNOR_METRIC", m);
     }
+    if let Some(e) = args.epochs {
+        command.env("GOVERNOR_EPOCHS", e.to_string());
+    }
     fs.prepare_command(&job, &mut command)
         .context("cannot prepare the job to start in its cgroup")?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -109,6 +123,7 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
             metric: args.metric.clone(),
             format: args.format.clone(),
             pid,
+            epochs: args.epochs,
         });
         let socket = args.socket.clone();
         match tokio::task::spawn_blocking(move || {

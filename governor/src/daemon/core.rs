@@ -19,7 +19,7 @@ use crate::policy::{
     Allocation, Category, CpuAllocation, JobSpec, MemoryAllocation, NodePolicy, NodeResources,
     Plan, ProgressPoint, Usage,
 };
-use crate::progress::{Record, SignalConfig, SignalTracker, SignalUpdate};
+use crate::progress::{Format, Record, SignalConfig, SignalTracker, SignalUpdate};
 use crate::status::{JobStatus, NodeStatus};
 
 /// How a job came to be governed.
@@ -53,6 +53,9 @@ pub struct NewJob {
     pub runtime: String,
     pub spec: JobSpec,
     pub signal: SignalConfig,
+    /// Total epochs of the run, when the operator declared it: with the epoch the log reports,
+    /// the policy learns how far along the job is ([`NodePolicy::work_done`]).
+    pub epochs: Option<f64>,
 }
 
 /// One governed job.
@@ -63,6 +66,8 @@ pub struct JobEntry {
     pub runtime: String,
     pub spec: JobSpec,
     tracker: SignalTracker,
+    /// Total epochs declared for the run.
+    epochs: Option<f64>,
     adopted_at: Instant,
     records: u64,
     last_value: Option<f64>,
@@ -225,6 +230,7 @@ impl NodeCore {
             runtime: job.runtime,
             spec: job.spec,
             tracker: SignalTracker::new(job.signal),
+            epochs: job.epochs,
             adopted_at: now,
             records: 0,
             last_value: None,
@@ -292,6 +298,9 @@ impl NodeCore {
                         new_segment,
                     },
                 );
+                if let Some(fraction) = work_fraction(record, entry.epochs) {
+                    self.policy.work_done(t, &entry.spec.id, fraction);
+                }
                 true
             }
             SignalUpdate::NonFinite { value } => {
@@ -599,6 +608,23 @@ impl JobEntry {
     }
 }
 
+/// How far along a job is, from the epoch its log reports and the total epochs the operator
+/// declared. Logs count epochs differently: Keras' `CSVLogger` writes a 0-based epoch when the
+/// epoch has ended (epoch 0 = one done); Hugging Face writes the fraction done (1.5 = one and a
+/// half); the others write the epoch they are in or have just finished, 1-based, or 0-based on
+/// rows written during the epoch (Lightning: epoch 1 rows start once epoch 0 is done). So the
+/// number done is the epoch, plus one for Keras CSV.
+fn work_fraction(record: &Record, total_epochs: Option<f64>) -> Option<f64> {
+    let total = total_epochs.filter(|t| t.is_finite() && *t > 0.0)?;
+    let epoch = record.epoch.filter(|e| e.is_finite() && *e >= 0.0)?;
+    let done = if record.format == Format::KerasCsv {
+        epoch + 1.0
+    } else {
+        epoch
+    };
+    Some((done / total).min(1.0))
+}
+
 /// The memory policy (with `govern_memory`): a job that is still learning keeps whatever memory
 /// limits its orchestrator set; a job the policy sees as slowing down or converged is asked to
 /// shrink to its current usage (`memory.high`), which reclaims its cold page cache for the jobs
@@ -675,6 +701,51 @@ mod tests {
         let mut a = Allocation::unmanaged(Category::Progressing, "t");
         a.cpu.max_cores = max;
         a
+    }
+
+    #[test]
+    fn work_fraction_counts_epochs_as_each_format_does() {
+        let record = |format: Format, epoch: Option<f64>| Record {
+            file: std::sync::Arc::from(std::path::Path::new("/l")),
+            format,
+            index: 0,
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
+            epoch,
+            step: None,
+            split: Default::default(),
+            metrics: Default::default(),
+        };
+        // Keras CSV: 0-based, written when the epoch ends.
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, Some(0.0)), Some(4.0)),
+            Some(0.25)
+        );
+        // Hugging Face: the fraction of epochs done.
+        assert_eq!(
+            work_fraction(&record(Format::HfConsole, Some(1.5)), Some(3.0)),
+            Some(0.5)
+        );
+        // Never past the end, nothing without a total or an epoch, bad values ignored.
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, Some(9.0)), Some(4.0)),
+            Some(1.0)
+        );
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, Some(1.0)), None),
+            None
+        );
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, None), Some(4.0)),
+            None
+        );
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, Some(f64::NAN)), Some(4.0)),
+            None
+        );
+        assert_eq!(
+            work_fraction(&record(Format::KerasCsv, Some(1.0)), Some(0.0)),
+            None
+        );
     }
 
     #[test]
@@ -834,6 +905,7 @@ mod tests {
                     source: JobSource::Declared(format!("/{job}.toml").into()),
                     runtime: "test".into(),
                     signal: SignalConfig::default(),
+                    epochs: None,
                 },
             ));
         }

@@ -175,6 +175,7 @@ impl Discovery {
                         metric: cfg.metric.clone(),
                         direction: cfg.direction,
                     },
+                    epochs: cfg.epochs,
                     cgroup,
                 },
                 watch: WatchSpec {
@@ -361,6 +362,7 @@ impl Discovery {
                     metric: env.metric.clone(),
                     direction: None,
                 },
+                epochs: env.epochs,
                 cgroup: target,
             },
             watch: WatchSpec {
@@ -401,6 +403,7 @@ impl Discovery {
                     metric: job.metric.clone(),
                     direction: None,
                 },
+                epochs: job.epochs,
                 cgroup,
             },
             watch: WatchSpec {

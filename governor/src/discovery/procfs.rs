@@ -17,12 +17,14 @@ pub const ENV_METRIC: &str = "GOVERNOR_METRIC";
 pub const ENV_JOB: &str = "GOVERNOR_JOB";
 
 /// What a job's environment says about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobEnvironment {
     /// `GOVERNOR_LOG`: one or more log paths or globs, separated by `:`.
     pub logs: Vec<String>,
     pub metric: Option<String>,
     pub job: Option<String>,
+    /// `GOVERNOR_EPOCHS`: total epochs of the run (a positive number; anything else ignored).
+    pub epochs: Option<f64>,
 }
 
 /// Parse a NUL-separated environment block for the GOVERNOR_* variables.
@@ -31,6 +33,7 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
         logs: Vec::new(),
         metric: None,
         job: None,
+        epochs: None,
     };
     let mut found = false;
     for entry in block.split(|&b| b == 0) {
@@ -54,6 +57,12 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
             }
             b"GOVERNOR_METRIC" if !value.is_empty() => env.metric = Some(value.to_owned()),
             b"GOVERNOR_JOB" if !value.is_empty() => env.job = Some(value.to_owned()),
+            b"GOVERNOR_EPOCHS" => {
+                env.epochs = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|e| e.is_finite() && *e > 0.0);
+            }
             _ => {}
         }
     }
@@ -221,6 +230,16 @@ mod tests {
             parse_environ(b"GOVERNOR_LOG=/x").is_some(),
             "no trailing NUL"
         );
+    }
+
+    #[test]
+    fn environ_epochs_must_be_a_positive_number() {
+        let env = parse_environ(b"GOVERNOR_LOG=/l\0GOVERNOR_EPOCHS=12\0").unwrap();
+        assert_eq!(env.epochs, Some(12.0));
+        for bad in ["0", "-3", "NaN", "ten", ""] {
+            let block = format!("GOVERNOR_LOG=/l\0GOVERNOR_EPOCHS={bad}\0");
+            assert_eq!(parse_environ(block.as_bytes()).unwrap().epochs, None, "{bad}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::procfs::{CgroupLine, JobEnvironment, ProcFs};
 
 /// A process whose environment marks it as (part of) a training job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EnvProcess {
     pub pid: u32,
     pub cgroup: String,

@@ -83,15 +83,31 @@
 //!   lengthened the makespan;
 //! - `unknown = attained`: leaving unreported jobs at their fair share delays learning their
 //!   size;
-//! - not moving cores by the loss: with fixed work, a converged job still has to do its work;
-//!   moving cores to fast learners (FlowCon) lengthened the average completion time.
+//! - not moving cores by the loss *when the job's size is known*: with fixed work, a converged
+//!   job still has to do its work; moving cores to fast learners (FlowCon) lengthened the
+//!   average completion time.
+//!
+//! # Jobs of unknown size: learning decides
+//!
+//! Most real logs never say how much work is left, and then the ranking above is a guess and
+//! the projection guard has nothing to project. For such a job the loss decides, as the product
+//! promises: while it learns (or has not been judged yet) it is guaranteed its fair share; once
+//! its normalised learning rate has fallen below a quarter of its peak (`watching`) it is
+//! guaranteed and claims only `watching_share` (50%) of it, once below 5% (`converged`) only
+//! `converged_share` (25%), and it ranks behind every job still learning. The cores it yields go
+//! to the learning jobs; the weights stay work-conserving, so it still gets whatever they cannot
+//! use. The bound for these jobs is therefore the floor, not the 10% guard: a job that has
+//! stopped learning runs at no less than 25% of its fair share (at worst 4× slower for the
+//! remainder of its run), a job that learns is never below its fair share. A loss that moves
+//! again lifts the job back (the categories have hysteresis). The VM test
+//! `daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s` measures the shift.
 //!
 //! # Parameters (spec keys for `--policy governor:KEY=VALUE`)
 //!
 //! `spread` (0), `floor` (0.1), `slack` (0.1), `urgency_margin` (0.5), `makespan_guard` (0.05),
 //! `hysteresis` (0.1), `smoothing` (0.3, EWMA weight of each loss value for the category),
 //! `interval` (1 s), `order` (`remaining` | `fair_deadline`), `unknown` (`attained` |
-//! `neutral`), `project_boosts` (true).
+//! `neutral`), `project_boosts` (true), `watching_share` (0.5), `converged_share` (0.25).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -100,8 +116,8 @@ use super::share::{ShareRequest, fair_shares, water_fill};
 use super::signal::{LossTracker, StageThresholds};
 use super::speedup::{PRIOR_PARALLEL_FRACTION, SpeedupFit, amdahl_speed};
 use super::{
-    Allocation, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy, NodeResources, Plan,
-    ProgressPoint, Seconds, Usage, clamp_cores,
+    Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
+    NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
 };
 
 /// How to treat a job whose remaining work is unknown (its log has not said how far along it
@@ -154,6 +170,11 @@ pub struct GovernorParams {
     pub order: RankBy,
     pub unknown: UnknownWork,
     pub project_boosts: bool,
+    /// Share of its fair share guaranteed to a job of unknown size whose learning has slowed
+    /// (`watching`): the rest goes to the jobs still learning.
+    pub watching_share: f64,
+    /// The same for a job of unknown size whose loss has stopped moving (`converged`).
+    pub converged_share: f64,
 }
 
 impl Default for GovernorParams {
@@ -170,6 +191,8 @@ impl Default for GovernorParams {
             order: RankBy::default(),
             unknown: UnknownWork::default(),
             project_boosts: true,
+            watching_share: 0.5,
+            converged_share: 0.25,
         }
     }
 }
@@ -195,6 +218,8 @@ impl GovernorParams {
             "smoothing" => self.smoothing = num(0.001, 1.0)?,
             "interval" => self.interval = num(0.001, 3600.0)?,
             "project_boosts" => self.project_boosts = super::parse_param(key, value)?,
+            "watching_share" => self.watching_share = num(0.0, 1.0)?,
+            "converged_share" => self.converged_share = num(0.0, 1.0)?,
             "unknown" => {
                 self.unknown = match value {
                     "attained" => UnknownWork::Attained,
@@ -381,7 +406,17 @@ impl Governor {
     /// previous order and swapping neighbours only when the later one's key is smaller by more
     /// than the hysteresis (relative to the larger magnitude, at least one unit).
     fn rank(&self, keys: &BTreeMap<JobId, f64>) -> Vec<JobId> {
-        let key = |id: &JobId| (self.jobs[id].spec.priority, keys[id]);
+        // Operator priority first; among jobs ranked on a guess (size unknown), those still
+        // learning before those that slowed down, before those that converged.
+        let key = |id: &JobId| {
+            let job = &self.jobs[id];
+            let yielding = if job.fit.remaining().is_none() {
+                learning_class(job.tracker.category())
+            } else {
+                0
+            };
+            (i64::from(job.spec.priority) * 4 - yielding, keys[id])
+        };
         let mut order: Vec<JobId> = self
             .order
             .iter()
@@ -485,6 +520,11 @@ impl Governor {
                     limit,
                     min_cores: bounds.min_cores.unwrap_or(0.0).clamp(0.0, limit),
                     urgent: self.params.project_boosts && self.urgent.contains(id),
+                    learning_share: match job.tracker.category() {
+                        Category::Watching => self.params.watching_share,
+                        Category::Converged => self.params.converged_share,
+                        Category::Progressing | Category::Unknown => 1.0,
+                    },
                 }
             })
             .collect();
@@ -570,6 +610,19 @@ struct PlanJob {
     /// The operator's guarantee.
     min_cores: f64,
     urgent: bool,
+    /// Fraction of its fair share a job ranked on a guess is guaranteed: 1 while it learns,
+    /// less once its loss has slowed down or stopped moving (see [`GovernorParams`]).
+    learning_share: f64,
+}
+
+/// 0 for a job still learning (or not judged yet), 1 once its learning has slowed down, 2 once
+/// it has converged: how far back a job of unknown size yields.
+fn learning_class(category: Category) -> i64 {
+    match category {
+        Category::Progressing | Category::Unknown => 0,
+        Category::Watching => 1,
+        Category::Converged => 2,
+    }
 }
 
 /// The claims of `jobs`, listed with the ranked ones (known remaining work) first, in rank
@@ -583,8 +636,10 @@ fn claims(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<Claim> {
         .iter()
         .zip(&fair)
         .map(|(j, f)| {
-            if j.remaining.is_none() || j.urgent || j.guessed {
+            if j.remaining.is_none() || j.urgent {
                 *f
+            } else if j.guessed {
+                f * j.learning_share.clamp(0.0, 1.0)
             } else {
                 floor * f
             }
@@ -623,17 +678,26 @@ fn claims(cores: f64, jobs: &[PlanJob], params: &GovernorParams) -> Vec<Claim> {
             let min = if job.urgent {
                 (*fair_share * (1.0 + URGENT_BOOST * boost_scale)).min(job.limit)
             } else if job.guessed {
-                // Ranked on a guess, so the guard cannot protect it: never below fair.
-                *fair_share
+                // Ranked on a guess, so the guard cannot protect it: never below fair while it
+                // learns; a job whose loss has flattened yields part of its share.
+                *fair_share * job.learning_share.clamp(0.0, 1.0)
             } else {
                 params.floor.clamp(0.0, 1.0) * fair_share
+            };
+            // A job ranked on a guess that has stopped learning claims no more than its
+            // reduced share: the cores it yields go to the learning jobs. The weights stay
+            // work-conserving, so it still gets whatever they cannot use.
+            let max = if job.guessed && job.learning_share < 1.0 && !job.urgent {
+                job.limit.min(min)
+            } else {
+                job.limit
             };
             Claim {
                 value,
                 value_above_one: value.powf(params.spread.clamp(0.0, 1.0)),
                 parallel_fraction: job.parallel_fraction,
                 min: min.max(job.min_cores),
-                max: job.limit,
+                max: max.max(job.min_cores),
             }
         })
         .collect()
@@ -829,9 +893,20 @@ impl NodePolicy for Governor {
                             ""
                         },
                     ),
-                    None => format!(
-                        "governor: remaining work unknown, fair share (~{expected:.2} cores)"
-                    ),
+                    None => match job.tracker.category() {
+                        c @ (Category::Watching | Category::Converged) => format!(
+                            "governor: remaining work unknown, learning {}, yields to learning \
+                             jobs (~{expected:.2} cores)",
+                            if c == Category::Watching {
+                                "slowed"
+                            } else {
+                                "stopped"
+                            }
+                        ),
+                        _ => format!(
+                            "governor: remaining work unknown, fair share (~{expected:.2} cores)"
+                        ),
+                    },
                 };
                 (
                     id.clone(),
@@ -1200,6 +1275,7 @@ mod tests {
             limit: 4.0,
             min_cores: 0.0,
             urgent,
+            learning_share: 1.0,
         };
         // Four jobs on 4 cores: fair share 1 each.
         let c = claims(
@@ -1243,6 +1319,7 @@ mod tests {
             limit: 1.0,
             min_cores: 0.0,
             urgent: false,
+            learning_share: 1.0,
         };
         // One core, linear jobs of 10 and 30: the first runs first (floor aside).
         let f = project(1.0, &[job(10.0), job(30.0)], &params);
@@ -1328,6 +1405,76 @@ mod tests {
             plan.allocations[&id("a")].category,
             crate::policy::Category::Unknown
         );
+    }
+
+    /// Feed both jobs one loss value per second from `from` to `to` (seconds), each using one
+    /// core: `a` follows `loss_a(t)`, `b` follows `loss_b(t)`.
+    fn learn(
+        p: &mut Governor,
+        (from, to): (usize, usize),
+        loss_a: impl Fn(usize) -> f64,
+        loss_b: impl Fn(usize) -> f64,
+    ) {
+        for k in from..to {
+            let t = k as f64;
+            for (job, v) in [("a", loss_a(k)), ("b", loss_b(k))] {
+                usage(p, t, job, t);
+                p.progress(
+                    t,
+                    &id(job),
+                    ProgressPoint {
+                        at: t,
+                        value: v,
+                        new_segment: false,
+                    },
+                );
+            }
+            p.decide(t, &node(2.0));
+        }
+    }
+
+    #[test]
+    fn a_converged_job_of_unknown_size_yields_to_a_learning_one() {
+        // Loss falling at a steady pace: still learning.
+        let learning = |k: usize| 2.0 - 0.01 * k as f64;
+        let run = |params: GovernorParams| {
+            let mut p = with_jobs(params, &["a", "b"]);
+            learn(&mut p, (0, 10), learning, learning);
+            let before = p.decide(10.0, &node(2.0));
+            // a's loss stops moving, b keeps learning.
+            learn(&mut p, (10, 40), |_| learning(10), learning);
+            (before, p.decide(40.0, &node(2.0)))
+        };
+        let (before, after) = run(GovernorParams::default());
+        let weight = |plan: &Plan, job: &str| plan.allocations[&id(job)].cpu.weight;
+        assert_eq!(weight(&before, "a"), weight(&before, "b"), "{before:?}");
+        let a = &after.allocations[&id("a")];
+        assert_eq!(a.category, Category::Converged, "{after:?}");
+        assert_eq!(
+            after.allocations[&id("b")].category,
+            Category::Progressing,
+            "{after:?}"
+        );
+        assert!(
+            weight(&after, "b") >= 3 * weight(&after, "a"),
+            "the learning job gets the converged one's share beyond its 25% floor: {after:?}"
+        );
+        assert!(a.reason.contains("yields"), "{}", a.reason);
+        // With the yield switched off the converged job keeps its fair share.
+        let (_, after) = run(GovernorParams {
+            converged_share: 1.0,
+            watching_share: 1.0,
+            ..GovernorParams::default()
+        });
+        assert_eq!(weight(&after, "a"), weight(&after, "b"), "{after:?}");
+    }
+
+    #[test]
+    fn yield_shares_are_validated() {
+        let mut params = GovernorParams::default();
+        params.set("converged_share", "0.1").unwrap();
+        assert_eq!(params.converged_share, 0.1);
+        assert!(params.set("watching_share", "1.5").is_err());
     }
 
     #[test]
