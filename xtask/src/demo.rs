@@ -48,9 +48,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let bed = setup::run()?;
     eprintln!("== building the governor and the demo training job");
     cmd::run(cmd::cargo().args(["build", "-p", "governor", "--bin", "governor"]))?;
+    // The dev profile builds the trainer with opt-level 3 (Cargo.toml), so one build serves.
     cmd::run(cmd::cargo().args([
         "build",
-        "--release",
         "-p",
         "governor-integration-tests",
         "--bin",
@@ -80,7 +80,7 @@ fn guest_script(args: &DemoArgs, policy: &str, run_dir: &Path) -> String {
         }
         jobs.push_str(&format!("mkdir -p /tmp/demo/{name}\n"));
         jobs.push_str(&format!(
-            "( s=$(now); $G run-job --name {name} --log /tmp/demo/{name}/{file} -- {trainer} --log /tmp/demo/{name}/{file} --format {format} --epochs {epochs} --lr {lr} --seed {seed} --threads 2 > $RUN/{name}.out 2>&1; rc=$?; echo \"{name} $s $(now) $rc\" >> $RUN/jobs.txt ) &\n",
+            "( s=$(now); $G run-job --name {name} --log /tmp/demo/{name}/{file} --epochs {epochs} -- {trainer} --log /tmp/demo/{name}/{file} --format {format} --epochs {epochs} --lr {lr} --seed {seed} --threads 2 > $RUN/{name}.out 2>&1; rc=$?; echo \"{name} $s $(now) $rc\" >> $RUN/jobs.txt ) &\n",
             trainer = trainer.display(),
             epochs = args.epochs,
             seed = i + 1,
