@@ -60,11 +60,17 @@ fn two_jobs(d: &Daemon, prefix: &str) -> TwoJobs {
     }
 }
 
+/// A job that is still learning: its loss falls at a steady pace (one value per record). An
+/// exponential decay would look converged to the policy after a few dozen records.
+fn learning_loss(k: u32) -> f64 {
+    2.0 - 0.005 * f64::from(k)
+}
+
 /// Both jobs learn for `secs`, one record every 200 ms each.
 fn both_progress(jobs: &mut TwoJobs, from: u32, secs: u32) -> u32 {
     let mut k = from;
     for _ in 0..secs * 5 {
-        let loss = 2.0 * 0.96f64.powi(k as i32);
+        let loss = learning_loss(k);
         jobs.log_a.append(loss);
         jobs.log_b.append(loss);
         k += 1;
@@ -96,7 +102,7 @@ fn daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s() {
     let before = (b1 - b0) / (a1 - a0).max(1e-3);
     // Phase 2: a has converged (its loss no longer moves), b keeps learning.
     let change = Instant::now();
-    let flat = 2.0 * 0.96f64.powi(k as i32);
+    let flat = learning_loss(k);
     let mut shifted_at = None;
     let mut last = (
         cgroup_cpu_seconds(jobs.a.path()),
@@ -107,7 +113,7 @@ fn daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s() {
     let mut ratios = Vec::new();
     while change.elapsed() < Duration::from_secs(6) {
         jobs.log_a.append(flat);
-        jobs.log_b.append(2.0 * 0.96f64.powi(k as i32));
+        jobs.log_b.append(learning_loss(k));
         k += 1;
         sleep(Duration::from_millis(250));
         let now = (
@@ -151,7 +157,7 @@ fn governed_pair(d: &mut Daemon, prefix: &str) -> (TwoJobs, String, String) {
     );
     d.spawn();
     let k = both_progress(&mut jobs, 0, 4);
-    let flat = 2.0 * 0.96f64.powi(k as i32);
+    let flat = learning_loss(k);
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut k = k;
     while read(jobs.a.path(), "cpu.weight") == w0 && read(jobs.a.path(), "cpu.max") == m0 {
@@ -161,7 +167,7 @@ fn governed_pair(d: &mut Daemon, prefix: &str) -> (TwoJobs, String, String) {
             d.log_tail()
         );
         jobs.log_a.append(flat);
-        jobs.log_b.append(2.0 * 0.96f64.powi(k as i32));
+        jobs.log_b.append(learning_loss(k));
         k += 1;
         sleep(Duration::from_millis(200));
     }
@@ -378,12 +384,12 @@ fn a_memory_hungry_job_under_the_memory_policy_is_never_oom_killed() {
         .args(["-c", &script])
         .spawn()
         .unwrap();
-    let flat = 2.0 * 0.96f64.powi(k as i32);
+    let flat = learning_loss(k);
     let mut k = k;
     let mut high_seen = None;
     let status = loop {
         jobs.log_a.append(flat);
-        jobs.log_b.append(2.0 * 0.96f64.powi(k as i32));
+        jobs.log_b.append(learning_loss(k));
         k += 1;
         let high = read(jobs.a.path(), "memory.high");
         if high != "max" {
