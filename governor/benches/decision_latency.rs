@@ -251,6 +251,7 @@ impl Bed {
                     runtime: "bench".into(),
                     spec: JobSpec::new(key.clone()),
                     signal: SignalConfig::default(),
+                    epochs: None,
                 }
             ));
             rt.block_on(watcher.add(

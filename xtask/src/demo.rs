@@ -27,10 +27,10 @@ pub struct DemoArgs {
     #[arg(long, default_value = "governor")]
     pub policy: String,
     /// Epochs each training job runs (scale the demo's length; ~4 s per epoch per core in the VM).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 48)]
     pub epochs: u32,
     /// Seconds between job starts.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     pub stagger: u32,
     /// Run `fair` and then the chosen policy, and compare them.
     #[arg(long)]
@@ -104,15 +104,18 @@ for i in $(seq 100); do [ -S /run/governor/governor.sock ] && break; sleep 0.1; 
 echo "== governor daemon up (policy {policy}); starting {n} training jobs {stagger} s apart"
 T0=$(now)
 echo "demo_start $T0" > $RUN/jobs.txt
+# The plot's samples: every second from the first job's start to the last job's end.
+( while :; do $G status --json >> $RUN/status.jsonl 2>/dev/null; sleep 1; done ) &
+SAMPLER=$!
 {jobs}
 sleep 1
 while [ $(grep -c . $RUN/jobs.txt) -lt {total} ]; do
-  $G status --json >> $RUN/status.jsonl 2>/dev/null
   echo "--- t=$(awk -v a=$(now) -v b=$T0 'BEGIN{{printf "%.0f", a-b}}')s"
   $G status 2>&1 | cut -c1-150
   sleep 2
 done
 echo "== all jobs finished; stopping the daemon (SIGTERM restores every limit)"
+kill $SAMPLER 2>/dev/null; wait $SAMPLER 2>/dev/null
 kill -TERM $DAEMON; wait $DAEMON
 echo "daemon exit status $?"
 rc=0
