@@ -101,6 +101,11 @@ impl Discovery {
         }
     }
 
+    /// The configuration in use.
+    pub fn config(&self) -> &DaemonConfig {
+        &self.config
+    }
+
     fn report_once(&mut self, key: String, message: impl FnOnce() -> String) {
         if self.reported.insert(key) {
             warn!("{}", message());
