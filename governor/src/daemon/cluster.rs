@@ -91,10 +91,7 @@ pub fn node_report<'a>(
         if job_id.trim().is_empty() || !seen_ids.insert((job_id.clone(), cj.replica)) {
             continue;
         }
-        let governed = cj
-            .cgroup
-            .as_deref()
-            .and_then(|c| by_cgroup.get(c).copied());
+        let governed = cj.cgroup.as_deref().and_then(|c| by_cgroup.get(c).copied());
         if let Some(c) = cj.cgroup.as_deref()
             && governed.is_some()
         {
@@ -597,7 +594,11 @@ impl Launcher {
     /// When [`Self::poll`] next has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
         let kills = self.jobs.values().filter_map(|l| l.kill_at);
-        let teardowns = self.teardowns.iter().filter(|t| !t.killed).map(|t| t.kill_at);
+        let teardowns = self
+            .teardowns
+            .iter()
+            .filter(|t| !t.killed)
+            .map(|t| t.kill_at);
         kills.chain(teardowns).min()
     }
 
@@ -647,5 +648,500 @@ pub fn group_name(name: &str, job_id: &str, replica: u32, replicas: u32) -> Stri
     if replicas > 1 {
         out.push_str(&format!("-r{replica}"));
     }
+    // `cgroup.procs-j1` would read as an interface file of the parent.
+    if crate::cgroup::jobs::validate_job_name(&out).is_err() {
+        out = format!("job-{out}");
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fake::FakeCgroupRoot;
+    use crate::policy::Category;
+    use crate::status::JobStatus;
+    use governor_proto::pb;
+
+    /// The report as the coordinator receives it: through the wire types and their validation.
+    fn over_the_wire(report: &NodeReport) -> NodeReport {
+        NodeReport::try_from(pb::NodeReport::from(report.clone()))
+            .unwrap_or_else(|e| panic!("the coordinator would refuse the report: {e}\n{report:#?}"))
+    }
+
+    fn governed(name: &str, cgroup: &str) -> JobStatus {
+        JobStatus {
+            name: name.into(),
+            cgroup: cgroup.into(),
+            source: "launched".into(),
+            category: Category::Progressing,
+            signal: Some("loss".into()),
+            signal_value: Some(0.75),
+            growth_per_minute: Some(0.6),
+            cpu_usage_cores: Some(1.5),
+            cpu_weight: Some(400),
+            cpu_max_cores: Some(2.0),
+            memory_bytes: Some(300 << 20),
+            ..JobStatus::default()
+        }
+    }
+
+    fn coordinator_job(
+        id: &str,
+        name: &str,
+        cgroup: Option<&str>,
+        state: RunState,
+    ) -> CoordinatorJob {
+        CoordinatorJob {
+            job_id: id.into(),
+            replica: 0,
+            name: name.into(),
+            cgroup: cgroup.map(str::to_owned),
+            state,
+            exit_code: None,
+            message: String::new(),
+            gpu_indices: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_report_carries_coordinator_and_local_jobs_with_their_figures() {
+        let status = NodeStatus {
+            node: "node2".into(),
+            jobs: vec![
+                governed("resnet", "/governor.slice/jobs/resnet-j1"),
+                JobStatus {
+                    source: "declared".into(),
+                    category: Category::Converged,
+                    growth_per_minute: Some(-0.3),
+                    ..governed("bert", "/system.slice/bert.service")
+                },
+            ],
+            ..NodeStatus::default()
+        };
+        let mut running = coordinator_job(
+            "j1",
+            "resnet",
+            Some("/governor.slice/jobs/resnet-j1"),
+            RunState::Running,
+        );
+        running.gpu_indices = vec![1];
+        let mut done = coordinator_job("j2", "gpt", None, RunState::Exited);
+        done.exit_code = Some(0);
+        let gpus = [
+            GpuUsage {
+                index: 0,
+                utilization_percent: 10,
+                memory_used_bytes: 1 << 30,
+                power_milliwatts: None,
+            },
+            GpuUsage {
+                index: 1,
+                utilization_percent: 80,
+                memory_used_bytes: 2 << 30,
+                power_milliwatts: Some(250_000),
+            },
+        ];
+        let report = over_the_wire(&node_report(&status, [&running, &done], &gpus));
+
+        assert_eq!(report.jobs.len(), 3, "{report:#?}");
+        let j1 = &report.jobs[0];
+        assert_eq!(
+            (j1.job_id.as_str(), j1.name.as_str(), j1.origin, j1.state),
+            ("j1", "resnet", JobOrigin::Coordinator, RunState::Running)
+        );
+        assert_eq!(j1.category, WireCategory::Progressing);
+        assert_eq!(j1.progress, Some(0.75));
+        let growth = j1.growth.unwrap();
+        assert!((growth - 0.01).abs() < 1e-12, "0.6/min is 0.01/s: {growth}");
+        assert!((j1.growth_efficiency.unwrap() - 0.01 / 1.5).abs() < 1e-12);
+        assert_eq!(j1.cpu_cores, 1.5);
+        assert_eq!(j1.cpu_limit_cores, Some(2.0));
+        assert_eq!(j1.cpu_weight, 400);
+        assert_eq!(j1.memory_bytes, 300 << 20);
+        assert_eq!(j1.gpu_indices, vec![1]);
+        assert_eq!(j1.gpu_utilization, 0.8, "its own GPU only");
+        assert_eq!(j1.gpu_memory_bytes, 2 << 30);
+
+        let j2 = &report.jobs[1];
+        assert_eq!(
+            (j2.job_id.as_str(), j2.state, j2.exit_code),
+            ("j2", RunState::Exited, Some(0)),
+            "a finished job stays in the report with its exit status"
+        );
+        assert_eq!(j2.cpu_cores, 0.0);
+
+        let local = &report.jobs[2];
+        assert_eq!(local.job_id, "/system.slice/bert.service");
+        assert_eq!(local.name, "bert");
+        assert_eq!(local.origin, JobOrigin::Local);
+        assert_eq!(local.state, RunState::Running);
+        assert_eq!(local.category, WireCategory::Converged);
+        assert_eq!(local.growth, Some(0.0), "a worsening signal is no growth");
+
+        assert_eq!(report.cpu_used_cores, 3.0);
+        assert_eq!(report.memory_used_bytes, 600 << 20);
+        assert_eq!(report.gpus.len(), 2);
+        assert_eq!(report.gpus[1].utilization, 0.8);
+    }
+
+    #[test]
+    fn odd_values_never_make_the_report_invalid() {
+        let status = NodeStatus {
+            jobs: vec![
+                JobStatus {
+                    name: "é".repeat(300),
+                    signal_value: Some(f64::NAN),
+                    growth_per_minute: Some(f64::INFINITY),
+                    cpu_usage_cores: Some(-0.5),
+                    cpu_max_cores: Some(0.0),
+                    ..governed("x", "/a")
+                },
+                JobStatus {
+                    name: "  ".into(),
+                    ..governed("x", "/b")
+                },
+            ],
+            ..NodeStatus::default()
+        };
+        let mut failed = coordinator_job("j9", "bad", None, RunState::Failed);
+        failed.message = "x".repeat(10_000);
+        failed.gpu_indices = vec![3, 3];
+        let twice = failed.clone();
+        let gpus = [GpuUsage {
+            index: 3,
+            utilization_percent: 250,
+            ..GpuUsage::default()
+        }];
+        let report = over_the_wire(&node_report(&status, [&failed, &twice], &gpus));
+        assert_eq!(
+            report.jobs.len(),
+            3,
+            "a job reported twice is reported once"
+        );
+        let a = report.jobs.iter().find(|j| j.job_id == "/a").unwrap();
+        assert!(a.name.len() <= MAX_NAME_LEN && a.name.starts_with('é'));
+        assert_eq!((a.progress, a.growth, a.cpu_cores), (None, None, 0.0));
+        assert_eq!(a.cpu_limit_cores, None);
+        let b = report.jobs.iter().find(|j| j.job_id == "/b").unwrap();
+        assert_eq!(b.name, "/b", "a blank name is replaced by the cgroup");
+        let j9 = report.jobs.iter().find(|j| j.job_id == "j9").unwrap();
+        assert_eq!(j9.message.len(), MAX_MESSAGE_LEN);
+        assert_eq!(j9.gpu_indices, vec![3]);
+        assert_eq!(report.gpus[0].utilization, 1.0);
+    }
+
+    #[test]
+    fn capacity_lists_the_gpus() {
+        let cap = node_capacity(
+            &NodeResources {
+                cores: 8.0,
+                memory_bytes: 64 << 30,
+            },
+            &[GpuInfo {
+                index: 0,
+                uuid: "GPU-0".into(),
+                model: "NVIDIA H200".into(),
+                memory_bytes: 141 << 30,
+            }],
+        );
+        assert_eq!((cap.cores, cap.memory_bytes), (8.0, 64 << 30));
+        assert_eq!(cap.gpus[0].model, "NVIDIA H200");
+        assert_eq!(cap.gpus[0].memory_bytes, 141 << 30);
+    }
+
+    #[test]
+    fn the_agent_state_reads_well_in_status() {
+        let a = "10.10.0.1:7070";
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connected { session: 4 }, None),
+            "10.10.0.1:7070 connected (session 4)"
+        );
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connecting { attempt: 1 }, None),
+            "10.10.0.1:7070 connecting"
+        );
+        let waiting = AgentStatus::Waiting {
+            error: "cannot reach the coordinator: connection refused".into(),
+            retry_in: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            describe_agent(a, &waiting, None),
+            "10.10.0.1:7070 retrying in 1.5s: cannot reach the coordinator: connection refused"
+        );
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connecting { attempt: 3 }, Some("refused")),
+            "10.10.0.1:7070 retrying (attempt 3; last error: refused)"
+        );
+    }
+
+    #[test]
+    fn group_names_are_safe_and_distinct_per_job() {
+        assert_eq!(group_name("resnet", "j1", 0, 1), "resnet-j1");
+        assert_eq!(
+            group_name("bert finetune/v2", "j12", 0, 1),
+            "bert-finetune-v2-j12"
+        );
+        assert_eq!(group_name("ddp", "j3", 2, 4), "ddp-j3-r2");
+        assert_eq!(group_name("..", "", 0, 1), "job");
+        assert_eq!(group_name("", "j4", 0, 1), "job-j4");
+        assert_eq!(group_name("cpu.max", "j5", 0, 1), "job-cpu.max-j5");
+        for name in [
+            group_name(&"x".repeat(300), &"y".repeat(300), 7, 8),
+            group_name("cgroup.procs", "j1", 0, 1),
+            group_name("memory.high", "j1", 0, 1),
+        ] {
+            crate::cgroup::jobs::validate_job_name(&name)
+                .unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        }
+    }
+
+    // ---- the launcher, on a fake cgroup root ------------------------------------------------
+
+    struct Bed {
+        dir: tempfile::TempDir,
+        fake: FakeCgroupRoot,
+        fs: CgroupFs,
+        launcher: Launcher,
+        exits: mpsc::UnboundedReceiver<JobExit>,
+    }
+
+    fn bed(stop_grace: Duration) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cgroup");
+        std::fs::create_dir(&root).unwrap();
+        let fake = FakeCgroupRoot::unified(&root);
+        let fs = CgroupFs::detect(&root).unwrap();
+        let (launcher, exits) = Launcher::new(LauncherConfig {
+            subtree: "governor.slice/jobs".into(),
+            output_dir: dir.path().join("out"),
+            gpus: [0, 1].into_iter().collect(),
+            stop_grace,
+            finished_retention: Duration::from_secs(60),
+        });
+        Bed {
+            dir,
+            fake,
+            fs,
+            launcher,
+            exits,
+        }
+    }
+
+    fn start_job(id: &str, name: &str, script: &str) -> StartJob {
+        StartJob {
+            job_id: id.into(),
+            replica: 0,
+            replicas: 1,
+            name: name.into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            log_path: "/tmp/train.log".into(),
+            metric: "loss".into(),
+            maximise: false,
+            gpu_indices: Vec::new(),
+            priority: 0,
+            env: [("GOVERNOR_JOB_ID".to_owned(), id.to_owned())].into(),
+            cores: None,
+            memory_bytes: None,
+        }
+    }
+
+    impl Bed {
+        /// The kernel creates a group's files on mkdir; on a fake root the test does.
+        fn prepare_group(&self, group: &str) {
+            self.fake.add_group(&format!("governor.slice/jobs/{group}"));
+        }
+        fn state(&self, id: &str) -> CoordinatorJob {
+            self.launcher
+                .jobs()
+                .find(|j| j.job_id == id)
+                .unwrap_or_else(|| panic!("{id} is not reported"))
+                .clone()
+        }
+        async fn next_exit(&mut self) -> JobExit {
+            tokio::time::timeout(Duration::from_secs(20), self.exits.recv())
+                .await
+                .expect("the job did not end within 20 s")
+                .expect("the exit channel is open")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_started_job_runs_in_its_cgroup_and_reports_its_exit_status() {
+        let mut bed = bed(Duration::from_secs(5));
+        bed.prepare_group("resnet-j1");
+        let mut s = start_job(
+            "j1",
+            "resnet",
+            "echo \"id=$GOVERNOR_JOB_ID log=$GOVERNOR_LOG gpus=$CUDA_VISIBLE_DEVICES\"; echo oops >&2; exit 3",
+        );
+        s.gpu_indices = vec![1, 0];
+        let started = match bed.launcher.start(&bed.fs, s.clone()) {
+            StartOutcome::Started(started) => started,
+            other => panic!("not started: {other:?}"),
+        };
+        assert_eq!(started.adopt.cgroup, "/governor.slice/jobs/resnet-j1");
+        assert_eq!(started.adopt.logs, vec!["/tmp/train.log".to_owned()]);
+        assert_eq!(started.adopt.metric.as_deref(), Some("loss"));
+        assert!(started.adopt.pid > 0);
+        let job = bed.state("j1");
+        assert_eq!(job.state, RunState::Running);
+        assert_eq!(
+            job.cgroup.as_deref(),
+            Some("/governor.slice/jobs/resnet-j1")
+        );
+        assert_eq!(
+            bed.fake
+                .get("governor.slice/jobs/resnet-j1", "cgroup.procs"),
+            "0",
+            "the job joined its cgroup before exec"
+        );
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Duplicate),
+            "a resent start is ignored"
+        );
+
+        let exit = bed.next_exit().await;
+        let group = bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        assert_eq!(
+            group.map(|g| g.to_string()).as_deref(),
+            Some("/governor.slice/jobs/resnet-j1")
+        );
+        let job = bed.state("j1");
+        assert_eq!((job.state, job.exit_code), (RunState::Exited, Some(3)));
+        let output = std::fs::read_to_string(bed.dir.path().join("out/resnet-j1.out")).unwrap();
+        assert_eq!(
+            output, "id=j1 log=/tmp/train.log gpus=1,0\noops\n",
+            "stdout and stderr go to the output file; CUDA_VISIBLE_DEVICES lists the reserved GPUs"
+        );
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/resnet-j1")
+                .exists(),
+            "the ended job's cgroup is removed"
+        );
+        // It stays in the reports for the retention period, then goes.
+        bed.launcher
+            .poll(&bed.fs, Instant::now() + Duration::from_secs(59));
+        assert_eq!(bed.launcher.jobs().count(), 1);
+        bed.launcher
+            .poll(&bed.fs, Instant::now() + Duration::from_secs(61));
+        assert_eq!(bed.launcher.jobs().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn bad_starts_are_reported_failed_and_leave_nothing_behind() {
+        let mut bed = bed(Duration::from_secs(5));
+        let mut s = start_job("j2", "needs-gpu", "true");
+        s.gpu_indices = vec![7];
+        match bed.launcher.start(&bed.fs, s) {
+            StartOutcome::Failed(reason) => {
+                assert!(reason.contains("GPU 7 does not exist"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let job = bed.state("j2");
+        assert_eq!(job.state, RunState::Failed);
+        assert!(job.message.contains("GPU 7"), "{}", job.message);
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/needs-gpu-j2")
+                .exists()
+        );
+
+        bed.prepare_group("missing-j3");
+        let mut s = start_job("j3", "missing", "");
+        s.argv = vec!["/nonexistent/train".into()];
+        match bed.launcher.start(&bed.fs, s) {
+            StartOutcome::Failed(reason) => {
+                assert!(
+                    reason.contains("cannot start \"/nonexistent/train\""),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/missing-j3")
+                .exists(),
+            "the cgroup made for a job that could not start is removed"
+        );
+
+        let mut s = start_job("j4", "relative", "true");
+        s.log_path = "train.log".into();
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("not absolute"))
+        );
+        let mut s = start_job("j5", "empty", "true");
+        s.argv.clear();
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("argv is empty"))
+        );
+
+        // Stopping a job that is not here is not an error.
+        let stop = StopJob {
+            job_id: "j404".into(),
+            reason: "cancelled".into(),
+        };
+        assert_eq!(bed.launcher.stop(&bed.fs, &stop, Instant::now()), 0);
+        assert!(bed.exits.try_recv().is_err(), "nothing ran");
+    }
+
+    #[tokio::test]
+    async fn stop_terminates_the_job_and_kills_it_after_the_grace_period() {
+        let mut bed = bed(Duration::from_millis(300));
+        bed.prepare_group("polite-j1");
+        bed.prepare_group("stubborn-j2");
+        let polite = start_job("j1", "polite", "exec sleep 30");
+        // Ignores SIGTERM: only SIGKILL after the grace period ends it.
+        let stubborn = start_job(
+            "j2",
+            "stubborn",
+            "trap '' TERM; while :; do sleep 0.05; done",
+        );
+        for s in [polite, stubborn] {
+            assert!(matches!(
+                bed.launcher.start(&bed.fs, s),
+                StartOutcome::Started(_)
+            ));
+        }
+        // Let the shell install its trap.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t0 = Instant::now();
+        for id in ["j1", "j2"] {
+            let stop = StopJob {
+                job_id: id.into(),
+                reason: "cancelled by admin".into(),
+            };
+            assert_eq!(bed.launcher.stop(&bed.fs, &stop, t0), 1);
+        }
+        assert_eq!(
+            bed.launcher.next_deadline(),
+            Some(t0 + Duration::from_millis(300))
+        );
+        let exit = bed.next_exit().await;
+        assert_eq!(exit.job_id, "j1", "SIGTERM ends the polite job at once");
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        let j1 = bed.state("j1");
+        assert_eq!(j1.state, RunState::Failed);
+        assert!(j1.message.contains("cancelled by admin"), "{}", j1.message);
+
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(
+            bed.exits.try_recv().is_err(),
+            "the stubborn job survived SIGTERM"
+        );
+        bed.launcher.poll(&bed.fs, Instant::now());
+        let exit = bed.next_exit().await;
+        assert_eq!(exit.job_id, "j2");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit.status.as_ref().unwrap().signal(), Some(libc::SIGKILL));
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        assert_eq!(bed.state("j2").state, RunState::Failed);
+        assert_eq!(bed.launcher.next_deadline(), None);
+    }
 }

@@ -82,12 +82,13 @@ fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Res
     if let Some(n) = &opts.node_name {
         config.node.name = Some(n.clone());
     }
-    if opts.coordinator.is_none() && (opts.certs.is_some() || opts.insecure) {
-        if config.coordinator.is_none() {
-            anyhow::bail!(
-                "--certs and --insecure need a coordinator (--coordinator HOST:PORT or [coordinator] in the configuration)"
-            );
-        }
+    if opts.coordinator.is_none()
+        && (opts.certs.is_some() || opts.insecure)
+        && config.coordinator.is_none()
+    {
+        anyhow::bail!(
+            "--certs and --insecure need a coordinator (--coordinator HOST:PORT or [coordinator] in the configuration)"
+        );
     }
     if let Some(address) = &opts.coordinator {
         let c = config
@@ -281,7 +282,10 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     let (cluster, (mut commands_rx, mut exits_rx, mut agent_rx)) = match &config.coordinator {
         Some(c) => {
             let (side, rx) = ClusterSide::start(c, &settings, &config, &core)?;
-            (Some(side), (Some(rx.commands), Some(rx.exits), Some(rx.agent)))
+            (
+                Some(side),
+                (Some(rx.commands), Some(rx.exits), Some(rx.agent)),
+            )
         }
         None => (None, (None, None, None)),
     };
@@ -516,9 +520,10 @@ struct Shell {
 impl Shell {
     /// Show the agent's state in `governor status`.
     fn refresh_coordinator_state(&mut self) {
-        let state = self.cluster.as_ref().map(|c| {
-            cluster::describe_agent(&c.address, &c.agent, c.last_error.as_deref())
-        });
+        let state = self
+            .cluster
+            .as_ref()
+            .map(|c| cluster::describe_agent(&c.address, &c.agent, c.last_error.as_deref()));
         self.core.set_coordinator_state(state);
     }
 
@@ -564,7 +569,8 @@ impl Shell {
                             found.job.spec.priority = started.priority;
                             if started.maximise {
                                 found.job.spec.direction = crate::policy::Direction::Maximise;
-                                found.job.signal.direction = Some(crate::policy::Direction::Maximise);
+                                found.job.signal.direction =
+                                    Some(crate::policy::Direction::Maximise);
                             }
                             self.start_jobs(now, vec![found]).await;
                             self.core.decide_and_apply(now);
@@ -743,4 +749,99 @@ impl Shell {
 /// Whether `path` looks absolute (log paths must be).
 pub(crate) fn is_absolute(path: &str) -> bool {
     Path::new(path).is_absolute()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> DaemonOptions {
+        DaemonOptions {
+            config_path: "/nonexistent/governor.toml".into(),
+            policy: None,
+            dry_run: false,
+            coordinator: None,
+            certs: None,
+            insecure: false,
+            node_name: None,
+        }
+    }
+
+    #[test]
+    fn coordinator_flags_fill_the_coordinator_table() {
+        let mut config = DaemonConfig::default();
+        let o = DaemonOptions {
+            coordinator: Some("10.10.0.1:7070".into()),
+            certs: Some("/etc/governor/certs".into()),
+            node_name: Some("node2".into()),
+            ..opts()
+        };
+        apply_cluster_options(&mut config, &o).unwrap();
+        let c = config.coordinator.as_ref().unwrap();
+        assert_eq!(c.address, "10.10.0.1:7070");
+        assert_eq!(
+            c.ca.as_deref(),
+            Some(Path::new("/etc/governor/certs/ca.pem"))
+        );
+        assert_eq!(
+            c.cert.as_deref(),
+            Some(Path::new("/etc/governor/certs/node2.pem"))
+        );
+        assert_eq!(
+            c.key.as_deref(),
+            Some(Path::new("/etc/governor/certs/node2-key.pem"))
+        );
+        assert_eq!(config.node.name.as_deref(), Some("node2"));
+        let agent = agent_config(
+            c,
+            "node2",
+            crate::cluster::NodeCapacity::cpu_only(2.0, 1 << 30),
+        );
+        assert_eq!(
+            agent.tls.unwrap().cert,
+            PathBuf::from("/etc/governor/certs/node2.pem")
+        );
+    }
+
+    #[test]
+    fn coordinator_flags_are_checked() {
+        let mut config = DaemonConfig::default();
+        let e = apply_cluster_options(
+            &mut config,
+            &DaemonOptions {
+                coordinator: Some("10.10.0.1:7070".into()),
+                ..opts()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--certs DIR"), "{e}");
+        let e = apply_cluster_options(
+            &mut DaemonConfig::default(),
+            &DaemonOptions {
+                insecure: true,
+                ..opts()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("need a coordinator"), "{e}");
+        let mut config = DaemonConfig::default();
+        apply_cluster_options(
+            &mut config,
+            &DaemonOptions {
+                coordinator: Some("127.0.0.1:7070".into()),
+                insecure: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        let c = config.coordinator.unwrap();
+        assert!(c.insecure);
+        assert!(
+            agent_config(&c, "n", crate::cluster::NodeCapacity::cpu_only(1.0, 1))
+                .tls
+                .is_none()
+        );
+    }
 }
