@@ -563,7 +563,8 @@ impl Shell {
                 let job_id = start.job_id.clone();
                 let outcome = c.launcher.start(self.core.actuator().fs(), start);
                 if let cluster::StartOutcome::Started(started) = outcome {
-                    match self.discovery.adopt_launched(&self.core, &started.adopt) {
+                    // The launcher follows the job's end (its main process), not discovery.
+                    match discovery::launched_job(&started.adopt) {
                         Ok(mut found) => {
                             found.job.runtime = format!("coordinator job {job_id}");
                             found.job.spec.priority = started.priority;
