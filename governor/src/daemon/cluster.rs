@@ -429,6 +429,8 @@ impl Launcher {
             .stdin(std::process::Stdio::null())
             .stdout(output)
             .stderr(errors);
+        // Its own process group: a Ctrl-C meant for a foreground daemon must not reach the jobs.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if !s.metric.is_empty() {
             command.env("GOVERNOR_METRIC", &s.metric);
         }
