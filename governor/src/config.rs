@@ -151,7 +151,7 @@ impl Default for ActuationConfig {
 }
 
 /// Connection to the cluster coordinator.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CoordinatorConfig {
     /// `host:port` of the coordinator.
@@ -163,6 +163,31 @@ pub struct CoordinatorConfig {
     pub key: Option<PathBuf>,
     /// Plain-text gRPC without TLS. Only for test clusters.
     pub insecure: bool,
+    /// Where the stdout and stderr of jobs the coordinator starts go
+    /// (`<dir>/<job cgroup name>.out`).
+    pub job_output_dir: PathBuf,
+    /// How long a job the coordinator stops gets between SIGTERM and SIGKILL.
+    #[serde(with = "humantime_serde")]
+    pub stop_grace: Duration,
+    /// How long a finished coordinator job stays in the node's reports (the coordinator must
+    /// see its exit status, also across a short disconnection).
+    #[serde(with = "humantime_serde")]
+    pub finished_retention: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            address: String::new(),
+            ca: None,
+            cert: None,
+            key: None,
+            insecure: false,
+            job_output_dir: "/var/log/governor/jobs".into(),
+            stop_grace: Duration::from_secs(10),
+            finished_retention: Duration::from_secs(600),
+        }
+    }
 }
 
 /// A declared job (`jobs.d/<name>.toml`).
@@ -537,11 +562,14 @@ memory_headroom_min = "64MiB"
 
 # Report to a cluster coordinator (optional). Without it the node governs on its own.
 # [coordinator]
-# address = "10.10.0.1:7443"
-# ca = "/etc/governor/tls/ca.pem"
-# cert = "/etc/governor/tls/node.pem"
-# key = "/etc/governor/tls/node.key"
+# address = "10.10.0.1:7070"
+# ca = "/etc/governor/certs/ca.pem"      # or: governor daemon --certs /etc/governor/certs
+# cert = "/etc/governor/certs/node2.pem"   # NODE.pem and NODE-key.pem from `govctl certs init`
+# key = "/etc/governor/certs/node2-key.pem"
 # insecure = false
+# job_output_dir = "/var/log/governor/jobs"   # stdout/stderr of jobs the coordinator starts
+# stop_grace = "10s"                          # SIGTERM -> SIGKILL when the coordinator stops a job
+# finished_retention = "10m"                  # finished jobs stay in the reports this long
 
 # ---------------------------------------------------------------------------------------------
 # Example declared job, /etc/governor/jobs.d/bert.toml:

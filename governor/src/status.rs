@@ -95,7 +95,7 @@ pub fn render_table(s: &NodeStatus) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "node {}  policy {}{}  cpu source {}{}  cgroup {}  capacity {:.1} cores / {}  up {:.0}s{}",
+        "node {}  policy {}{}  cpu source {}{}  cgroup {}  capacity {:.1} cores / {}  up {:.0}s",
         s.node,
         s.policy,
         if s.dry_run { " (dry run)" } else { "" },
@@ -108,11 +108,10 @@ pub fn render_table(s: &NodeStatus) -> String {
         s.cores,
         human_bytes(s.memory_bytes),
         s.uptime_seconds,
-        s.coordinator
-            .as_deref()
-            .map(|c| format!("  coordinator {c}"))
-            .unwrap_or_default(),
     );
+    if let Some(c) = &s.coordinator {
+        let _ = writeln!(out, "coordinator {c}");
+    }
     if s.jobs.is_empty() {
         out.push_str("no governed jobs\n");
         return out;
@@ -262,6 +261,22 @@ mod tests {
         assert_eq!(
             render_table(&NodeStatus::default()).lines().nth(1),
             Some("no governed jobs")
+        );
+    }
+
+    #[test]
+    fn the_coordinator_connection_has_its_own_line() {
+        let mut s = NodeStatus::default();
+        assert!(
+            !render_table(&s).contains("coordinator"),
+            "no coordinator configured: nothing said"
+        );
+        s.coordinator = Some("10.10.0.1:7070 retrying in 2.0s: connection refused".into());
+        let t = render_table(&s);
+        assert_eq!(
+            t.lines().nth(1),
+            Some("coordinator 10.10.0.1:7070 retrying in 2.0s: connection refused"),
+            "{t}"
         );
     }
 

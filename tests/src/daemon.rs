@@ -7,12 +7,26 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// Path of a binary built by the workspace (`GOVERNOR_BIN_DIR`, set by `cargo xtask vm-test`).
+/// Path of a binary built by the workspace: `$GOVERNOR_BIN_DIR/NAME` (set by `cargo xtask
+/// vm-test`), else the one cargo built next to the running test (`cargo test --workspace` and
+/// `cargo xtask test` build it; after `cargo test -p governor-integration-tests` alone, build it
+/// with `cargo build -p governor -p coordinator`).
 pub fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("GOVERNOR_BIN_DIR")
-        .expect("GOVERNOR_BIN_DIR is not set: run with `cargo xtask vm-test`");
-    let p = PathBuf::from(dir).join(name);
-    assert!(p.exists(), "{} was not built", p.display());
+    let dir = match std::env::var_os("GOVERNOR_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe()
+            .expect("current_exe")
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps")
+            .to_path_buf(),
+    };
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} was not built (`cargo build -p governor -p coordinator`)",
+        p.display()
+    );
     p
 }
 
@@ -24,6 +38,8 @@ pub struct Daemon {
     pub state_file: PathBuf,
     pub config: PathBuf,
     pub jobs_dir: PathBuf,
+    /// Arguments added after `daemon --config FILE` (e.g. `--coordinator ...`).
+    pub extra_args: Vec<String>,
     log: PathBuf,
 }
 
@@ -51,6 +67,7 @@ impl Daemon {
             state_file,
             config,
             jobs_dir,
+            extra_args: Vec::new(),
             log,
         }
     }
@@ -73,6 +90,7 @@ impl Daemon {
             .args(["daemon", "--config"])
             .arg(&self.config)
             .args(["--log-level", "governor=debug,info"])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

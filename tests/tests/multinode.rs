@@ -217,16 +217,18 @@ fn node_status(certs: &Path, node: &str) -> Option<String> {
         .map(|n| n["status"].as_str().unwrap_or_default().to_owned())
 }
 
-/// A training-like job: prints a falling loss (fast, then slowly) every half second.
+/// A training-like job: writes a falling loss (fast, then slowly) to its log every half second.
 fn submit_training(certs: &Path, name: &str) -> String {
-    let script = "i=0; l=4.0; while :; do i=$((i+1)); \
-                  l=$(awk -v l=$l -v i=$i 'BEGIN { if (i < 8) print l*0.7; else print l*0.999 }'); \
-                  echo \"step $i loss=$l\"; sleep 0.5; done";
     let log = format!("/tmp/{name}.log");
+    let script = format!(
+        "i=0; l=4.0; while :; do i=$((i+1)); \
+         l=$(awk -v l=$l -v i=$i 'BEGIN {{ if (i < 8) print l*0.7; else print l*0.999 }}'); \
+         echo \"step $i loss=$l\" >> {log}; sleep 0.5; done"
+    );
     let out = govctl(
         certs,
         &[
-            "submit", "--name", name, "--log", &log, "--", "/bin/sh", "-c", script,
+            "submit", "--name", name, "--log", &log, "--", "/bin/sh", "-c", &script,
         ],
     );
     eprintln!("node1: submitted {name}: {}", out.trim());
@@ -250,14 +252,15 @@ fn coordinator_cmd(certs: &Path) -> Command {
     c
 }
 
-/// The node side. Until `governor daemon --coordinator` exists this is the agent harness; switch
-/// to `bin("governor")` with `["daemon", "--coordinator", ..., "--certs", ...]` then.
+/// The node side: the real node daemon joined to the coordinator (mTLS files from node 1).
 fn node_daemon_cmd(me: u32, certs: &Path) -> Command {
-    let mut c = Command::new(bin("node-agent-harness"));
-    c.args(["--coordinator", &format!("10.10.0.1:{COORDINATOR_PORT}")])
-        .args(["--name", &format!("node{me}")])
+    let mut c = Command::new(bin("governor"));
+    c.args(["daemon", "--config", "/nonexistent/governor.toml"])
+        .args(["--coordinator", &format!("10.10.0.1:{COORDINATOR_PORT}")])
+        .args(["--node-name", &format!("node{me}")])
         .arg("--certs")
-        .arg(certs);
+        .arg(certs)
+        .args(["--log-level", "info"]);
     c
 }
 

@@ -293,12 +293,30 @@ fn create_dir_all(dir: &PathBuf) -> Result<(), CgroupError> {
     })
 }
 
+/// The pids listed in `dir/cgroup.procs`. Pid 0 is never a member: the kernel never lists it,
+/// and on a fake root it is what [`CgroupFs::prepare_command`] wrote ("0" = the writer itself);
+/// signalling it would signal the governor's own process group.
 fn read_procs(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.trim().parse().ok())
+        .filter(|&pid: &u32| pid != 0)
         .collect()
+}
+
+/// Send `signal` to one process the governor started and has not reaped yet (so its pid cannot
+/// have been reused). Returns false when it is already gone.
+pub fn signal_child(pid: u32, signal: Signal) -> Result<bool, nix::errno::Errno> {
+    let raw = i32::try_from(pid).map_err(|_| nix::errno::Errno::EINVAL)?;
+    if raw <= 0 {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    match kill(Pid::from_raw(raw), signal) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -459,6 +477,9 @@ mod tests {
         assert!(status.success());
         // On a fake root the write lands in the plain file: "0" is how a process moves itself.
         assert_eq!(fake.get("jobs/echo", "cgroup.procs"), "0");
+        // ...and it is not a member to signal (kill(0, ..) would hit our own process group).
+        assert!(fs.procs(&job).is_empty());
+        assert_eq!(fs.signal_job_group(&job, Signal::SIGTERM).unwrap(), 0);
     }
 
     #[test]

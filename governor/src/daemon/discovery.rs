@@ -101,6 +101,11 @@ impl Discovery {
         }
     }
 
+    /// The configuration in use.
+    pub fn config(&self) -> &DaemonConfig {
+        &self.config
+    }
+
     fn report_once(&mut self, key: String, message: impl FnOnce() -> String) {
         if self.reported.insert(key) {
             warn!("{}", message());
@@ -373,47 +378,58 @@ impl Discovery {
         })
     }
 
-    /// A job started by `governor run-job` in a cgroup it created.
+    /// A job started by `governor run-job` in a cgroup it created. Discovery follows its
+    /// processes and notices when none is left.
     pub fn adopt_launched(&mut self, core: &NodeCore, job: &AdoptJob) -> Result<Found, String> {
-        let cgroup = job_cgroup(&job.cgroup)
-            .ok_or_else(|| format!("invalid cgroup path {:?}", job.cgroup))?;
-        if job.logs.iter().any(|l| !super::is_absolute(l)) {
-            return Err("log paths must be absolute".into());
-        }
-        let format = job
-            .format
-            .as_deref()
-            .map(FormatChoice::from_str)
-            .transpose()
-            .map_err(|e| e.to_string())?
-            .unwrap_or_default();
+        let found = launched_job(job)?;
+        let cgroup = found.job.cgroup.clone();
         let entry = self.process_jobs.entry(cgroup.clone()).or_default();
         entry.pids.insert(job.pid);
         self.pid_index.insert(job.pid, cgroup.clone());
         if core.contains(&cgroup) {
             return Err(format!("{} is already governed", job.cgroup));
         }
-        Ok(Found {
-            job: NewJob {
-                runtime: identify(&format!("/{cgroup}")).to_string(),
-                name: job.name.clone(),
-                source: JobSource::Launched { pid: job.pid },
-                spec: spec_for(&cgroup, 0, job.metric.as_deref(), None),
-                signal: SignalConfig {
-                    metric: job.metric.clone(),
-                    direction: None,
-                },
-                epochs: job.epochs,
-                cgroup,
-            },
-            watch: WatchSpec {
-                paths: job.logs.iter().map(PathBuf::from).collect(),
-                format,
-                custom: None,
-            },
-        })
+        Ok(found)
     }
+}
 
+/// The job to govern for a process started in a cgroup of its own (by `governor run-job`, or
+/// by the daemon for the coordinator, which then follows the job's end itself).
+pub fn launched_job(job: &AdoptJob) -> Result<Found, String> {
+    let cgroup =
+        job_cgroup(&job.cgroup).ok_or_else(|| format!("invalid cgroup path {:?}", job.cgroup))?;
+    if job.logs.iter().any(|l| !super::is_absolute(l)) {
+        return Err("log paths must be absolute".into());
+    }
+    let format = job
+        .format
+        .as_deref()
+        .map(FormatChoice::from_str)
+        .transpose()
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    Ok(Found {
+        job: NewJob {
+            runtime: identify(&format!("/{cgroup}")).to_string(),
+            name: job.name.clone(),
+            source: JobSource::Launched { pid: job.pid },
+            spec: spec_for(&cgroup, 0, job.metric.as_deref(), None),
+            signal: SignalConfig {
+                metric: job.metric.clone(),
+                direction: None,
+            },
+            epochs: job.epochs,
+            cgroup,
+        },
+        watch: WatchSpec {
+            paths: job.logs.iter().map(PathBuf::from).collect(),
+            format,
+            custom: None,
+        },
+    })
+}
+
+impl Discovery {
     /// New configuration: returns declared jobs to start and declared jobs whose file is gone.
     pub fn reload(
         &mut self,

@@ -6,6 +6,7 @@
 //! anything a crashed previous run left in place (state file), before any job is governed.
 //! Shutdown (SIGTERM, SIGINT, or an error in the loop) restores every file the daemon changed.
 
+pub mod cluster;
 pub mod core;
 mod discovery;
 
@@ -14,14 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use self::core::{CoreSettings, CpuSource, NodeCore};
 use self::discovery::Discovery;
 use crate::accounting::{AccountingOptions, CpuAccounting};
 use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
-use crate::config::DaemonConfig;
+use crate::cluster::{AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles};
+use crate::config::{CoordinatorConfig, DaemonConfig};
 use crate::control::{self, PendingRequest, Request, Response};
 use crate::policy::{self, NodeResources};
 use crate::progress::{WatchEvent, WatchEventKind, Watcher, WatcherHandle};
@@ -35,6 +37,15 @@ pub struct DaemonOptions {
     pub policy: Option<String>,
     /// Compute and log decisions without writing.
     pub dry_run: bool,
+    /// Coordinator address (`--coordinator`), overriding `[coordinator] address`.
+    pub coordinator: Option<String>,
+    /// Directory with `ca.pem`, `NODE.pem`, `NODE-key.pem` (`--certs`), overriding the
+    /// `[coordinator]` ca/cert/key.
+    pub certs: Option<PathBuf>,
+    /// Plain-text connection to the coordinator (`--insecure`, test clusters only).
+    pub insecure: bool,
+    /// Node name (`--node-name`), overriding `[node] name`.
+    pub node_name: Option<String>,
 }
 
 /// Run the daemon until SIGTERM/SIGINT. Builds its own single-threaded runtime: the daemon's
@@ -62,7 +73,70 @@ fn load_config(opts: &DaemonOptions) -> Result<DaemonConfig> {
     if opts.dry_run {
         config.actuation.dry_run = true;
     }
+    apply_cluster_options(&mut config, opts)?;
     Ok(config)
+}
+
+/// Apply `--node-name`, `--coordinator`, `--certs` and `--insecure` to the configuration.
+fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Result<()> {
+    if let Some(n) = &opts.node_name {
+        config.node.name = Some(n.clone());
+    }
+    if opts.coordinator.is_none()
+        && (opts.certs.is_some() || opts.insecure)
+        && config.coordinator.is_none()
+    {
+        anyhow::bail!(
+            "--certs and --insecure need a coordinator (--coordinator HOST:PORT or [coordinator] in the configuration)"
+        );
+    }
+    if let Some(address) = &opts.coordinator {
+        let c = config
+            .coordinator
+            .get_or_insert_with(CoordinatorConfig::default);
+        c.address = address.clone();
+    }
+    if let Some(c) = config.coordinator.as_mut() {
+        if let Some(dir) = &opts.certs {
+            let node = config.node.name.clone().unwrap_or_else(host_name);
+            let files = TlsFiles::in_dir(dir, &node);
+            c.ca = Some(files.ca);
+            c.cert = Some(files.cert);
+            c.key = Some(files.key);
+            c.insecure = false;
+        }
+        if opts.insecure {
+            c.insecure = true;
+        }
+        if c.address.is_empty() {
+            anyhow::bail!("coordinator address is empty");
+        }
+        if !c.insecure && (c.ca.is_none() || c.cert.is_none() || c.key.is_none()) {
+            anyhow::bail!(
+                "the coordinator connection needs mTLS files: --certs DIR (ca.pem, NODE.pem, NODE-key.pem from `govctl certs init`), or ca/cert/key in [coordinator]; --insecure for a test cluster"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The agent's configuration from the daemon's.
+fn agent_config(
+    c: &CoordinatorConfig,
+    node_name: &str,
+    capacity: crate::cluster::NodeCapacity,
+) -> AgentConfig {
+    let mut agent = AgentConfig::new(c.address.clone(), node_name, capacity);
+    if !c.insecure
+        && let (Some(ca), Some(cert), Some(key)) = (&c.ca, &c.cert, &c.key)
+    {
+        agent.tls = Some(TlsFiles {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
+    agent
 }
 
 fn actuator_config(config: &DaemonConfig) -> ActuatorConfig {
@@ -202,6 +276,20 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sighup = signal(SignalKind::hangup())?;
 
+    // The cluster side: an agent streaming reports and bringing commands, a launcher for the
+    // coordinator's jobs. Without a coordinator (or while it is unreachable) the node governs
+    // on its own; a bad configuration (node name, TLS files) stops the start-up here.
+    let (cluster, (mut commands_rx, mut exits_rx, mut agent_rx)) = match &config.coordinator {
+        Some(c) => {
+            let (side, rx) = ClusterSide::start(c, &settings, &config, &core)?;
+            (
+                Some(side),
+                (Some(rx.commands), Some(rx.exits), Some(rx.agent)),
+            )
+        }
+        None => (None, (None, None, None)),
+    };
+
     let discovery = Discovery::new(config.clone(), kind);
     let mut shell = Shell {
         core,
@@ -209,7 +297,9 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         discovery,
         config_path: opts.config_path.clone(),
         opts: opts.clone(),
+        cluster,
     };
+    shell.refresh_coordinator_state();
     shell.initial_discovery(Instant::now()).await;
 
     let mut tick = tokio::time::interval(config.sample_interval);
@@ -220,10 +310,16 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     let mut proc_buf = Vec::new();
 
     let exit_reason = loop {
-        let wake = shell
-            .core
-            .next_wakeup()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let launcher_due = shell
+            .cluster
+            .as_ref()
+            .and_then(|c| c.launcher.next_deadline());
+        let wake = match (shell.core.next_wakeup(), launcher_due) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a
+                .or(b)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600)),
+        };
         // Unbiased: a stream of exec or log events must not starve control requests.
         tokio::select! {
             _ = sigterm.recv() => break "SIGTERM",
@@ -241,13 +337,29 @@ async fn run(opts: DaemonOptions) -> Result<()> {
                 proc_buf.clear();
             }
             Some(req) = requests.recv() => shell.on_request(Instant::now(), req).await,
-            _ = tick.tick() => shell.on_tick(Instant::now(), cpu.as_mut()).await,
+            Some(cmd) = next_command(&mut commands_rx) => shell.on_command(Instant::now(), cmd).await,
+            Some(exit) = next_exit(&mut exits_rx) => shell.on_job_exit(Instant::now(), exit).await,
+            changed = agent_changed(&mut agent_rx) => match changed {
+                Ok(()) => {
+                    let status = agent_rx.as_ref().map(|r| r.borrow().clone());
+                    shell.refresh_agent_status(status);
+                }
+                // The agent task ended (it only does when the daemon drops its reports).
+                Err(_) => agent_rx = None,
+            },
+            _ = tick.tick() => {
+                shell.on_tick(Instant::now(), cpu.as_mut()).await;
+                shell.publish_report(Instant::now());
+            }
             _ = rescan.tick() => shell.rescan(Instant::now()).await,
             _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
                 shell.core.poll_actuator(now);
                 if shell.core.decision_due(now) {
                     shell.core.decide_and_apply(now);
+                }
+                if let Some(c) = shell.cluster.as_mut() {
+                    c.launcher.poll(shell.core.actuator().fs(), now);
                 }
             }
         }
@@ -257,6 +369,9 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         "shutting down: restoring every cgroup value the governor changed"
     );
     server.abort();
+    // Jobs the coordinator started keep running (they are not the governor's to end); a
+    // restarted daemon finds them again through GOVERNOR_LOG in their environment.
+    drop(shell.cluster.take());
     let report = shell.core.shutdown();
     shell.discovery.cleanup_adopted_groups(&shell.core);
     let _ = std::fs::remove_file(&config.socket);
@@ -300,6 +415,98 @@ async fn next_proc_events(
     }
 }
 
+/// The receiving ends of the cluster side, polled by the main loop.
+struct ClusterReceivers {
+    commands: mpsc::Receiver<NodeCommand>,
+    exits: mpsc::UnboundedReceiver<cluster::JobExit>,
+    agent: watch::Receiver<AgentStatus>,
+}
+
+async fn next_command(rx: &mut Option<mpsc::Receiver<NodeCommand>>) -> Option<NodeCommand> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_exit(
+    rx: &mut Option<mpsc::UnboundedReceiver<cluster::JobExit>>,
+) -> Option<cluster::JobExit> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn agent_changed(
+    rx: &mut Option<watch::Receiver<AgentStatus>>,
+) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(r) => r.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The daemon's half of the cluster link: the report channel of the agent, the launcher of
+/// the coordinator's jobs, the node's GPUs.
+struct ClusterSide {
+    address: String,
+    reports: watch::Sender<NodeReport>,
+    launcher: cluster::Launcher,
+    gpus: crate::gpu::Gpus,
+    /// Where the agent stands, for `governor status`.
+    agent: AgentStatus,
+    last_error: Option<String>,
+    _agent_task: tokio::task::JoinHandle<()>,
+}
+
+impl ClusterSide {
+    fn start(
+        c: &CoordinatorConfig,
+        settings: &CoreSettings,
+        config: &DaemonConfig,
+        core: &NodeCore,
+    ) -> Result<(ClusterSide, ClusterReceivers)> {
+        let gpus = crate::gpu::Gpus::open(&config.node.simulated_gpus);
+        let inventory = gpus.inventory();
+        let capacity = cluster::node_capacity(&settings.resources, &inventory);
+        let agent_config = agent_config(c, &settings.node_name, capacity);
+        agent_config.validate().with_context(|| {
+            format!(
+                "cannot connect to the coordinator at {} (set the node name with --node-name or [node] name)",
+                c.address
+            )
+        })?;
+        let (launcher, exits) = cluster::Launcher::new(cluster::LauncherConfig {
+            subtree: core.actuator().config().jobs_subtree.clone(),
+            output_dir: c.job_output_dir.clone(),
+            gpus: inventory.iter().map(|g| g.index).collect(),
+            stop_grace: c.stop_grace,
+            finished_retention: c.finished_retention,
+        });
+        let (reports, report_rx) = watch::channel(NodeReport::default());
+        let (command_tx, commands) = mpsc::channel(64);
+        let (task, agent) = NodeAgent::spawn_with_status(agent_config, report_rx, command_tx);
+        info!(coordinator = %c.address, node = %settings.node_name, tls = !c.insecure, gpus = inventory.len(), "cluster agent started");
+        Ok((
+            ClusterSide {
+                address: c.address.clone(),
+                reports,
+                launcher,
+                gpus,
+                agent: AgentStatus::Connecting { attempt: 1 },
+                last_error: None,
+                _agent_task: task,
+            },
+            ClusterReceivers {
+                commands,
+                exits,
+                agent,
+            },
+        ))
+    }
+}
+
 /// The loop's state, borrowed by each event handler.
 struct Shell {
     core: NodeCore,
@@ -307,9 +514,94 @@ struct Shell {
     discovery: Discovery,
     config_path: PathBuf,
     opts: DaemonOptions,
+    cluster: Option<ClusterSide>,
 }
 
 impl Shell {
+    /// Show the agent's state in `governor status`.
+    fn refresh_coordinator_state(&mut self) {
+        let state = self
+            .cluster
+            .as_ref()
+            .map(|c| cluster::describe_agent(&c.address, &c.agent, c.last_error.as_deref()));
+        self.core.set_coordinator_state(state);
+    }
+
+    fn refresh_agent_status(&mut self, status: Option<AgentStatus>) {
+        let (Some(c), Some(status)) = (self.cluster.as_mut(), status) else {
+            return;
+        };
+        match &status {
+            AgentStatus::Waiting { error, .. } => c.last_error = Some(error.clone()),
+            AgentStatus::Connected { .. } => c.last_error = None,
+            _ => {}
+        }
+        c.agent = status;
+        self.refresh_coordinator_state();
+    }
+
+    /// Build the node's report and hand it to the agent (latest wins; never waits).
+    fn publish_report(&mut self, now: Instant) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        c.launcher.poll(self.core.actuator().fs(), now);
+        let status = self.core.status(now);
+        let gpus = c.gpus.usage();
+        let report = cluster::node_report(&status, c.launcher.jobs(), &gpus);
+        c.reports.send_replace(report);
+    }
+
+    /// A command from the coordinator. Bad ones are logged once by the launcher and answered
+    /// with a `failed` job in the next report; nothing here can stop the daemon.
+    async fn on_command(&mut self, now: Instant, cmd: NodeCommand) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        match cmd {
+            NodeCommand::Start(start) => {
+                let job_id = start.job_id.clone();
+                let outcome = c.launcher.start(self.core.actuator().fs(), start);
+                if let cluster::StartOutcome::Started(started) = outcome {
+                    // The launcher follows the job's end (its main process), not discovery.
+                    match discovery::launched_job(&started.adopt) {
+                        Ok(mut found) => {
+                            found.job.runtime = format!("coordinator job {job_id}");
+                            found.job.spec.priority = started.priority;
+                            if started.maximise {
+                                found.job.spec.direction = crate::policy::Direction::Maximise;
+                                found.job.signal.direction =
+                                    Some(crate::policy::Direction::Maximise);
+                            }
+                            self.start_jobs(now, vec![found]).await;
+                            self.core.decide_and_apply(now);
+                        }
+                        Err(e) => {
+                            warn!(job = %job_id, error = %e, "a coordinator job runs but is not governed")
+                        }
+                    }
+                }
+            }
+            NodeCommand::Stop(stop) => {
+                c.launcher.stop(self.core.actuator().fs(), &stop, now);
+            }
+        }
+        self.publish_report(now);
+    }
+
+    /// A coordinator job's main process ended.
+    async fn on_job_exit(&mut self, now: Instant, exit: cluster::JobExit) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        if let Some(group) = c.launcher.on_exit(self.core.actuator().fs(), exit, now)
+            && self.core.contains(&group)
+        {
+            self.stop_job(now, &group, "its main process exited").await;
+        }
+        self.publish_report(now);
+    }
+
     async fn initial_discovery(&mut self, now: Instant) {
         let found = self.discovery.initial(&self.core);
         self.start_jobs(now, found).await;
@@ -403,6 +695,9 @@ impl Shell {
                 Err(e) => error!(error = %e, "reload: keeping the current policy"),
             }
         }
+        if config.coordinator != self.discovery.config().coordinator {
+            warn!("the [coordinator] settings changed: they take effect when the daemon restarts");
+        }
         self.core.set_resources(node_resources(&config));
         let (found, gone) = self.discovery.reload(config, &self.core);
         for cgroup in gone {
@@ -455,4 +750,99 @@ impl Shell {
 /// Whether `path` looks absolute (log paths must be).
 pub(crate) fn is_absolute(path: &str) -> bool {
     Path::new(path).is_absolute()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> DaemonOptions {
+        DaemonOptions {
+            config_path: "/nonexistent/governor.toml".into(),
+            policy: None,
+            dry_run: false,
+            coordinator: None,
+            certs: None,
+            insecure: false,
+            node_name: None,
+        }
+    }
+
+    #[test]
+    fn coordinator_flags_fill_the_coordinator_table() {
+        let mut config = DaemonConfig::default();
+        let o = DaemonOptions {
+            coordinator: Some("10.10.0.1:7070".into()),
+            certs: Some("/etc/governor/certs".into()),
+            node_name: Some("node2".into()),
+            ..opts()
+        };
+        apply_cluster_options(&mut config, &o).unwrap();
+        let c = config.coordinator.as_ref().unwrap();
+        assert_eq!(c.address, "10.10.0.1:7070");
+        assert_eq!(
+            c.ca.as_deref(),
+            Some(Path::new("/etc/governor/certs/ca.pem"))
+        );
+        assert_eq!(
+            c.cert.as_deref(),
+            Some(Path::new("/etc/governor/certs/node2.pem"))
+        );
+        assert_eq!(
+            c.key.as_deref(),
+            Some(Path::new("/etc/governor/certs/node2-key.pem"))
+        );
+        assert_eq!(config.node.name.as_deref(), Some("node2"));
+        let agent = agent_config(
+            c,
+            "node2",
+            crate::cluster::NodeCapacity::cpu_only(2.0, 1 << 30),
+        );
+        assert_eq!(
+            agent.tls.unwrap().cert,
+            PathBuf::from("/etc/governor/certs/node2.pem")
+        );
+    }
+
+    #[test]
+    fn coordinator_flags_are_checked() {
+        let mut config = DaemonConfig::default();
+        let e = apply_cluster_options(
+            &mut config,
+            &DaemonOptions {
+                coordinator: Some("10.10.0.1:7070".into()),
+                ..opts()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--certs DIR"), "{e}");
+        let e = apply_cluster_options(
+            &mut DaemonConfig::default(),
+            &DaemonOptions {
+                insecure: true,
+                ..opts()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("need a coordinator"), "{e}");
+        let mut config = DaemonConfig::default();
+        apply_cluster_options(
+            &mut config,
+            &DaemonOptions {
+                coordinator: Some("127.0.0.1:7070".into()),
+                insecure: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        let c = config.coordinator.unwrap();
+        assert!(c.insecure);
+        assert!(
+            agent_config(&c, "n", crate::cluster::NodeCapacity::cpu_only(1.0, 1))
+                .tls
+                .is_none()
+        );
+    }
 }

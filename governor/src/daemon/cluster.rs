@@ -1,0 +1,1151 @@
+//! The daemon's side of the cluster: what it tells the coordinator and what it does on the
+//! coordinator's commands.
+//!
+//! Path of a submitted job: `govctl submit` → coordinator placement → [`NodeCommand::Start`] on
+//! the node's session → [`Launcher::start`] creates `governor.slice/jobs/<name>-<id>`, starts the
+//! command inside it (stdout/stderr to `<job_output_dir>/<group>.out`, `CUDA_VISIBLE_DEVICES`
+//! from the reserved GPUs) → the daemon governs it like a `governor run-job` job → every sample
+//! round [`node_report`] turns the daemon's status and the launcher's jobs into the
+//! [`NodeReport`] the agent streams → the main process exits: the job is reported `exited` with
+//! its status, kept in the reports for `finished_retention`, and its cgroup removed.
+//!
+//! [`node_report`] is pure (the daemon's [`NodeStatus`] in, the wire report out) and makes
+//! every value valid for the protocol (finite, non-negative, bounded text), so one odd value can
+//! never get the node's whole report refused.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use governor_proto::node::{MAX_MESSAGE_LEN, MAX_NAME_LEN};
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::cgroup::jobs::signal_child;
+use crate::cgroup::{CgroupFs, JobCgroup};
+use crate::cluster::{
+    AgentStatus, GpuDevice, GpuUsage as WireGpuUsage, JobOrigin, JobReport, NodeCapacity,
+    NodeReport, RunState, StartJob, StopJob, WireCategory,
+};
+use crate::control::AdoptJob;
+use crate::gpu::{GpuInfo, GpuUsage};
+use crate::policy::NodeResources;
+use crate::status::NodeStatus;
+
+/// What the node registers with: its cores, memory and GPUs (real or simulated).
+pub fn node_capacity(resources: &NodeResources, gpus: &[GpuInfo]) -> NodeCapacity {
+    NodeCapacity {
+        cores: resources.cores,
+        memory_bytes: resources.memory_bytes,
+        gpus: gpus
+            .iter()
+            .map(|g| GpuDevice {
+                index: g.index,
+                model: clip(&g.model, MAX_NAME_LEN),
+                memory_bytes: g.memory_bytes,
+            })
+            .collect(),
+    }
+}
+
+/// A job the coordinator started on this node, as reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoordinatorJob {
+    pub job_id: String,
+    pub replica: u32,
+    pub name: String,
+    /// Its cgroup (`/governor.slice/jobs/...`) once created.
+    pub cgroup: Option<String>,
+    pub state: RunState,
+    pub exit_code: Option<i32>,
+    pub message: String,
+    pub gpu_indices: Vec<u32>,
+}
+
+/// The node's report: every coordinator job (running or recently finished, with its figures
+/// when the daemon governs it) and every other governed job as a local one.
+///
+/// - progress is the latest finite value of the job's signal E(t);
+/// - growth is P(t) per second, normalised by the signal's first value (the status shows it
+///   per minute), never negative; growth efficiency is growth per core used;
+/// - a local job's id is its cgroup path (unique on the node);
+/// - node CPU and memory use are the sums over governed jobs;
+/// - a job's GPU utilisation is the mean over its GPUs, its GPU memory their sum (GPUs are
+///   reserved per job).
+pub fn node_report<'a>(
+    status: &NodeStatus,
+    coordinator_jobs: impl IntoIterator<Item = &'a CoordinatorJob>,
+    gpus: &[GpuUsage],
+) -> NodeReport {
+    let by_cgroup: HashMap<&str, &crate::status::JobStatus> =
+        status.jobs.iter().map(|j| (j.cgroup.as_str(), j)).collect();
+    let gpu_by_index: BTreeMap<u32, &GpuUsage> = gpus.iter().map(|g| (g.index, g)).collect();
+    let mut claimed: HashSet<&str> = HashSet::new();
+    let mut jobs = Vec::new();
+    let mut seen_ids: BTreeSet<(String, u32)> = BTreeSet::new();
+    for cj in coordinator_jobs {
+        let job_id = clip(&cj.job_id, MAX_NAME_LEN);
+        if job_id.trim().is_empty() || !seen_ids.insert((job_id.clone(), cj.replica)) {
+            continue;
+        }
+        let governed = cj.cgroup.as_deref().and_then(|c| by_cgroup.get(c).copied());
+        if let Some(c) = cj.cgroup.as_deref()
+            && governed.is_some()
+        {
+            claimed.insert(c);
+        }
+        let mut report = JobReport::running(job_id, clip(&cj.name, MAX_NAME_LEN));
+        report.replica = cj.replica;
+        report.origin = JobOrigin::Coordinator;
+        report.state = cj.state;
+        report.exit_code = cj.exit_code;
+        report.message = clip(&cj.message, MAX_MESSAGE_LEN);
+        if let Some(g) = governed
+            && !cj.state.is_finished()
+        {
+            fill_figures(&mut report, g);
+        }
+        let distinct: BTreeSet<u32> = cj.gpu_indices.iter().copied().collect();
+        report.gpu_indices = distinct.into_iter().collect();
+        let used: Vec<&GpuUsage> = report
+            .gpu_indices
+            .iter()
+            .filter_map(|i| gpu_by_index.get(i).copied())
+            .collect();
+        if !used.is_empty() && !cj.state.is_finished() {
+            let sum: f64 = used
+                .iter()
+                .map(|g| (g.utilization_percent.min(100) as f64) / 100.0)
+                .sum();
+            report.gpu_utilization = (sum / used.len() as f64).clamp(0.0, 1.0);
+            report.gpu_memory_bytes = used.iter().map(|g| g.memory_used_bytes).sum();
+        }
+        jobs.push(report);
+    }
+    for j in &status.jobs {
+        if claimed.contains(j.cgroup.as_str()) {
+            continue;
+        }
+        let job_id = clip(&j.cgroup, MAX_NAME_LEN);
+        if job_id.trim().is_empty() || !seen_ids.insert((job_id.clone(), 0)) {
+            continue;
+        }
+        let name = if j.name.trim().is_empty() {
+            job_id.clone()
+        } else {
+            clip(&j.name, MAX_NAME_LEN)
+        };
+        let mut report = JobReport::running(job_id, name);
+        report.origin = JobOrigin::Local;
+        fill_figures(&mut report, j);
+        jobs.push(report);
+    }
+    let cpu_used: f64 = status
+        .jobs
+        .iter()
+        .filter_map(|j| j.cpu_usage_cores)
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .sum();
+    NodeReport {
+        sequence: 0,
+        cpu_used_cores: cpu_used,
+        memory_used_bytes: status.jobs.iter().filter_map(|j| j.memory_bytes).sum(),
+        jobs,
+        migrations: Vec::new(),
+        gpus: gpus
+            .iter()
+            .map(|g| WireGpuUsage {
+                index: g.index,
+                utilization: (g.utilization_percent.min(100) as f64) / 100.0,
+                memory_used_bytes: g.memory_used_bytes,
+            })
+            .collect(),
+    }
+}
+
+/// The governed job's figures, made valid for the protocol.
+fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
+    report.category = WireCategory::from(j.category);
+    report.progress = j.signal_value.filter(|v| v.is_finite());
+    let cores = j
+        .cpu_usage_cores
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .unwrap_or(0.0);
+    report.cpu_cores = cores;
+    report.growth = j
+        .growth_per_minute
+        .filter(|g| g.is_finite())
+        .map(|g| (g / 60.0).max(0.0));
+    report.growth_efficiency = report
+        .growth
+        .and_then(|g| (cores >= 0.01).then(|| g / cores));
+    report.memory_bytes = j.memory_bytes.unwrap_or(0);
+    report.cpu_limit_cores = j.cpu_max_cores.filter(|c| c.is_finite() && *c > 0.0);
+    report.cpu_weight = j.cpu_weight.unwrap_or(0);
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// One line for `governor status`: where the agent stands.
+pub fn describe_agent(address: &str, status: &AgentStatus, last_error: Option<&str>) -> String {
+    let last = last_error
+        .map(|e| format!("; last error: {e}"))
+        .unwrap_or_default();
+    match status {
+        AgentStatus::Connected { session } => format!("{address} connected (session {session})"),
+        AgentStatus::Connecting { attempt: 1 } if last_error.is_none() => {
+            format!("{address} connecting")
+        }
+        AgentStatus::Connecting { attempt } => {
+            format!("{address} retrying (attempt {attempt}{last})")
+        }
+        AgentStatus::Waiting { error, retry_in } => format!(
+            "{address} retrying in {:.1}s: {error}",
+            retry_in.as_secs_f64()
+        ),
+        AgentStatus::Stopped => format!("{address} stopped (not connected{last})"),
+    }
+}
+
+/// The end of a job's main process, from its waiting task.
+#[derive(Debug)]
+pub struct JobExit {
+    pub job_id: String,
+    pub replica: u32,
+    pub status: std::io::Result<ExitStatus>,
+}
+
+/// What [`Launcher::start`] did.
+#[derive(Debug)]
+pub enum StartOutcome {
+    /// The job is known already (the coordinator resends unconfirmed starts): nothing done.
+    Duplicate,
+    /// It could not start; it is reported `failed` with the reason.
+    Failed(String),
+    /// Started: govern it like a `governor run-job` job.
+    Started(Box<StartedJob>),
+}
+
+/// A job the launcher started, for the daemon to govern.
+#[derive(Debug)]
+pub struct StartedJob {
+    pub adopt: AdoptJob,
+    pub maximise: bool,
+    pub priority: i32,
+}
+
+/// Settings of the launcher.
+#[derive(Clone, Debug)]
+pub struct LauncherConfig {
+    /// Parent of the job cgroups (`governor.slice/jobs`).
+    pub subtree: PathBuf,
+    /// stdout/stderr files go here.
+    pub output_dir: PathBuf,
+    /// GPU indices the node has.
+    pub gpus: BTreeSet<u32>,
+    pub stop_grace: Duration,
+    pub finished_retention: Duration,
+}
+
+struct Launched {
+    info: CoordinatorJob,
+    group: Option<JobCgroup>,
+    /// Sends signals to the main process through its waiting task (which knows whether it has
+    /// been reaped, so a signal never reaches a reused pid).
+    signals: Option<mpsc::UnboundedSender<Signal>>,
+    stop_reason: Option<String>,
+    /// SIGKILL is due then (a stop's grace period).
+    kill_at: Option<Instant>,
+    finished_at: Option<Instant>,
+}
+
+/// A job cgroup whose main process ended: stragglers get SIGTERM, then SIGKILL, then the group
+/// is removed.
+struct Teardown {
+    group: JobCgroup,
+    kill_at: Instant,
+    termed: bool,
+    killed: bool,
+}
+
+/// Starts and stops the coordinator's jobs and remembers their state for the reports.
+pub struct Launcher {
+    config: LauncherConfig,
+    jobs: BTreeMap<(String, u32), Launched>,
+    teardowns: Vec<Teardown>,
+    exits: mpsc::UnboundedSender<JobExit>,
+    /// Problems already logged (a resent bad command is logged once).
+    logged: HashSet<String>,
+}
+
+impl Launcher {
+    /// A launcher; job exits arrive on the returned channel (hand them to [`Self::on_exit`]).
+    pub fn new(config: LauncherConfig) -> (Launcher, mpsc::UnboundedReceiver<JobExit>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Launcher {
+                config,
+                jobs: BTreeMap::new(),
+                teardowns: Vec::new(),
+                exits: tx,
+                logged: HashSet::new(),
+            },
+            rx,
+        )
+    }
+
+    /// Every coordinator job still reported.
+    pub fn jobs(&self) -> impl Iterator<Item = &CoordinatorJob> {
+        self.jobs.values().map(|l| &l.info)
+    }
+
+    /// The coordinator job running in `cgroup`, if any.
+    pub fn job_in(&self, cgroup: &JobCgroup) -> Option<&CoordinatorJob> {
+        self.jobs
+            .values()
+            .find(|l| l.group.as_ref() == Some(cgroup))
+            .map(|l| &l.info)
+    }
+
+    fn warn_once(&mut self, key: String, message: &str) {
+        if self.logged.insert(key) {
+            warn!("{message}");
+        }
+    }
+
+    /// Start a job (idempotent per job id and replica). Must run inside a tokio runtime.
+    pub fn start(&mut self, fs: &CgroupFs, s: StartJob) -> StartOutcome {
+        let key = (s.job_id.clone(), s.replica);
+        if self.jobs.contains_key(&key) {
+            return StartOutcome::Duplicate;
+        }
+        let mut info = CoordinatorJob {
+            job_id: s.job_id.clone(),
+            replica: s.replica,
+            name: s.name.clone(),
+            cgroup: None,
+            state: RunState::Starting,
+            exit_code: None,
+            message: String::new(),
+            gpu_indices: s.gpu_indices.clone(),
+        };
+        let mut launched = Launched {
+            info: info.clone(),
+            group: None,
+            signals: None,
+            stop_reason: None,
+            kill_at: None,
+            finished_at: None,
+        };
+        match self.spawn(fs, &s, &mut launched) {
+            Ok(started) => {
+                info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
+                self.jobs.insert(key, launched);
+                StartOutcome::Started(Box::new(started))
+            }
+            Err(reason) => {
+                self.warn_once(
+                    format!("start:{}:{}", s.job_id, s.replica),
+                    &format!(
+                        "cannot start job {} ({}) for the coordinator: {reason}",
+                        s.job_id, s.name
+                    ),
+                );
+                if let Some(group) = launched.group.take() {
+                    let _ = fs.remove_job_group(&group);
+                }
+                info.state = RunState::Failed;
+                info.message = reason.clone();
+                launched.info = info;
+                launched.finished_at = Some(Instant::now());
+                self.jobs.insert(key, launched);
+                StartOutcome::Failed(reason)
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        fs: &CgroupFs,
+        s: &StartJob,
+        launched: &mut Launched,
+    ) -> Result<StartedJob, String> {
+        if s.argv.first().is_none_or(|p| p.trim().is_empty()) {
+            return Err("no program to run (argv is empty)".into());
+        }
+        if !Path::new(&s.log_path).is_absolute() {
+            return Err(format!("log path {:?} is not absolute", s.log_path));
+        }
+        let distinct: BTreeSet<u32> = s.gpu_indices.iter().copied().collect();
+        if distinct.len() != s.gpu_indices.len() {
+            return Err(format!("GPU list {:?} names a GPU twice", s.gpu_indices));
+        }
+        if let Some(missing) = distinct.iter().find(|g| !self.config.gpus.contains(g)) {
+            return Err(format!(
+                "GPU {missing} does not exist on this node (it has {:?})",
+                self.config.gpus
+            ));
+        }
+        let group_name = group_name(&s.name, &s.job_id, s.replica, s.replicas);
+        let group = fs
+            .create_job_group(&self.config.subtree, &group_name)
+            .map_err(|e| format!("cannot create the job's cgroup: {e}"))?;
+        launched.group = Some(group.clone());
+        launched.info.cgroup = Some(group.to_string());
+        std::fs::create_dir_all(&self.config.output_dir).map_err(|e| {
+            format!(
+                "cannot create the output directory {}: {e}",
+                self.config.output_dir.display()
+            )
+        })?;
+        let output_path = self.config.output_dir.join(format!("{group_name}.out"));
+        let output = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&output_path)
+            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
+        let errors = output
+            .try_clone()
+            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
+        let mut command = std::process::Command::new(&s.argv[0]);
+        command
+            .args(&s.argv[1..])
+            .envs(&s.env)
+            .env("GOVERNOR_LOG", &s.log_path)
+            .env("GOVERNOR_JOB", &s.name)
+            .stdin(std::process::Stdio::null())
+            .stdout(output)
+            .stderr(errors);
+        // Its own process group: a Ctrl-C meant for a foreground daemon must not reach the jobs.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        if !s.metric.is_empty() {
+            command.env("GOVERNOR_METRIC", &s.metric);
+        }
+        if !s.gpu_indices.is_empty() {
+            let list: Vec<String> = s.gpu_indices.iter().map(u32::to_string).collect();
+            command.env("CUDA_VISIBLE_DEVICES", list.join(","));
+        }
+        fs.prepare_command(&group, &mut command)
+            .map_err(|e| format!("cannot prepare the job to start in its cgroup: {e}"))?;
+        let mut child = tokio::process::Command::from(command)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))?;
+        let pid = child.id().unwrap_or(0);
+        let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<Signal>();
+        let exits = self.exits.clone();
+        let (job_id, replica) = (s.job_id.clone(), s.replica);
+        tokio::spawn(async move {
+            let status = loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    Some(sig) = sig_rx.recv() => {
+                        // `id()` is None once reaped: the pid is still ours while it is Some.
+                        if let Some(pid) = child.id() {
+                            let _ = signal_child(pid, sig);
+                        }
+                    }
+                }
+            };
+            let _ = exits.send(JobExit {
+                job_id,
+                replica,
+                status,
+            });
+        });
+        launched.signals = Some(sig_tx);
+        launched.info.state = RunState::Running;
+        launched.info.message = format!("output in {}", output_path.display());
+        Ok(StartedJob {
+            adopt: AdoptJob {
+                name: s.name.clone(),
+                cgroup: group.to_string(),
+                logs: vec![s.log_path.clone()],
+                metric: (!s.metric.is_empty()).then(|| s.metric.clone()),
+                format: None,
+                pid,
+                // The cluster protocol does not carry a job's epochs (yet).
+                epochs: None,
+            },
+            maximise: s.maximise,
+            priority: s.priority,
+        })
+    }
+
+    /// Stop every replica of a job: SIGTERM to its cgroup and main process now, SIGKILL after
+    /// the grace period. An unknown or finished job is logged (once) and ignored.
+    pub fn stop(&mut self, fs: &CgroupFs, s: &StopJob, now: Instant) -> usize {
+        let grace = self.config.stop_grace;
+        let mut stopped = 0;
+        for ((id, _), l) in self.jobs.iter_mut() {
+            if *id != s.job_id || l.info.state.is_finished() || l.stop_reason.is_some() {
+                continue;
+            }
+            info!(job = %id, reason = %s.reason, grace = ?grace, "stopping a job on the coordinator's request");
+            l.stop_reason = Some(s.reason.clone());
+            l.kill_at = Some(now + grace);
+            signal_job(fs, l, Signal::SIGTERM);
+            stopped += 1;
+        }
+        if stopped == 0 {
+            let known = self.jobs.keys().any(|(id, _)| *id == s.job_id);
+            let what = if known {
+                "has already ended or is being stopped"
+            } else {
+                "is not running here"
+            };
+            self.warn_once(
+                format!("stop:{}", s.job_id),
+                &format!(
+                    "the coordinator asked to stop job {}, which {what}; ignored",
+                    s.job_id
+                ),
+            );
+        }
+        stopped
+    }
+
+    /// A job's main process ended. Returns its cgroup, which the daemon stops governing; the
+    /// launcher tears it down (stragglers signalled, group removed).
+    pub fn on_exit(&mut self, fs: &CgroupFs, exit: JobExit, now: Instant) -> Option<JobCgroup> {
+        let l = self.jobs.get_mut(&(exit.job_id.clone(), exit.replica))?;
+        use std::os::unix::process::ExitStatusExt;
+        let stopped = l.stop_reason.clone();
+        match (&exit.status, stopped) {
+            (Ok(status), None) => {
+                l.info.state = RunState::Exited;
+                l.info.exit_code = Some(
+                    status
+                        .code()
+                        .or_else(|| status.signal().map(|s| 128 + s))
+                        .unwrap_or(-1),
+                );
+                if let Some(sig) = status.signal() {
+                    l.info.message = format!("killed by signal {sig}");
+                }
+            }
+            (Ok(status), Some(reason)) => {
+                l.info.state = RunState::Failed;
+                l.info.exit_code = status.code();
+                l.info.message = format!("stopped by the coordinator: {reason}");
+            }
+            (Err(e), _) => {
+                l.info.state = RunState::Failed;
+                l.info.message = format!("lost track of the process: {e}");
+            }
+        }
+        info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, "a coordinator job ended");
+        l.signals = None;
+        l.kill_at = None;
+        l.finished_at = Some(now);
+        let group = l.group.clone()?;
+        self.teardowns.push(Teardown {
+            group: group.clone(),
+            kill_at: now + self.config.stop_grace,
+            termed: false,
+            killed: false,
+        });
+        self.poll(fs, now);
+        Some(group)
+    }
+
+    /// Due work: SIGKILL after a stop's grace, teardown of ended jobs' cgroups, forgetting jobs
+    /// finished longer ago than the retention.
+    pub fn poll(&mut self, fs: &CgroupFs, now: Instant) {
+        for l in self.jobs.values_mut() {
+            if l.kill_at.is_some_and(|t| t <= now) {
+                warn!(job = %l.info.job_id, "the job did not stop within the grace period: SIGKILL");
+                l.kill_at = None;
+                signal_job(fs, l, Signal::SIGKILL);
+            }
+        }
+        self.teardowns.retain_mut(|t| {
+            if fs.procs(&t.group).is_empty() {
+                if let Err(e) = fs.remove_job_group(&t.group) {
+                    warn!(cgroup = %t.group, error = %e, "cannot remove a finished job's cgroup");
+                }
+                return false;
+            }
+            if !t.termed {
+                let _ = fs.signal_job_group(&t.group, Signal::SIGTERM);
+                t.termed = true;
+            } else if !t.killed && t.kill_at <= now {
+                let _ = fs.signal_job_group(&t.group, Signal::SIGKILL);
+                t.killed = true;
+            }
+            true
+        });
+        let retention = self.config.finished_retention;
+        self.jobs.retain(|_, l| {
+            l.finished_at
+                .is_none_or(|t| now.saturating_duration_since(t) < retention)
+        });
+    }
+
+    /// When [`Self::poll`] next has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let kills = self.jobs.values().filter_map(|l| l.kill_at);
+        let teardowns = self
+            .teardowns
+            .iter()
+            .filter(|t| !t.killed)
+            .map(|t| t.kill_at);
+        kills.chain(teardowns).min()
+    }
+
+    /// Whether a teardown waits for stragglers (poll it on every tick).
+    pub fn has_teardowns(&self) -> bool {
+        !self.teardowns.is_empty()
+    }
+}
+
+/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
+/// or a v1 hierarchy the cgroup may not list it).
+fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
+    if let Some(group) = &l.group
+        && let Err(e) = fs.signal_job_group(group, signal)
+    {
+        warn!(job = %l.info.job_id, error = %e, "cannot signal the job's cgroup");
+    }
+    if let Some(tx) = &l.signals {
+        let _ = tx.send(signal);
+    }
+}
+
+/// The cgroup directory name of a coordinator job: `<name>-<id>` (`-r<replica>` for a member
+/// of a multi-node job), made safe for a cgroup name.
+pub fn group_name(name: &str, job_id: &str, replica: u32, replicas: u32) -> String {
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect::<String>()
+            .trim_matches(|c| c == '.' || c == '-')
+            .to_owned()
+    };
+    let name: String = safe(name).chars().take(64).collect();
+    let id: String = safe(job_id).chars().take(48).collect();
+    let mut out = match (name.is_empty(), id.is_empty()) {
+        (true, true) => "job".to_owned(),
+        (true, false) => format!("job-{id}"),
+        (false, true) => name,
+        (false, false) => format!("{name}-{id}"),
+    };
+    if replicas > 1 {
+        out.push_str(&format!("-r{replica}"));
+    }
+    // `cgroup.procs-j1` would read as an interface file of the parent.
+    if crate::cgroup::jobs::validate_job_name(&out).is_err() {
+        out = format!("job-{out}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fake::FakeCgroupRoot;
+    use crate::policy::Category;
+    use crate::status::JobStatus;
+    use governor_proto::pb;
+
+    /// The report as the coordinator receives it: through the wire types and their validation.
+    fn over_the_wire(report: &NodeReport) -> NodeReport {
+        NodeReport::try_from(pb::NodeReport::from(report.clone()))
+            .unwrap_or_else(|e| panic!("the coordinator would refuse the report: {e}\n{report:#?}"))
+    }
+
+    fn governed(name: &str, cgroup: &str) -> JobStatus {
+        JobStatus {
+            name: name.into(),
+            cgroup: cgroup.into(),
+            source: "launched".into(),
+            category: Category::Progressing,
+            signal: Some("loss".into()),
+            signal_value: Some(0.75),
+            growth_per_minute: Some(0.6),
+            cpu_usage_cores: Some(1.5),
+            cpu_weight: Some(400),
+            cpu_max_cores: Some(2.0),
+            memory_bytes: Some(300 << 20),
+            ..JobStatus::default()
+        }
+    }
+
+    fn coordinator_job(
+        id: &str,
+        name: &str,
+        cgroup: Option<&str>,
+        state: RunState,
+    ) -> CoordinatorJob {
+        CoordinatorJob {
+            job_id: id.into(),
+            replica: 0,
+            name: name.into(),
+            cgroup: cgroup.map(str::to_owned),
+            state,
+            exit_code: None,
+            message: String::new(),
+            gpu_indices: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_report_carries_coordinator_and_local_jobs_with_their_figures() {
+        let status = NodeStatus {
+            node: "node2".into(),
+            jobs: vec![
+                governed("resnet", "/governor.slice/jobs/resnet-j1"),
+                JobStatus {
+                    source: "declared".into(),
+                    category: Category::Converged,
+                    growth_per_minute: Some(-0.3),
+                    ..governed("bert", "/system.slice/bert.service")
+                },
+            ],
+            ..NodeStatus::default()
+        };
+        let mut running = coordinator_job(
+            "j1",
+            "resnet",
+            Some("/governor.slice/jobs/resnet-j1"),
+            RunState::Running,
+        );
+        running.gpu_indices = vec![1];
+        let mut done = coordinator_job("j2", "gpt", None, RunState::Exited);
+        done.exit_code = Some(0);
+        let gpus = [
+            GpuUsage {
+                index: 0,
+                utilization_percent: 10,
+                memory_used_bytes: 1 << 30,
+                power_milliwatts: None,
+            },
+            GpuUsage {
+                index: 1,
+                utilization_percent: 80,
+                memory_used_bytes: 2 << 30,
+                power_milliwatts: Some(250_000),
+            },
+        ];
+        let report = over_the_wire(&node_report(&status, [&running, &done], &gpus));
+
+        assert_eq!(report.jobs.len(), 3, "{report:#?}");
+        let j1 = &report.jobs[0];
+        assert_eq!(
+            (j1.job_id.as_str(), j1.name.as_str(), j1.origin, j1.state),
+            ("j1", "resnet", JobOrigin::Coordinator, RunState::Running)
+        );
+        assert_eq!(j1.category, WireCategory::Progressing);
+        assert_eq!(j1.progress, Some(0.75));
+        let growth = j1.growth.unwrap();
+        assert!((growth - 0.01).abs() < 1e-12, "0.6/min is 0.01/s: {growth}");
+        assert!((j1.growth_efficiency.unwrap() - 0.01 / 1.5).abs() < 1e-12);
+        assert_eq!(j1.cpu_cores, 1.5);
+        assert_eq!(j1.cpu_limit_cores, Some(2.0));
+        assert_eq!(j1.cpu_weight, 400);
+        assert_eq!(j1.memory_bytes, 300 << 20);
+        assert_eq!(j1.gpu_indices, vec![1]);
+        assert_eq!(j1.gpu_utilization, 0.8, "its own GPU only");
+        assert_eq!(j1.gpu_memory_bytes, 2 << 30);
+
+        let j2 = &report.jobs[1];
+        assert_eq!(
+            (j2.job_id.as_str(), j2.state, j2.exit_code),
+            ("j2", RunState::Exited, Some(0)),
+            "a finished job stays in the report with its exit status"
+        );
+        assert_eq!(j2.cpu_cores, 0.0);
+
+        let local = &report.jobs[2];
+        assert_eq!(local.job_id, "/system.slice/bert.service");
+        assert_eq!(local.name, "bert");
+        assert_eq!(local.origin, JobOrigin::Local);
+        assert_eq!(local.state, RunState::Running);
+        assert_eq!(local.category, WireCategory::Converged);
+        assert_eq!(local.growth, Some(0.0), "a worsening signal is no growth");
+
+        assert_eq!(report.cpu_used_cores, 3.0);
+        assert_eq!(report.memory_used_bytes, 600 << 20);
+        assert_eq!(report.gpus.len(), 2);
+        assert_eq!(report.gpus[1].utilization, 0.8);
+    }
+
+    #[test]
+    fn odd_values_never_make_the_report_invalid() {
+        let status = NodeStatus {
+            jobs: vec![
+                JobStatus {
+                    name: "é".repeat(300),
+                    signal_value: Some(f64::NAN),
+                    growth_per_minute: Some(f64::INFINITY),
+                    cpu_usage_cores: Some(-0.5),
+                    cpu_max_cores: Some(0.0),
+                    ..governed("x", "/a")
+                },
+                JobStatus {
+                    name: "  ".into(),
+                    ..governed("x", "/b")
+                },
+            ],
+            ..NodeStatus::default()
+        };
+        let mut failed = coordinator_job("j9", "bad", None, RunState::Failed);
+        failed.message = "x".repeat(10_000);
+        failed.gpu_indices = vec![3, 3];
+        let twice = failed.clone();
+        let gpus = [GpuUsage {
+            index: 3,
+            utilization_percent: 250,
+            ..GpuUsage::default()
+        }];
+        let report = over_the_wire(&node_report(&status, [&failed, &twice], &gpus));
+        assert_eq!(
+            report.jobs.len(),
+            3,
+            "a job reported twice is reported once"
+        );
+        let a = report.jobs.iter().find(|j| j.job_id == "/a").unwrap();
+        assert!(a.name.len() <= MAX_NAME_LEN && a.name.starts_with('é'));
+        assert_eq!((a.progress, a.growth, a.cpu_cores), (None, None, 0.0));
+        assert_eq!(a.cpu_limit_cores, None);
+        let b = report.jobs.iter().find(|j| j.job_id == "/b").unwrap();
+        assert_eq!(b.name, "/b", "a blank name is replaced by the cgroup");
+        let j9 = report.jobs.iter().find(|j| j.job_id == "j9").unwrap();
+        assert_eq!(j9.message.len(), MAX_MESSAGE_LEN);
+        assert_eq!(j9.gpu_indices, vec![3]);
+        assert_eq!(report.gpus[0].utilization, 1.0);
+    }
+
+    #[test]
+    fn capacity_lists_the_gpus() {
+        let cap = node_capacity(
+            &NodeResources {
+                cores: 8.0,
+                memory_bytes: 64 << 30,
+            },
+            &[GpuInfo {
+                index: 0,
+                uuid: "GPU-0".into(),
+                model: "NVIDIA H200".into(),
+                memory_bytes: 141 << 30,
+            }],
+        );
+        assert_eq!((cap.cores, cap.memory_bytes), (8.0, 64 << 30));
+        assert_eq!(cap.gpus[0].model, "NVIDIA H200");
+        assert_eq!(cap.gpus[0].memory_bytes, 141 << 30);
+    }
+
+    #[test]
+    fn the_agent_state_reads_well_in_status() {
+        let a = "10.10.0.1:7070";
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connected { session: 4 }, None),
+            "10.10.0.1:7070 connected (session 4)"
+        );
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connecting { attempt: 1 }, None),
+            "10.10.0.1:7070 connecting"
+        );
+        let waiting = AgentStatus::Waiting {
+            error: "cannot reach the coordinator: connection refused".into(),
+            retry_in: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            describe_agent(a, &waiting, None),
+            "10.10.0.1:7070 retrying in 1.5s: cannot reach the coordinator: connection refused"
+        );
+        assert_eq!(
+            describe_agent(a, &AgentStatus::Connecting { attempt: 3 }, Some("refused")),
+            "10.10.0.1:7070 retrying (attempt 3; last error: refused)"
+        );
+    }
+
+    #[test]
+    fn group_names_are_safe_and_distinct_per_job() {
+        assert_eq!(group_name("resnet", "j1", 0, 1), "resnet-j1");
+        assert_eq!(
+            group_name("bert finetune/v2", "j12", 0, 1),
+            "bert-finetune-v2-j12"
+        );
+        assert_eq!(group_name("ddp", "j3", 2, 4), "ddp-j3-r2");
+        assert_eq!(group_name("..", "", 0, 1), "job");
+        assert_eq!(group_name("", "j4", 0, 1), "job-j4");
+        assert_eq!(group_name("cpu.max", "j5", 0, 1), "job-cpu.max-j5");
+        for name in [
+            group_name(&"x".repeat(300), &"y".repeat(300), 7, 8),
+            group_name("cgroup.procs", "j1", 0, 1),
+            group_name("memory.high", "j1", 0, 1),
+        ] {
+            crate::cgroup::jobs::validate_job_name(&name)
+                .unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        }
+    }
+
+    // ---- the launcher, on a fake cgroup root ------------------------------------------------
+
+    struct Bed {
+        dir: tempfile::TempDir,
+        fake: FakeCgroupRoot,
+        fs: CgroupFs,
+        launcher: Launcher,
+        exits: mpsc::UnboundedReceiver<JobExit>,
+    }
+
+    fn bed(stop_grace: Duration) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cgroup");
+        std::fs::create_dir(&root).unwrap();
+        let fake = FakeCgroupRoot::unified(&root);
+        let fs = CgroupFs::detect(&root).unwrap();
+        let (launcher, exits) = Launcher::new(LauncherConfig {
+            subtree: "governor.slice/jobs".into(),
+            output_dir: dir.path().join("out"),
+            gpus: [0, 1].into_iter().collect(),
+            stop_grace,
+            finished_retention: Duration::from_secs(60),
+        });
+        Bed {
+            dir,
+            fake,
+            fs,
+            launcher,
+            exits,
+        }
+    }
+
+    fn start_job(id: &str, name: &str, script: &str) -> StartJob {
+        StartJob {
+            job_id: id.into(),
+            replica: 0,
+            replicas: 1,
+            name: name.into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            log_path: "/tmp/train.log".into(),
+            metric: "loss".into(),
+            maximise: false,
+            gpu_indices: Vec::new(),
+            priority: 0,
+            env: [("GOVERNOR_JOB_ID".to_owned(), id.to_owned())].into(),
+            cores: None,
+            memory_bytes: None,
+        }
+    }
+
+    impl Bed {
+        /// The kernel creates a group's files on mkdir; on a fake root the test does.
+        fn prepare_group(&self, group: &str) {
+            self.fake.add_group(&format!("governor.slice/jobs/{group}"));
+        }
+        fn state(&self, id: &str) -> CoordinatorJob {
+            self.launcher
+                .jobs()
+                .find(|j| j.job_id == id)
+                .unwrap_or_else(|| panic!("{id} is not reported"))
+                .clone()
+        }
+        async fn next_exit(&mut self) -> JobExit {
+            tokio::time::timeout(Duration::from_secs(20), self.exits.recv())
+                .await
+                .expect("the job did not end within 20 s")
+                .expect("the exit channel is open")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_started_job_runs_in_its_cgroup_and_reports_its_exit_status() {
+        let mut bed = bed(Duration::from_secs(5));
+        bed.prepare_group("resnet-j1");
+        let mut s = start_job(
+            "j1",
+            "resnet",
+            "echo \"id=$GOVERNOR_JOB_ID log=$GOVERNOR_LOG gpus=$CUDA_VISIBLE_DEVICES\"; echo oops >&2; exit 3",
+        );
+        s.gpu_indices = vec![1, 0];
+        let started = match bed.launcher.start(&bed.fs, s.clone()) {
+            StartOutcome::Started(started) => started,
+            other => panic!("not started: {other:?}"),
+        };
+        assert_eq!(started.adopt.cgroup, "/governor.slice/jobs/resnet-j1");
+        assert_eq!(started.adopt.logs, vec!["/tmp/train.log".to_owned()]);
+        assert_eq!(started.adopt.metric.as_deref(), Some("loss"));
+        assert!(started.adopt.pid > 0);
+        let job = bed.state("j1");
+        assert_eq!(job.state, RunState::Running);
+        assert_eq!(
+            job.cgroup.as_deref(),
+            Some("/governor.slice/jobs/resnet-j1")
+        );
+        assert_eq!(
+            bed.fake
+                .get("governor.slice/jobs/resnet-j1", "cgroup.procs"),
+            "0",
+            "the job joined its cgroup before exec"
+        );
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Duplicate),
+            "a resent start is ignored"
+        );
+
+        let exit = bed.next_exit().await;
+        let group = bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        assert_eq!(
+            group.map(|g| g.to_string()).as_deref(),
+            Some("/governor.slice/jobs/resnet-j1")
+        );
+        let job = bed.state("j1");
+        assert_eq!((job.state, job.exit_code), (RunState::Exited, Some(3)));
+        let output = std::fs::read_to_string(bed.dir.path().join("out/resnet-j1.out")).unwrap();
+        assert_eq!(
+            output, "id=j1 log=/tmp/train.log gpus=1,0\noops\n",
+            "stdout and stderr go to the output file; CUDA_VISIBLE_DEVICES lists the reserved GPUs"
+        );
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/resnet-j1")
+                .exists(),
+            "the ended job's cgroup is removed"
+        );
+        // It stays in the reports for the retention period, then goes.
+        bed.launcher
+            .poll(&bed.fs, Instant::now() + Duration::from_secs(59));
+        assert_eq!(bed.launcher.jobs().count(), 1);
+        bed.launcher
+            .poll(&bed.fs, Instant::now() + Duration::from_secs(61));
+        assert_eq!(bed.launcher.jobs().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn bad_starts_are_reported_failed_and_leave_nothing_behind() {
+        let mut bed = bed(Duration::from_secs(5));
+        let mut s = start_job("j2", "needs-gpu", "true");
+        s.gpu_indices = vec![7];
+        match bed.launcher.start(&bed.fs, s) {
+            StartOutcome::Failed(reason) => {
+                assert!(reason.contains("GPU 7 does not exist"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let job = bed.state("j2");
+        assert_eq!(job.state, RunState::Failed);
+        assert!(job.message.contains("GPU 7"), "{}", job.message);
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/needs-gpu-j2")
+                .exists()
+        );
+
+        bed.prepare_group("missing-j3");
+        let mut s = start_job("j3", "missing", "");
+        s.argv = vec!["/nonexistent/train".into()];
+        match bed.launcher.start(&bed.fs, s) {
+            StartOutcome::Failed(reason) => {
+                assert!(
+                    reason.contains("cannot start \"/nonexistent/train\""),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            !bed.fake
+                .root()
+                .join("governor.slice/jobs/missing-j3")
+                .exists(),
+            "the cgroup made for a job that could not start is removed"
+        );
+
+        let mut s = start_job("j4", "relative", "true");
+        s.log_path = "train.log".into();
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("not absolute"))
+        );
+        let mut s = start_job("j5", "empty", "true");
+        s.argv.clear();
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("argv is empty"))
+        );
+
+        // Stopping a job that is not here is not an error.
+        let stop = StopJob {
+            job_id: "j404".into(),
+            reason: "cancelled".into(),
+        };
+        assert_eq!(bed.launcher.stop(&bed.fs, &stop, Instant::now()), 0);
+        assert!(bed.exits.try_recv().is_err(), "nothing ran");
+    }
+
+    #[tokio::test]
+    async fn stop_terminates_the_job_and_kills_it_after_the_grace_period() {
+        let mut bed = bed(Duration::from_millis(300));
+        bed.prepare_group("polite-j1");
+        bed.prepare_group("stubborn-j2");
+        let polite = start_job("j1", "polite", "exec sleep 30");
+        // Ignores SIGTERM: only SIGKILL after the grace period ends it.
+        let stubborn = start_job(
+            "j2",
+            "stubborn",
+            "trap '' TERM; while :; do sleep 0.05; done",
+        );
+        for s in [polite, stubborn] {
+            assert!(matches!(
+                bed.launcher.start(&bed.fs, s),
+                StartOutcome::Started(_)
+            ));
+        }
+        // Let the shell install its trap.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t0 = Instant::now();
+        for id in ["j1", "j2"] {
+            let stop = StopJob {
+                job_id: id.into(),
+                reason: "cancelled by admin".into(),
+            };
+            assert_eq!(bed.launcher.stop(&bed.fs, &stop, t0), 1);
+        }
+        assert_eq!(
+            bed.launcher.next_deadline(),
+            Some(t0 + Duration::from_millis(300))
+        );
+        let exit = bed.next_exit().await;
+        assert_eq!(exit.job_id, "j1", "SIGTERM ends the polite job at once");
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        let j1 = bed.state("j1");
+        assert_eq!(j1.state, RunState::Failed);
+        assert!(j1.message.contains("cancelled by admin"), "{}", j1.message);
+
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(
+            bed.exits.try_recv().is_err(),
+            "the stubborn job survived SIGTERM"
+        );
+        bed.launcher.poll(&bed.fs, Instant::now());
+        let exit = bed.next_exit().await;
+        assert_eq!(exit.job_id, "j2");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit.status.as_ref().unwrap().signal(), Some(libc::SIGKILL));
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        assert_eq!(bed.state("j2").state, RunState::Failed);
+        assert_eq!(bed.launcher.next_deadline(), None);
+    }
+}

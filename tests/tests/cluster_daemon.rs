@@ -1,0 +1,295 @@
+//! The real `governor daemon` process joined to a real coordinator over mTLS, on the host: jobs
+//! submitted through the coordinator's API (what govctl uses) are placed on the node, started by
+//! the daemon in their own cgroup, governed, reported running with their progress, and reported
+//! finished with their exit status; a job that cannot start is answered `failed` without
+//! hurting the daemon; a cancelled job is stopped; a lost coordinator leaves the node governing.
+//!
+//! Host test: the daemon runs with `--dry-run` on a fake cgroup root (never the host's
+//! cgroups), so it needs no VM. It needs the `governor` binary (`cargo build -p governor`;
+//! `cargo xtask test` and `cargo test --workspace` build it).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use coordinator::certs::{self, Kind};
+use coordinator::cli::Client;
+use coordinator::server::{self, RunningServer, ServerConfig};
+use coordinator::state::StateConfig;
+use governor::cgroup::fake::FakeCgroupRoot;
+use governor::cluster::TlsFiles;
+use governor_integration_tests::daemon::Daemon;
+use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
+
+fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    daemon: &Daemon,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}; daemon status: {:?}\ndaemon log:\n{}",
+            daemon.status_json(),
+            daemon.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The job's row in the coordinator's list.
+fn job(
+    rt: &tokio::runtime::Runtime,
+    govctl: &mut Client,
+    id: &str,
+) -> governor_proto::control::JobSummary {
+    rt.block_on(govctl.jobs(true))
+        .expect("govctl jobs")
+        .into_iter()
+        .find(|j| j.id == id)
+        .unwrap_or_else(|| panic!("the coordinator does not list {id}"))
+}
+
+fn coordinator_line(d: &Daemon) -> String {
+    d.status_json()
+        .and_then(|s| s["coordinator"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs_dir = dir.path().join("certs");
+    certs::init(
+        &certs_dir,
+        &[
+            Kind::Coordinator {
+                hosts: vec!["127.0.0.1".into()],
+            },
+            Kind::Node {
+                name: "node-a".into(),
+            },
+            Kind::Admin {
+                name: "admin".into(),
+            },
+        ],
+        false,
+    )
+    .expect("certificates for the test cluster");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server: RunningServer = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.path().join("coordinator.redb"),
+            tls: Some(TlsFiles::in_dir(&certs_dir, certs::COORDINATOR)),
+            policy: "first-fit".into(),
+            state: StateConfig {
+                lost_after_s: 5.0,
+                ..StateConfig::default()
+            },
+        }))
+        .expect("the coordinator starts");
+    let address = server.addr.to_string();
+    let mut govctl = rt
+        .block_on(Client::connect(
+            &address,
+            Some(&TlsFiles::in_dir(&certs_dir, "admin")),
+        ))
+        .expect("govctl connects");
+
+    // The node: a fake cgroup v2 root. The kernel creates a new group's files on mkdir; here the
+    // groups of the jobs this test submits are made beforehand (ids are j1, j2... on a fresh
+    // coordinator; the daemon reuses an empty group of the right name).
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    let fake = FakeCgroupRoot::unified(&root);
+    for group in ["train-j1", "broken-j2", "cancel-me-j3"] {
+        fake.add_group(&format!("governor.slice/jobs/{group}"));
+    }
+    let out = dir.path().join("job-output");
+    // The [coordinator] table's address and `insecure` are overridden by the flags below, as an
+    // operator's `--coordinator`/`--certs` override /etc/governor/governor.toml.
+    let mut daemon = Daemon::configure(
+        "governor",
+        &format!(
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\ninsecure = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+            root.display(),
+            out.display()
+        ),
+    );
+    daemon.extra_args = vec![
+        "--dry-run".into(),
+        "--node-name".into(),
+        "node-a".into(),
+        "--coordinator".into(),
+        address.clone(),
+        "--certs".into(),
+        certs_dir.display().to_string(),
+    ];
+    daemon.spawn();
+
+    // It registers and says so in `governor status`.
+    wait_for(
+        "node-a to be ready",
+        Duration::from_secs(30),
+        &daemon,
+        || {
+            let nodes = rt.block_on(govctl.nodes()).ok()?;
+            let n = nodes.iter().find(|n| n.name == "node-a")?;
+            (n.status == NodeStatus::Ready).then_some(())
+        },
+    );
+    let nodes = rt.block_on(govctl.nodes()).unwrap();
+    assert!(nodes[0].capacity.cores > 0.0, "{nodes:?}");
+    wait_for(
+        "status to say connected",
+        Duration::from_secs(10),
+        &daemon,
+        || {
+            let line = coordinator_line(&daemon);
+            line.contains(&format!("{address} connected (session"))
+                .then_some(line)
+        },
+    );
+
+    // A training job: writes a falling loss to its log, prints to stdout, ends with 0.
+    let log = dir.path().join("train.log");
+    let script = format!(
+        "echo starting; i=0; l=4.0; while [ $i -lt 25 ]; do i=$((i+1)); \
+         l=$(awk -v l=$l 'BEGIN {{ print l*0.9 }}'); echo \"step $i loss=$l\" >> {}; sleep 0.1; done; \
+         echo done",
+        log.display()
+    );
+    let mut spec = JobSpec::new(
+        "train",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        log.display().to_string(),
+    );
+    spec.metric = "loss".into();
+    let submitted = rt.block_on(govctl.submit(spec)).expect("submit train");
+    assert_eq!(submitted.id, "j1");
+    assert_eq!(submitted.members[0].node, "node-a");
+
+    // The daemon governs it as a coordinator job, and the coordinator sees it run with progress.
+    let governed = wait_for(
+        "the daemon to govern train",
+        Duration::from_secs(20),
+        &daemon,
+        || daemon.job("train"),
+    );
+    assert_eq!(
+        governed["cgroup"], "/governor.slice/jobs/train-j1",
+        "{governed}"
+    );
+    assert_eq!(governed["runtime"], "coordinator job j1", "{governed}");
+    wait_for(
+        "the coordinator to see train's progress",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            let detail = rt.block_on(govctl.job("j1")).ok()?;
+            (!detail.progress.is_empty()).then_some(detail)
+        },
+    );
+    let done = wait_for(
+        "train to complete",
+        Duration::from_secs(30),
+        &daemon,
+        || {
+            let j = job(&rt, &mut govctl, "j1");
+            j.status.is_finished().then_some(j)
+        },
+    );
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let output = std::fs::read_to_string(out.join("train-j1.out")).expect("train's output file");
+    assert_eq!(output, "starting\ndone\n");
+    wait_for(
+        "the daemon to let train go",
+        Duration::from_secs(10),
+        &daemon,
+        || daemon.job("train").is_none().then_some(()),
+    );
+    assert!(
+        !root.join("governor.slice/jobs/train-j1").exists(),
+        "train's cgroup is removed"
+    );
+
+    // A job that cannot start is answered `failed` with the reason; the daemon carries on.
+    let broken = JobSpec::new(
+        "broken",
+        vec!["/nonexistent/train".into()],
+        dir.path().join("broken.log").display().to_string(),
+    );
+    assert_eq!(rt.block_on(govctl.submit(broken)).unwrap().id, "j2");
+    let failed = wait_for("broken to fail", Duration::from_secs(20), &daemon, || {
+        let j = job(&rt, &mut govctl, "j2");
+        j.status.is_finished().then_some(j)
+    });
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert!(
+        failed
+            .message
+            .contains("cannot start \"/nonexistent/train\""),
+        "{failed:?}"
+    );
+    assert!(daemon.status_json().is_some(), "the daemon still answers");
+
+    // A cancelled job is stopped on the node.
+    let sleeper = JobSpec::new(
+        "cancel-me",
+        vec!["/bin/sleep".into(), "300".into()],
+        dir.path().join("sleeper.log").display().to_string(),
+    );
+    assert_eq!(rt.block_on(govctl.submit(sleeper)).unwrap().id, "j3");
+    wait_for("cancel-me to run", Duration::from_secs(20), &daemon, || {
+        (job(&rt, &mut govctl, "j3").status == JobStatus::Running).then_some(())
+    });
+    assert_eq!(
+        daemon.job("cancel-me").expect("cancel-me is governed")["source"],
+        "launched"
+    );
+    rt.block_on(govctl.cancel("j3")).expect("cancel");
+    wait_for(
+        "the daemon to stop cancel-me",
+        Duration::from_secs(20),
+        &daemon,
+        || daemon.job("cancel-me").is_none().then_some(()),
+    );
+    assert_eq!(job(&rt, &mut govctl, "j3").status, JobStatus::Cancelled);
+    assert!(
+        daemon
+            .log_text()
+            .contains("stopping a job on the coordinator's request"),
+        "{}",
+        daemon.log_tail()
+    );
+
+    // The coordinator goes away: the node keeps governing and says it is retrying.
+    rt.block_on(server.kill());
+    let line = wait_for(
+        "status to say retrying",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            let line = coordinator_line(&daemon);
+            line.contains("retrying").then_some(line)
+        },
+    );
+    assert!(line.starts_with(&address), "{line}");
+    let status = daemon.terminate();
+    assert!(
+        status.success(),
+        "the daemon stops cleanly: {status}\n{}",
+        daemon.log_tail()
+    );
+    drop(fake);
+}
