@@ -12,8 +12,11 @@ pub mod cli;
 pub mod cluster;
 pub mod compare;
 pub mod curves;
+pub mod evaluate;
 pub mod job;
 pub mod node;
+pub mod paper;
+pub mod plot;
 pub mod trace;
 pub mod workload;
 
