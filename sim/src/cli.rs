@@ -25,12 +25,12 @@ use serde_json::json;
 
 use crate::Scenario;
 use crate::cluster::{ClusterConfig, PolicySpec};
-use crate::evaluate::{self, RunReport};
-use crate::trace::{self, Arrival, Trace, TraceParams};
-use crate::{curves, plot};
 use crate::compare::{PolicyOutcome, compare, summarise};
+use crate::evaluate::{self, RunReport};
 use crate::node::NodeConfig;
+use crate::trace::{self, Arrival, Trace, TraceParams};
 use crate::workload::{WorkloadParams, generate};
+use crate::{curves, plot};
 
 /// govsim: run node policies on simulated training jobs.
 #[derive(Debug, Parser)]
@@ -321,7 +321,11 @@ fn trace_command(args: TraceArgs) -> Result<()> {
     if !(args.memory_min_gib > 0.0 && args.memory_max_gib >= args.memory_min_gib) {
         bail!("--memory-min-gib and --memory-max-gib need 0 < MIN <= MAX");
     }
-    if args.parallelism.iter().any(|p| !(p.is_finite() && *p > 0.0)) {
+    if args
+        .parallelism
+        .iter()
+        .any(|p| !(p.is_finite() && *p > 0.0))
+    {
         bail!("--parallelism values must be positive");
     }
     let (curves, skipped) = curves::load_dir(&args.from_logs)
@@ -606,9 +610,11 @@ fn paper_command(args: PaperArgs) -> Result<()> {
 
 fn bench_command(args: BenchArgs) -> Result<()> {
     let curves = match &args.logs {
-        Some(dir) => curves::load_dir(dir)
-            .with_context(|| format!("reading logs under {}", dir.display()))?
-            .0,
+        Some(dir) => {
+            curves::load_dir(dir)
+                .with_context(|| format!("reading logs under {}", dir.display()))?
+                .0
+        }
         None => Vec::new(),
     };
     let curves = if curves.is_empty() {
@@ -907,7 +913,10 @@ mod tests {
             ["demo-jct.svg", "demo-cpu-fair.svg", "demo-cpu-governor.svg"]
         );
         let jct = std::fs::read_to_string(&written[0]).unwrap();
-        assert!(jct.contains(">fair<") && jct.contains(">governor<"), "legend");
+        assert!(
+            jct.contains(">fair<") && jct.contains(">governor<"),
+            "legend"
+        );
         let cpu = std::fs::read_to_string(&written[2]).unwrap();
         for id in ["resnet-keras", "bert-hf", "gpt-lightning"] {
             assert!(cpu.contains(id), "{id} missing from the CPU plot");

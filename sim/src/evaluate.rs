@@ -201,7 +201,10 @@ mod tests {
         };
         let mut config = ClusterConfig::homogeneous(1, 2.0, 16 << 30, 0);
         config.start_delay = 0.0;
-        let specs: Vec<PolicySpec> = ["fair", "fifo"].iter().map(|s| s.parse().unwrap()).collect();
+        let specs: Vec<PolicySpec> = ["fair", "fifo"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
         let reports = evaluate(&trace, &config, &specs, 1).unwrap();
         let (fair, fifo) = (&reports[0], &reports[1]);
         // fair: a 90, b 100 - 10 = 90. fifo: a 50, b 100 - 10 = 90.

@@ -298,11 +298,8 @@ pub fn scenarios() -> Vec<PaperScenario> {
 impl PaperScenario {
     /// The cluster.
     pub fn cluster(&self) -> ClusterConfig {
-        let shapes: Vec<(f64, u64, u32)> = self
-            .workers
-            .iter()
-            .map(|&(c, m)| (c, m * GIB, 0))
-            .collect();
+        let shapes: Vec<(f64, u64, u32)> =
+            self.workers.iter().map(|&(c, m)| (c, m * GIB, 0)).collect();
         ClusterConfig::heterogeneous(&shapes)
     }
 
@@ -374,8 +371,9 @@ pub fn aggregate(per_seed: &[Vec<RunReport>]) -> Vec<Aggregate> {
         .map(|k| {
             let rs: Vec<&RunReport> = per_seed.iter().map(|s| &s[k]).collect();
             let n = rs.len() as f64;
-            let geo =
-                |f: &dyn Fn(&RunReport) -> f64| (rs.iter().map(|r| f(r).ln()).sum::<f64>() / n).exp();
+            let geo = |f: &dyn Fn(&RunReport) -> f64| {
+                (rs.iter().map(|r| f(r).ln()).sum::<f64>() / n).exp()
+            };
             let mean = |f: &dyn Fn(&RunReport) -> f64| rs.iter().map(|r| f(r)).sum::<f64>() / n;
             Aggregate {
                 policy: first[k].policy.clone(),
@@ -555,8 +553,8 @@ pub fn command(
         }
         prefix
     };
-    let (curves, _) = curves::load_dir(logs)
-        .with_context(|| format!("reading logs under {}", logs.display()))?;
+    let (curves, _) =
+        curves::load_dir(logs).with_context(|| format!("reading logs under {}", logs.display()))?;
     if curves.is_empty() {
         bail!("no usable loss curve under {}", logs.display());
     }
@@ -660,7 +658,10 @@ mod tests {
         };
         let rows = aggregate(&[vec![fair(50.0, 100.0, 1.05)], vec![fair(200.0, 100.0, 1.3)]]);
         assert_eq!(rows.len(), 1);
-        assert!((rows[0].avg_jct_vs_fair - 1.0).abs() < 1e-12, "geo mean of 0.5 and 2");
+        assert!(
+            (rows[0].avg_jct_vs_fair - 1.0).abs() < 1e-12,
+            "geo mean of 0.5 and 2"
+        );
         assert_eq!(rows[0].max_slowdown_vs_fair, 1.3);
         assert_eq!(rows[0].seeds_within_10pct, 1);
         assert_eq!(rows[0].migrations, 2);

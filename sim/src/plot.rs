@@ -380,7 +380,11 @@ mod tests {
             }],
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 1, "a series of NaN draws nothing");
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            1,
+            "a series of NaN draws nothing"
+        );
         assert_eq!(svg.matches("<circle").count(), 2);
         assert!(svg.contains("a&lt;b&gt;"));
         assert!(!svg.contains("NaN"));
@@ -415,7 +419,11 @@ mod tests {
             y: (0.0, 2.0),
         };
         let top_of_b = format!("{:.1},{:.1}", f.sx(10.0), f.sy(2.0));
-        let b = svg.lines().filter(|l| l.contains("<polygon")).nth(1).unwrap();
+        let b = svg
+            .lines()
+            .filter(|l| l.contains("<polygon"))
+            .nth(1)
+            .unwrap();
         assert!(b.contains(&top_of_b), "{b}");
     }
 

@@ -495,7 +495,11 @@ mod tests {
         let t = Trace::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let ids: Vec<&str> = t.jobs.iter().map(|j| j.model.id.as_str()).collect();
         assert_eq!(ids, ["resnet-keras", "bert-hf", "gpt-lightning"]);
-        assert!(t.jobs.iter().all(|j| j.gpus == 0 && j.model.parallelism == 2.0));
+        assert!(
+            t.jobs
+                .iter()
+                .all(|j| j.gpus == 0 && j.model.parallelism == 2.0)
+        );
         assert_eq!(t.jobs[2].model.submit, 20.0);
     }
 
