@@ -6,9 +6,16 @@
 //! govsim node --scenario jobs.json --policy flowcon --timeline     # a hand-written workload
 //! govsim node --jobs 6 --cores 4 --seed 1 --dump-scenario          # print the generated workload
 //! govsim sweep --jobs 3,6,10 --cores 2,4,8,16 --seeds 1-10 --policy all   # aggregate table
+//!
+//! govsim trace --from-logs /work/shared/fixtures/logs --jobs 20 --arrival uniform:0:300 --seed 1 > trace.json
+//! govsim run --trace trace.json --policy governor/soonest --workers 4 --cores 8 --seed 1
+//! govsim compare --trace trace.json --workers 4 --cores 8 --plots out/
+//! govsim paper flowcon                                   # a paper's setup, every policy
+//! govsim bench --workers 1000 --jobs 10000               # simulator speed
 //! ```
 
-use std::path::PathBuf;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -17,9 +24,13 @@ use governor::policy::{self, NodePolicy};
 use serde_json::json;
 
 use crate::Scenario;
+use crate::cluster::{ClusterConfig, PolicySpec};
 use crate::compare::{PolicyOutcome, compare, summarise};
+use crate::evaluate::{self, RunReport};
 use crate::node::NodeConfig;
+use crate::trace::{self, Arrival, Trace, TraceParams};
 use crate::workload::{WorkloadParams, generate};
+use crate::{curves, plot};
 
 /// govsim: run node policies on simulated training jobs.
 #[derive(Debug, Parser)]
@@ -35,6 +46,159 @@ enum Command {
     Node(NodeArgs),
     /// Simulate many generated workloads and print each policy's aggregate against `fair`.
     Sweep(SweepArgs),
+    /// Generate a cluster trace from real training logs (JSON on stdout).
+    Trace(TraceArgs),
+    /// Run one policy on a trace and compare each job with `fair` (JSON on stdout).
+    Run(RunArgs),
+    /// Run fair, flowcon, specon, procon, fifo and ours on a trace: a table and SVG plots.
+    Compare(CompareArgs),
+    /// A paper's evaluation setup, every policy: `govsim paper list` names them.
+    Paper(PaperArgs),
+    /// Time the simulator on a large generated cluster.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct TraceArgs {
+    /// Directory of real training logs (read recursively with the daemon's parsers).
+    #[arg(long)]
+    from_logs: PathBuf,
+    /// Number of jobs.
+    #[arg(long, default_value_t = 20)]
+    jobs: usize,
+    /// `uniform:START:END` or `fixed:START:INTERVAL`, seconds.
+    #[arg(long, default_value = "uniform:0:300")]
+    arrival: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Smallest job, CPU-seconds.
+    #[arg(long, default_value_t = 300.0)]
+    work_min: f64,
+    /// Largest job, CPU-seconds.
+    #[arg(long, default_value_t = 3000.0)]
+    work_max: f64,
+    /// Parallelism limits to draw from, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    parallelism: Vec<f64>,
+    /// Cap on parallelism (the largest worker's cores).
+    #[arg(long)]
+    max_parallelism: Option<f64>,
+    /// Amdahl parallel fraction range `LO-HI`.
+    #[arg(long, default_value = "0.8-0.98")]
+    parallel_fraction: String,
+    /// Smallest job memory, GiB.
+    #[arg(long, default_value_t = 0.5)]
+    memory_min_gib: f64,
+    /// Largest job memory, GiB.
+    #[arg(long, default_value_t = 8.0)]
+    memory_max_gib: f64,
+    /// Probability that a job needs GPUs.
+    #[arg(long, default_value_t = 0.0)]
+    gpu_share: f64,
+    /// Probability that a job's log says "k/N".
+    #[arg(long, default_value_t = 0.5)]
+    reports_total: f64,
+    /// Also list the log files that gave no usable curve, and why, on stderr.
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[derive(Clone, Debug, Args)]
+struct ClusterArgs {
+    /// Number of workers.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Cores per worker.
+    #[arg(long, default_value_t = 8.0)]
+    cores: f64,
+    /// Memory per worker, GiB.
+    #[arg(long, default_value_t = 64.0)]
+    memory_gib: f64,
+    /// GPUs per worker.
+    #[arg(long, default_value_t = 0)]
+    gpus: u32,
+    /// Seconds between a placement and the job running.
+    #[arg(long, default_value_t = 1.0)]
+    start_delay: f64,
+    /// Seconds between a log write and the node policy seeing it.
+    #[arg(long, default_value_t = 0.2)]
+    progress_delay: f64,
+    /// Seconds between usage samples (the daemon's `sample_interval`).
+    #[arg(long, default_value_t = 1.0)]
+    usage_interval: f64,
+    /// Seed (log noise).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Trace file (`-` for stdin).
+    #[arg(long)]
+    trace: PathBuf,
+    /// `NODE_POLICY[/PLACEMENT][+FLAG]`, or a system name: fair, flowcon, specon, procon,
+    /// fifo, ours.
+    #[arg(long)]
+    policy: String,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Include the jobs' workers and migrations, and every migration decision.
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Trace file (`-` for stdin).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Policies to compare (default: fair, flowcon, specon, procon, fifo, ours).
+    #[arg(long, value_delimiter = ',')]
+    policy: Vec<String>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Write SVG plots (per-job JCT by policy; CPU share over time per worker) here.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+    /// Print JSON instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct PaperArgs {
+    /// Scenario name, or `list`, or `all`.
+    name: String,
+    /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
+    #[arg(long)]
+    seeds: Option<String>,
+    /// Directory of real training logs for the loss curves.
+    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    logs: PathBuf,
+    /// Write each seed's trace, table and plots here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    #[arg(long, default_value_t = 1000)]
+    workers: usize,
+    #[arg(long, default_value_t = 10_000)]
+    jobs: usize,
+    #[arg(long, default_value_t = 8.0)]
+    cores: f64,
+    /// Policy to time.
+    #[arg(long, default_value = "ours")]
+    policy: String,
+    /// Directory of real training logs (synthetic curves when absent).
+    #[arg(long)]
+    logs: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +281,11 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Node(args) => run_node_command(args),
         Command::Sweep(args) => run_sweep_command(args),
+        Command::Trace(args) => trace_command(args),
+        Command::Run(args) => run_command(args),
+        Command::Compare(args) => compare_command(args),
+        Command::Paper(args) => paper_command(args),
+        Command::Bench(args) => bench_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -125,6 +294,371 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_range(s: &str, what: &str) -> Result<(f64, f64)> {
+    let (lo, hi) = s
+        .split_once('-')
+        .with_context(|| format!("{what} is LO-HI"))?;
+    let lo: f64 = lo.trim().parse().with_context(|| format!("{what} LO"))?;
+    let hi: f64 = hi.trim().parse().with_context(|| format!("{what} HI"))?;
+    if !(0.0..=1.0).contains(&lo) || !(lo..=1.0).contains(&hi) {
+        bail!("{what} needs 0 <= LO <= HI <= 1");
+    }
+    Ok((lo, hi))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn trace_command(args: TraceArgs) -> Result<()> {
+    let arrival: Arrival = args
+        .arrival
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--arrival: {e}"))?;
+    if !(args.work_min > 0.0 && args.work_max >= args.work_min) {
+        bail!("--work-min and --work-max need 0 < MIN <= MAX");
+    }
+    if !(args.memory_min_gib > 0.0 && args.memory_max_gib >= args.memory_min_gib) {
+        bail!("--memory-min-gib and --memory-max-gib need 0 < MIN <= MAX");
+    }
+    if args
+        .parallelism
+        .iter()
+        .any(|p| !(p.is_finite() && *p > 0.0))
+    {
+        bail!("--parallelism values must be positive");
+    }
+    let (curves, skipped) = curves::load_dir(&args.from_logs)
+        .with_context(|| format!("reading logs under {}", args.from_logs.display()))?;
+    if args.verbose {
+        for s in &skipped {
+            eprintln!("govsim: skipped {}: {}", s.source, s.reason);
+        }
+    }
+    if curves.is_empty() {
+        bail!(
+            "no usable loss curve under {} ({} files skipped; --verbose says why)",
+            args.from_logs.display(),
+            skipped.len()
+        );
+    }
+    eprintln!(
+        "govsim: {} loss curves from {} ({} files skipped)",
+        curves.len(),
+        args.from_logs.display(),
+        skipped.len()
+    );
+    let params = TraceParams {
+        jobs: args.jobs,
+        arrival,
+        seed: args.seed,
+        work_min: args.work_min,
+        work_max: args.work_max,
+        parallelism: args.parallelism,
+        max_parallelism: args.max_parallelism.unwrap_or(f64::INFINITY),
+        parallel_fraction: parse_range(&args.parallel_fraction, "--parallel-fraction")?,
+        memory_min: (args.memory_min_gib * GIB) as u64,
+        memory_max: (args.memory_max_gib * GIB) as u64,
+        gpu_share: args.gpu_share,
+        reports_total: args.reports_total,
+    };
+    let trace = trace::generate(&params, &curves);
+    println!("{}", serde_json::to_string_pretty(&trace)?);
+    Ok(())
+}
+
+fn read_trace(path: &Path) -> Result<Trace> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the trace from stdin")?;
+        let trace: Trace = serde_json::from_str(&text).context("parsing the trace from stdin")?;
+        trace.validate()?;
+        return Ok(trace);
+    }
+    Ok(Trace::read(path)?)
+}
+
+fn cluster_config(args: &ClusterArgs) -> Result<ClusterConfig> {
+    if args.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    if !(args.cores.is_finite() && args.cores > 0.0) {
+        bail!("--cores must be positive");
+    }
+    if !(args.memory_gib.is_finite() && args.memory_gib > 0.0) {
+        bail!("--memory-gib must be positive");
+    }
+    let mut config = ClusterConfig::homogeneous(
+        args.workers,
+        args.cores,
+        (args.memory_gib * GIB) as u64,
+        args.gpus,
+    );
+    config.start_delay = args.start_delay.max(0.0);
+    config.progress_delay = args.progress_delay.max(0.0);
+    if !(args.usage_interval.is_finite() && args.usage_interval > 0.0) {
+        bail!("--usage-interval must be positive");
+    }
+    config.usage_interval = args.usage_interval;
+    Ok(config)
+}
+
+fn parse_spec(s: &str) -> Result<PolicySpec> {
+    s.parse::<PolicySpec>()
+        .map_err(|e| anyhow::anyhow!("--policy: {e}"))
+}
+
+fn run_command(args: RunArgs) -> Result<()> {
+    let trace = read_trace(&args.trace)?;
+    let config = cluster_config(&args.cluster)?;
+    let spec = parse_spec(&args.policy)?;
+    let report = evaluate::evaluate(&trace, &config, &[spec], args.cluster.seed)?
+        .pop()
+        .expect("one spec, one report");
+    let jobs: Vec<serde_json::Value> = report
+        .jobs
+        .iter()
+        .map(|j| {
+            let mut v = json!({
+                "id": j.id,
+                "submit": j.submit,
+                "finish": j.finish,
+                "jct": j.jct,
+                "slowdown_vs_fair": j.slowdown_vs_fair,
+            });
+            if args.verbose {
+                v["worker"] = json!(j.worker);
+                v["migrations"] = json!(j.migrations);
+            }
+            v
+        })
+        .collect();
+    let mut out = json!({
+        "policy": report.policy,
+        "jobs": jobs,
+        "avg_jct": report.avg_jct,
+        "makespan": report.makespan,
+        "max_slowdown_vs_fair": finite_or_null(report.max_slowdown_vs_fair),
+        "avg_jct_vs_fair": report.avg_jct_vs_fair,
+        "makespan_vs_fair": report.makespan_vs_fair,
+        "unfinished": report.unfinished,
+        "migrations": report.migrations,
+    });
+    if args.verbose
+        && let Some(run) = &report.run
+    {
+        out["migration_decisions"] = json!(run.migrations);
+        out["decisions"] = json!(run.decisions);
+        out["events"] = json!(run.events);
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn finite_or_null(x: f64) -> serde_json::Value {
+    if x.is_finite() { json!(x) } else { json!(null) }
+}
+
+/// The systems `govsim compare` runs by default.
+pub const COMPARED: [&str; 6] = ["fair", "flowcon", "specon", "procon", "fifo", "ours"];
+
+fn compare_command(args: CompareArgs) -> Result<()> {
+    let trace = read_trace(&args.trace)?;
+    let mut config = cluster_config(&args.cluster)?;
+    config.record_timeline = args.plots.is_some();
+    let names: Vec<String> = if args.policy.is_empty() {
+        COMPARED.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        args.policy.clone()
+    };
+    let specs = names
+        .iter()
+        .map(|s| parse_spec(s))
+        .collect::<Result<Vec<_>>>()?;
+    let reports = evaluate::evaluate(&trace, &config, &specs, args.cluster.seed)?;
+    if let Some(dir) = &args.plots {
+        let written = write_plots(dir, "", &reports)?;
+        for p in written {
+            eprintln!("govsim: wrote {}", p.display());
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "{} jobs, {} workers x {} cores, seed {}\n",
+            trace.jobs.len(),
+            config.workers.len(),
+            args.cluster.cores,
+            args.cluster.seed
+        );
+        print!("{}", evaluate::markdown_table(&reports));
+    }
+    Ok(())
+}
+
+/// Most workers drawn in the CPU-share plot.
+const PLOTTED_WORKERS: usize = 4;
+
+/// Write `{prefix}jct.svg` and `{prefix}cpu-POLICY.svg` (for fair and the last policy) under
+/// `dir`; returns the paths.
+pub fn write_plots(dir: &Path, prefix: &str, reports: &[RunReport]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    let series: Vec<plot::Series> = reports
+        .iter()
+        .map(|r| plot::Series {
+            label: r.policy.clone(),
+            points: r
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(k, j)| ((k + 1) as f64, j.jct.unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .collect();
+    let slowdowns: Vec<plot::Series> = reports
+        .iter()
+        .map(|r| plot::Series {
+            label: r.policy.clone(),
+            points: r
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(k, j)| ((k + 1) as f64, j.slowdown_vs_fair.unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .collect();
+    let svg = plot::lines(
+        "Per-job completion time by policy",
+        "job (in submission order)",
+        &[
+            plot::Panel {
+                title: "JCT".into(),
+                y_label: "seconds".into(),
+                series,
+                y_range: None,
+            },
+            plot::Panel {
+                title: "JCT / JCT under fair".into(),
+                y_label: "ratio".into(),
+                series: slowdowns,
+                y_range: None,
+            },
+        ],
+    );
+    let path = dir.join(format!("{prefix}jct.svg"));
+    std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+    written.push(path);
+    let mut plotted: Vec<&RunReport> = reports.iter().filter(|r| r.policy == "fair").collect();
+    if let Some(last) = reports.last()
+        && last.policy != "fair"
+    {
+        plotted.push(last);
+    }
+    for r in plotted {
+        let Some(run) = &r.run else { continue };
+        if run.timelines.is_empty() {
+            continue;
+        }
+        let panels: Vec<plot::StepPanel> = run
+            .timelines
+            .iter()
+            .take(PLOTTED_WORKERS)
+            .map(|w| plot::StepPanel {
+                title: format!("{} ({} cores)", w.worker, w.cores),
+                capacity: w.cores,
+                jobs: w
+                    .jobs
+                    .iter()
+                    .map(|(id, pts)| plot::Series {
+                        label: id.clone(),
+                        points: pts.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let svg = plot::stacked_steps(
+            &format!("CPU share over time per worker: {}", r.policy),
+            "seconds",
+            &panels,
+        );
+        let safe: String = r
+            .policy
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{prefix}cpu-{safe}.svg"));
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn paper_command(args: PaperArgs) -> Result<()> {
+    let seeds = args.seeds.as_deref().map(parse_seeds).transpose()?;
+    crate::paper::command(
+        &args.name,
+        seeds,
+        &args.logs,
+        args.out.as_deref(),
+        args.json,
+    )
+}
+
+fn bench_command(args: BenchArgs) -> Result<()> {
+    let curves = match &args.logs {
+        Some(dir) => {
+            curves::load_dir(dir)
+                .with_context(|| format!("reading logs under {}", dir.display()))?
+                .0
+        }
+        None => Vec::new(),
+    };
+    let curves = if curves.is_empty() {
+        crate::paper::synthetic_curves()
+    } else {
+        curves
+    };
+    let total_work_per_job = (300.0f64 * 3000.0).sqrt();
+    // Arrivals spread so the cluster is about fully loaded: jobs x mean work / capacity.
+    let span = args.jobs as f64 * total_work_per_job / (args.workers as f64 * args.cores) * 0.8;
+    let params = TraceParams {
+        jobs: args.jobs,
+        arrival: Arrival::Uniform {
+            start: 0.0,
+            end: span.max(1.0),
+        },
+        seed: args.seed,
+        max_parallelism: args.cores,
+        ..TraceParams::default()
+    };
+    let trace = trace::generate(&params, &curves);
+    let mut config = ClusterConfig::homogeneous(args.workers, args.cores, 1 << 40, 0);
+    config.horizon = 1e9;
+    let spec = parse_spec(&args.policy)?;
+    let started = std::time::Instant::now();
+    let run = crate::cluster::run_cluster(&trace, &config, &spec, args.seed)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "policy": run.policy,
+            "workers": args.workers,
+            "cores": args.cores,
+            "jobs": args.jobs,
+            "wall_seconds": elapsed,
+            "events": run.events,
+            "decisions": run.decisions,
+            "events_per_second": run.events as f64 / elapsed.max(1e-9),
+            "simulated_makespan": run.makespan,
+            "unfinished": run.unfinished,
+            "avg_jct": run.avg_jct,
+        }))?
+    );
+    Ok(())
 }
 
 fn make_policy(spec: &str) -> Result<Box<dyn NodePolicy>> {
@@ -312,6 +846,81 @@ mod tests {
         assert_eq!(parse_seeds("4, 7").unwrap(), vec![4, 7]);
         assert!(parse_seeds("3-1").is_err());
         assert!(parse_seeds("x").is_err());
+    }
+
+    fn cluster_args() -> ClusterArgs {
+        ClusterArgs {
+            workers: 2,
+            cores: 2.0,
+            memory_gib: 16.0,
+            gpus: 0,
+            start_delay: 0.0,
+            progress_delay: 0.2,
+            usage_interval: 0.5,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn cluster_flags_become_a_cluster_and_bad_ones_are_refused() {
+        let c = cluster_config(&cluster_args()).unwrap();
+        assert_eq!(c.workers.len(), 2);
+        assert_eq!(c.workers[1].name, "w02");
+        assert_eq!(c.usage_interval, 0.5);
+        assert_eq!(c.start_delay, 0.0);
+        for bad in [
+            ClusterArgs {
+                workers: 0,
+                ..cluster_args()
+            },
+            ClusterArgs {
+                cores: 0.0,
+                ..cluster_args()
+            },
+            ClusterArgs {
+                usage_interval: 0.0,
+                ..cluster_args()
+            },
+        ] {
+            assert!(cluster_config(&bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_demo_trace_runs_and_compare_plots_are_written() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-trace.json");
+        let trace = read_trace(&path).unwrap();
+        let mut config = cluster_config(&ClusterArgs {
+            workers: 1,
+            ..cluster_args()
+        })
+        .unwrap();
+        config.record_timeline = true;
+        let specs: Vec<PolicySpec> = ["fair", "governor"]
+            .iter()
+            .map(|s| parse_spec(s).unwrap())
+            .collect();
+        let reports = evaluate::evaluate(&trace, &config, &specs, 1).unwrap();
+        assert!(reports.iter().all(|r| r.unfinished == 0), "{reports:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_plots(dir.path(), "demo-", &reports).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            ["demo-jct.svg", "demo-cpu-fair.svg", "demo-cpu-governor.svg"]
+        );
+        let jct = std::fs::read_to_string(&written[0]).unwrap();
+        assert!(
+            jct.contains(">fair<") && jct.contains(">governor<"),
+            "legend"
+        );
+        let cpu = std::fs::read_to_string(&written[2]).unwrap();
+        for id in ["resnet-keras", "bert-hf", "gpt-lightning"] {
+            assert!(cpu.contains(id), "{id} missing from the CPU plot");
+        }
     }
 
     #[test]

@@ -1242,7 +1242,9 @@ mod tests {
                 ..WorkloadParams::default()
             });
             let t = trace(jobs.iter().cloned().map(TraceJob::new).collect());
-            let mut config = ClusterConfig::homogeneous(1, 4.0, 16 * GIB, 0);
+            // Memory large enough that no job waits for it: the single-node simulator does not
+            // model memory.
+            let mut config = ClusterConfig::homogeneous(1, 4.0, 1024 * GIB, 0);
             config.start_delay = 0.0;
             for name in governor::policy::POLICY_NAMES {
                 let node = run_node(
@@ -1372,10 +1374,13 @@ mod tests {
         let mut learners = Vec::new();
         for (k, submit) in [(1, 0.1), (2, 0.2)] {
             let mut l = job(&format!("learner{k}"), submit, 3000.0, 1.0);
+            // Loss falls by 1 - e^(-10/300) ≈ 3.3% per 30 s interval at a third of a core: above
+            // SpeCon's α = 1%, so the learners stay progressing and `slow` has two learning
+            // neighbours when it converges.
             l.model.loss = LossCurve::Exponential {
                 initial: 1.0,
                 floor: 0.0,
-                rate: 1.0,
+                rate: 10.0,
             };
             l.model.log_every = LogEvery::Seconds { seconds: 5.0 };
             learners.push(l);

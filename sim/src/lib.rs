@@ -1,10 +1,13 @@
-//! `govsim`: a simulator that drives the real node policies (and, later, the coordinator's
-//! placement) through their traits, with a simulated clock, cgroup sharing and log-granular
+//! `govsim`: a simulator that drives the real node policies and the coordinator's queue and
+//! placement through their traits, with a simulated clock, cgroup sharing and log-granular
 //! progress.
 //!
-//! Today it simulates one node ([`node::run_node`]); the cluster simulator will run one
-//! [`node`] engine per worker under a placement policy, read traces in JSON ([`Scenario`]) and
-//! add migration costs.
+//! - [`node::run_node`]: one node (`govsim node`, `govsim sweep`);
+//! - [`cluster::run_cluster`]: a cluster replaying a [`trace::Trace`] under a
+//!   [`cluster::PolicySpec`] (`govsim run`), with migrations;
+//! - [`evaluate::evaluate`]: policies against `fair` on the same trace (`govsim compare`),
+//!   [`paper`]: the papers' setups (`govsim paper`), [`plot`]: SVG charts;
+//! - [`trace::generate`] with [`curves::load_dir`]: traces from real logs (`govsim trace`).
 #![forbid(unsafe_code)]
 
 pub mod baseline;
@@ -12,8 +15,11 @@ pub mod cli;
 pub mod cluster;
 pub mod compare;
 pub mod curves;
+pub mod evaluate;
 pub mod job;
 pub mod node;
+pub mod paper;
+pub mod plot;
 pub mod trace;
 pub mod workload;
 

@@ -29,7 +29,8 @@
 //! ```
 //!
 //! Everything but `id`, `submit`, `work`, `parallelism`, `speedup`, `loss` and `log_every` has
-//! a default, so a trace is easy to write by hand (see `sim/examples/tiny-trace.json`). The job
+//! a default, so a trace is easy to write by hand (`sim/examples/demo-trace.json` is `cargo xtask
+//! demo` written as a trace). The job
 //! fields are [`crate::job::JobModel`]'s, the single-node simulator's job model, plus GPUs and the
 //! checkpoint size.
 //!
@@ -486,6 +487,20 @@ mod tests {
         ] {
             assert!(bad.parse::<Arrival>().is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn the_hand_written_demo_trace_reads_and_validates() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-trace.json");
+        let t = Trace::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let ids: Vec<&str> = t.jobs.iter().map(|j| j.model.id.as_str()).collect();
+        assert_eq!(ids, ["resnet-keras", "bert-hf", "gpt-lightning"]);
+        assert!(
+            t.jobs
+                .iter()
+                .all(|j| j.gpus == 0 && j.model.parallelism == 2.0)
+        );
+        assert_eq!(t.jobs[2].model.submit, 20.0);
     }
 
     #[test]
