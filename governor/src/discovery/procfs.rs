@@ -238,7 +238,11 @@ mod tests {
         assert_eq!(env.epochs, Some(12.0));
         for bad in ["0", "-3", "NaN", "ten", ""] {
             let block = format!("GOVERNOR_LOG=/l\0GOVERNOR_EPOCHS={bad}\0");
-            assert_eq!(parse_environ(block.as_bytes()).unwrap().epochs, None, "{bad}");
+            assert_eq!(
+                parse_environ(block.as_bytes()).unwrap().epochs,
+                None,
+                "{bad}"
+            );
         }
     }
 
