@@ -181,6 +181,9 @@ struct PaperArgs {
     /// Print JSON instead of Markdown.
     #[arg(long)]
     json: bool,
+    /// Also run this system (repeatable), e.g. `governor:converged_share=1:watching_share=1/soonest`.
+    #[arg(long)]
+    also: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -605,6 +608,7 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         &args.logs,
         args.out.as_deref(),
         args.json,
+        &args.also,
     )
 }
 

@@ -530,8 +530,18 @@ pub fn command(
     logs: &Path,
     out: Option<&Path>,
     as_json: bool,
+    also: &[String],
 ) -> Result<()> {
-    let all = scenarios();
+    // Extra systems the caller asked for (e.g. a node policy with other parameters); the
+    // scenario table holds `&'static str`s, and a CLI run lives as long as they need to.
+    let also: Vec<&'static str> = also
+        .iter()
+        .map(|p| &*Box::leak(p.clone().into_boxed_str()))
+        .collect();
+    let mut all = scenarios();
+    for s in &mut all {
+        s.extra_policies.extend(also.iter().copied());
+    }
     if name == "list" {
         for s in &all {
             println!("{:18} {}", s.name, s.title);

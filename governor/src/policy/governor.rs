@@ -93,13 +93,20 @@
 //! the projection guard has nothing to project. For such a job the loss decides, as the product
 //! promises: while it learns (or has not been judged yet) it is guaranteed its fair share; once
 //! its normalised learning rate has fallen below a quarter of its peak (`watching`) it is
-//! guaranteed and claims only `watching_share` (50%) of it, once below 5% (`converged`) only
-//! `converged_share` (25%), and it ranks behind every job still learning. The cores it yields go
+//! guaranteed and claims only `watching_share` (75%) of it, once below 5% (`converged`) only
+//! `converged_share` (50%), and it ranks behind every job still learning. The cores it yields go
 //! to the learning jobs; the weights stay work-conserving, so it still gets whatever they cannot
 //! use. The bound for these jobs is therefore the floor, not the 10% guard: a job that has
-//! stopped learning runs at no less than 25% of its fair share (at worst 4× slower for the
-//! remainder of its run), a job that learns is never below its fair share. A loss that moves
-//! again lifts the job back (the categories have hysteresis). The VM test
+//! stopped learning runs at no less than half its fair share (at worst 2× slower for the rest
+//! of its run), a job that learns is never below its fair share. A loss that moves again lifts
+//! the job back (the categories have hysteresis).
+//!
+//! Measured (docs/evaluation.md, "The learning yield"): in govsim, where every job runs all its
+//! epochs however flat its loss, yielding costs average JCT (0.25/0.5 shares: +1% to +6%
+//! against no yield on the paper scenarios; 0.5/0.75: +1% to +3%), because the work a
+//! converged job still has to do is only postponed. We keep the yield, at the milder shares,
+//! because that model gives no value to reaching a good loss early, which is the point of the
+//! product; `converged_share = 1, watching_share = 1` switches it off. The VM test
 //! `daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s` measures the shift.
 //!
 //! # Parameters (spec keys for `--policy governor:KEY=VALUE`)
@@ -107,7 +114,7 @@
 //! `spread` (0), `floor` (0.1), `slack` (0.1), `urgency_margin` (0.5), `makespan_guard` (0.05),
 //! `hysteresis` (0.1), `smoothing` (0.3, EWMA weight of each loss value for the category),
 //! `interval` (1 s), `order` (`remaining` | `fair_deadline`), `unknown` (`attained` |
-//! `neutral`), `project_boosts` (true), `watching_share` (0.5), `converged_share` (0.25).
+//! `neutral`), `project_boosts` (true), `watching_share` (0.75), `converged_share` (0.5).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -191,8 +198,8 @@ impl Default for GovernorParams {
             order: RankBy::default(),
             unknown: UnknownWork::default(),
             project_boosts: true,
-            watching_share: 0.5,
-            converged_share: 0.25,
+            watching_share: 0.75,
+            converged_share: 0.5,
         }
     }
 }
@@ -1456,8 +1463,8 @@ mod tests {
             "{after:?}"
         );
         assert!(
-            weight(&after, "b") >= 3 * weight(&after, "a"),
-            "the learning job gets the converged one's share beyond its 25% floor: {after:?}"
+            f64::from(weight(&after, "b")) >= 1.9 * f64::from(weight(&after, "a")),
+            "the learning job gets the converged one's share beyond its 50% floor: {after:?}"
         );
         assert!(a.reason.contains("yields"), "{}", a.reason);
         // With the yield switched off the converged job keeps its fair share.
