@@ -637,8 +637,9 @@ impl Shell {
         match ev.kind {
             WatchEventKind::Record(record) => {
                 if self.core.on_record(now, &cgroup, &record) {
-                    // Sub-second reaction: decide as soon as the signal moves.
-                    self.core.decide_and_apply(now);
+                    // Sub-second reaction: decide as soon as the signal moves (batched when
+                    // decisions would cost more than their CPU budget).
+                    self.core.on_progress_moved(now);
                 }
             }
             WatchEventKind::Problem(message) => self.core.on_log_problem(&cgroup, message),
