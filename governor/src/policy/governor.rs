@@ -431,9 +431,10 @@ impl Governor {
             .filter(|id| keys.contains_key(*id))
             .cloned()
             .collect();
+        let ranked: BTreeSet<&JobId> = order.iter().collect();
         let mut newcomers: Vec<JobId> = keys
             .keys()
-            .filter(|id| !order.contains(id))
+            .filter(|id| !ranked.contains(id))
             .cloned()
             .collect();
         newcomers.sort_by(|a, b| {
@@ -539,7 +540,14 @@ impl Governor {
         // Where the current plan leads if nothing else arrives, against where fair sharing
         // leads. A promoted job looks on time with its promotion, so it is only demoted once it
         // looks early by the margin (no flapping).
-        let projected = project(cores, &plan, &self.params);
+        // Only a job whose size is known can be judged against fair sharing (a guessed size
+        // has no fair-share completion): without one, the projection (quadratic in the number
+        // of jobs) is skipped.
+        let projected = if plan.iter().any(|j| j.remaining.is_some() && !j.guessed) {
+            project(cores, &plan, &self.params)
+        } else {
+            vec![f64::INFINITY; plan.len()]
+        };
         let margin = self.params.urgency_margin.max(0.0);
         let last_fair = fair_finish
             .iter()
