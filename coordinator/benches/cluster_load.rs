@@ -174,6 +174,9 @@ async fn main() {
         .spawn()
         .expect("start the coordinator binary");
     let pid = coordinator.id();
+    // A failed run (a panic below) must not leave the coordinator running: it would load the
+    // machine for every later measurement.
+    let _reaper = KillOnDrop(pid);
     let endpoint = governor_proto::tls::endpoint(&address, None).unwrap();
     let mut control = loop {
         match endpoint.connect().await {
@@ -290,4 +293,13 @@ async fn main() {
     );
     let _ = coordinator.kill();
     let _ = coordinator.wait();
+}
+
+/// Kills a process when dropped (on a panic too).
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-9").arg(self.0.to_string()).status();
+    }
 }
