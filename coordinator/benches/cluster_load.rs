@@ -300,6 +300,9 @@ struct KillOnDrop(u32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-9").arg(self.0.to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-9")
+            .arg(self.0.to_string())
+            .status();
     }
 }
