@@ -29,7 +29,7 @@ fn cluster(nodes: usize) -> ClusterView {
                 n.cpu_used_cores = (next() % 32) as f64;
                 for j in 0..4 {
                     let cat = Category::ALL[(next() % 4) as usize];
-                    n.jobs.push(JobView {
+                    n.jobs_mut().push(JobView {
                         growth_efficiency: Some((next() % 1000) as f64 / 1000.0),
                         epoch: Some(next() % 50),
                         max_epochs: Some(50),
@@ -59,6 +59,38 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // `soonest` caches per-node sums by node revision, so the case above reads only the node
+    // headers. The honest cases: every node changed (a cold cache), and 5% of the nodes changed
+    // since the last placement (10,000 nodes reporting once a second, 20 placements a second).
+    group.bench_function("soonest-cold", |b| {
+        b.iter_batched(
+            || placement::by_name("soonest").unwrap(),
+            |mut policy| {
+                black_box(
+                    policy
+                        .place(black_box(&view), &JobRequest::new("new", 1))
+                        .unwrap(),
+                )
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    let mut changing = view.clone();
+    let mut policy = placement::by_name("soonest").unwrap();
+    let mut next = 0;
+    group.bench_function("soonest-5pct-changed", |b| {
+        b.iter(|| {
+            for _ in 0..500 {
+                next = (next + 1) % changing.nodes.len();
+                changing.nodes[next].jobs_mut();
+            }
+            black_box(
+                policy
+                    .place(black_box(&changing), &JobRequest::new("new", 1))
+                    .unwrap(),
+            )
+        })
+    });
     group.finish();
     // A queue of 100 waiting 16-GPU jobs (never fit) in front of one that fits: the round costs
     // one failed placement thanks to the "needs at least as much" skip, plus the one that fits.

@@ -361,7 +361,7 @@ mod tests {
         let nodes: Vec<usize> = r.admitted[0].members.iter().map(|m| m.node).collect();
         assert_eq!(nodes, [0, 1, 2]);
         assert!(c.nodes.iter().all(|n| n.free_gpu_count() == 0));
-        assert_eq!(c.nodes[0].jobs[0].id, "gang#0");
+        assert_eq!(c.nodes[0].jobs()[0].id, "gang#0");
         assert!(q.is_empty());
     }
 

@@ -43,7 +43,8 @@ pub struct StateConfig {
     pub report_interval_ms: u32,
     /// Gangs (several members or GPUs) without their own timeout fail after waiting this long.
     pub gang_timeout_s: f64,
-    /// Progress samples kept per job (the sparkline in `govctl job`).
+    /// Progress samples kept per job (the sparkline in `govctl job`). The history covers the
+    /// job's whole life: when it is full, every other sample goes and the spacing doubles.
     pub progress_samples: usize,
 }
 
@@ -54,7 +55,7 @@ impl Default for StateConfig {
             start_timeout_s: 60.0,
             report_interval_ms: 1000,
             gang_timeout_s: 600.0,
-            progress_samples: 240,
+            progress_samples: 120,
         }
     }
 }
@@ -112,6 +113,9 @@ pub struct JobRecord {
     pub category: Category,
     pub categories: Vec<CategoryChange>,
     pub progress: VecDeque<ProgressSample>,
+    /// Seconds between kept progress samples (0 until the history first fills up).
+    #[serde(default)]
+    pub progress_step_s: f64,
     pub placements: Vec<PlacementDecision>,
     /// Gangs: fail when not admitted by this time.
     pub deadline: Option<Seconds>,
@@ -411,7 +415,7 @@ impl ClusterState {
                         synced: false,
                     },
                 );
-                self.rebuild_view();
+                self.insert_into_view(&name);
             }
         }
         self.dirty.nodes.insert(name.clone());
@@ -538,6 +542,7 @@ impl ClusterState {
                 category: Category::Unknown,
                 categories: Vec::new(),
                 progress: VecDeque::new(),
+                progress_step_s: 0.0,
                 placements: Vec::new(),
                 deadline: None,
             }
@@ -809,6 +814,7 @@ impl ClusterState {
             category: Category::Unknown,
             categories: Vec::new(),
             progress: VecDeque::new(),
+            progress_step_s: 0.0,
             placements: Vec::new(),
             deadline,
         };
@@ -1035,7 +1041,7 @@ impl ClusterState {
                     cpu_used_cores: n.report.cpu_used_cores,
                     memory_used_bytes: n.report.memory_used_bytes,
                     free_gpus: view.map(|v| v.free_gpus()).unwrap_or_default(),
-                    jobs: view.map_or(0, |v| v.jobs.len() as u32),
+                    jobs: view.map_or(0, |v| v.jobs().len() as u32),
                     last_report_age_s: (now - n.last_seen).max(0.0),
                     category_counts: counts.map(|c| c as u32),
                 }
@@ -1143,6 +1149,24 @@ impl ClusterState {
         }
     }
 
+    /// Add a newly registered node to the view at its place in name order. Shifting the later
+    /// entries is a memmove and an index update each; rebuilding the whole view here instead
+    /// made registering N nodes cost O(N²) node syncs (10,000 nodes never finished registering
+    /// in the load benchmark).
+    fn insert_into_view(&mut self, name: &str) {
+        let at = self.view.nodes.partition_point(|n| n.name.as_str() < name);
+        self.view
+            .nodes
+            .insert(at, NodeView::new(name.to_owned(), 1.0, 0));
+        for (i, n) in self.view.nodes.iter().enumerate().skip(at) {
+            if let Some(slot) = self.view_index.get_mut(&n.name) {
+                *slot = i;
+            }
+        }
+        self.view_index.insert(name.to_owned(), at);
+        self.sync_view(name);
+    }
+
     /// Rebuild one node's view from its latest report and the coordinator's placements there.
     fn sync_view(&mut self, name: &str) {
         let on_node = self.jobs_on(name);
@@ -1215,28 +1239,29 @@ impl ClusterState {
             .iter()
             .map(|g| (g.index, g.memory_used_bytes))
             .collect();
-        self.view.nodes[i] = NodeView {
-            name: name.to_owned(),
-            schedulable: node.status == NodeStatus::Ready && node.session.is_some(),
-            cores: node.record.capacity.cores,
-            memory_bytes: node.record.capacity.memory_bytes,
-            gpus: node
-                .record
-                .capacity
-                .gpus
-                .iter()
-                .map(|g| GpuView {
-                    index: g.index,
-                    model: g.model.clone(),
-                    memory_bytes: g.memory_bytes,
-                    assigned: assigned.contains(&g.index),
-                    memory_used_bytes: usage.get(&g.index).copied().unwrap_or(0),
-                })
-                .collect(),
-            cpu_used_cores: node.report.cpu_used_cores,
-            memory_used_bytes: node.report.memory_used_bytes,
-            jobs,
-        };
+        let mut view = NodeView::new(
+            name,
+            node.record.capacity.cores,
+            node.record.capacity.memory_bytes,
+        );
+        view.schedulable = node.status == NodeStatus::Ready && node.session.is_some();
+        view.gpus = node
+            .record
+            .capacity
+            .gpus
+            .iter()
+            .map(|g| GpuView {
+                index: g.index,
+                model: g.model.clone(),
+                memory_bytes: g.memory_bytes,
+                assigned: assigned.contains(&g.index),
+                memory_used_bytes: usage.get(&g.index).copied().unwrap_or(0),
+            })
+            .collect();
+        view.cpu_used_cores = node.report.cpu_used_cores;
+        view.memory_used_bytes = node.report.memory_used_bytes;
+        view.set_jobs(jobs);
+        self.view.nodes[i] = view;
     }
 }
 
@@ -1296,13 +1321,43 @@ fn track_progress(
         dirty.jobs.insert(job.id.clone());
     }
     if let Some(value) = report.progress {
-        job.progress.push_back(ProgressSample {
-            at_unix: now,
-            value,
+        record_progress(
+            job,
+            ProgressSample {
+                at_unix: now,
+                value,
+            },
+            limit,
+        );
+    }
+}
+
+/// Add a progress sample to a job's history, keeping at most `limit` samples spread evenly over
+/// the job's life (plus the newest, which always holds the latest value).
+///
+/// Samples arriving closer than the current spacing replace the newest one. When the history is
+/// full, every other sample is dropped and the spacing doubles, so memory stays bounded (a
+/// 10,000-node cluster reports 40,000 jobs a second) and `govctl job` still shows the curve from
+/// the start rather than the last few minutes.
+fn record_progress(job: &mut JobRecord, sample: ProgressSample, limit: usize) {
+    let limit = limit.max(4);
+    let history = &mut job.progress;
+    let n = history.len();
+    if n >= 2 && sample.at_unix - history[n - 2].at_unix < job.progress_step_s {
+        history[n - 1] = sample;
+    } else {
+        history.push_back(sample);
+    }
+    if history.len() > limit {
+        let newest = history.pop_back();
+        let mut index = 0;
+        history.retain(|_| {
+            index += 1;
+            index % 2 == 1
         });
-        while job.progress.len() > limit {
-            job.progress.pop_front();
-        }
+        history.extend(newest);
+        let span = history.back().map_or(0.0, |b| b.at_unix) - history[0].at_unix;
+        job.progress_step_s = (2.0 * job.progress_step_s).max(span / (history.len() - 1) as f64);
     }
 }
 
@@ -1371,6 +1426,23 @@ mod tests {
             .register(0.0, hello("b", 2), "10.0.0.2:1".into())
             .session_id;
         (s, a, b)
+    }
+
+    #[test]
+    fn nodes_joining_in_any_order_keep_the_view_in_name_order() {
+        let mut s = ClusterState::new(StateConfig::default(), "round-robin").unwrap();
+        for name in ["m", "c", "x", "a", "q", "b"] {
+            s.register(0.0, hello(name, 1), format!("{name}:1"));
+        }
+        let names: Vec<&str> = s.view().nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "m", "q", "x"]);
+        for (i, n) in s.view().nodes.iter().enumerate() {
+            assert_eq!(s.view_index[&n.name], i, "index of {}", n.name);
+            assert_eq!(n.gpus.len(), 1, "{} synced from its hello", n.name);
+        }
+        // A job is placed on a node that joined after others (the view works, not just sorts).
+        s.submit(1.0, spec("j", 1));
+        assert_eq!(starts(&s.take_outbox()).len(), 1);
     }
 
     #[test]
@@ -1648,6 +1720,31 @@ mod tests {
         );
         assert_eq!(d.progress.len(), 4);
         assert_eq!(d.summary.progress, Some(0.49));
+    }
+
+    #[test]
+    fn progress_history_covers_the_whole_job_in_bounded_memory() {
+        let (mut s, a, _) = two_nodes();
+        s.submit(0.0, spec("x", 0));
+        let limit = s.config().progress_samples;
+        for t in 1..=10_000 {
+            let mut r = running("j1", Category::Progressing);
+            r.progress = Some(1.0 / t as f64);
+            s.report(t as f64, "a", a, report_of(vec![r])).unwrap();
+        }
+        let d = s.job_detail("j1").unwrap();
+        assert!(d.progress.len() <= limit && d.progress.len() >= limit / 2);
+        assert_eq!(d.progress[0].at_unix, 1.0, "the start is kept");
+        let newest = d.progress[d.progress.len() - 1];
+        assert_eq!((newest.at_unix, newest.value), (10_000.0, 1e-4));
+        // Evenly spread: no gap much wider than the average.
+        let gaps: Vec<f64> = d
+            .progress
+            .windows(2)
+            .map(|w| w[1].at_unix - w[0].at_unix)
+            .collect();
+        let mean = 9_999.0 / gaps.len() as f64;
+        assert!(gaps.iter().all(|&g| g <= 2.0 * mean), "{gaps:?}");
     }
 
     #[test]

@@ -37,7 +37,7 @@ impl PlacementPolicy for Spread {
                 } else {
                     0.0
                 };
-                (i, n.jobs.len(), load)
+                (i, n.jobs().len(), load)
             })
             .collect();
         ranked.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.total_cmp(&b.2)).then(a.0.cmp(&b.0)));
@@ -87,7 +87,7 @@ mod tests {
     #[test]
     fn the_node_with_fewest_jobs_wins_then_the_least_loaded() {
         let mut a = NodeView::new("a", 4.0, 1 << 34);
-        a.jobs
+        a.jobs_mut()
             .push(JobView::running("x", Category::Progressing, 2.0));
         let mut b = NodeView::new("b", 4.0, 1 << 34);
         b.cpu_used_cores = 3.0;

@@ -995,7 +995,7 @@ impl Engine<'_> {
         for (g, owner) in node.gpus.iter_mut().zip(&worker.gpu_owner) {
             g.assigned = owner.is_some();
         }
-        node.jobs = jobs;
+        node.set_jobs(jobs);
     }
 
     /// What the node reports about a running job: the policy's category, FlowCon's growth and

@@ -64,7 +64,7 @@ lost_after_s = 10.0        # a node silent this long is lost; its jobs show as u
 start_timeout_s = 60.0     # a placed job its node has not started by then has failed
 report_interval_ms = 1000  # asked of the nodes
 gang_timeout_s = 600.0     # gangs not admitted within this long fail
-progress_samples = 240     # progress points kept per job
+progress_samples = 120     # progress points kept per job, spread over its life
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {

@@ -20,6 +20,7 @@
 //! | `soonest` | ours | the node where the job is predicted the largest CPU share, packing GPUs |
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use governor_proto::node::Category;
 
@@ -38,7 +39,7 @@ pub struct ClusterView {
 }
 
 /// One node.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct NodeView {
     pub name: String,
     /// Connected and reporting. Lost and resyncing nodes are never chosen.
@@ -49,8 +50,32 @@ pub struct NodeView {
     /// CPU in use on the node, in cores (all processes).
     pub cpu_used_cores: f64,
     pub memory_used_bytes: u64,
-    /// The jobs on the node: reported ones and the coordinator's pending placements.
-    pub jobs: Vec<JobView>,
+    /// The jobs on the node: reported ones and the coordinator's pending placements. Private so
+    /// that every change goes through [`NodeView::jobs_mut`] or [`NodeView::set_jobs`], which
+    /// give the node a new [`NodeView::revision`].
+    jobs: Vec<JobView>,
+    revision: u64,
+}
+
+/// Views are equal when their contents are (revisions only say when a view last changed).
+impl PartialEq for NodeView {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.schedulable == other.schedulable
+            && self.cores == other.cores
+            && self.memory_bytes == other.memory_bytes
+            && self.gpus == other.gpus
+            && self.cpu_used_cores == other.cpu_used_cores
+            && self.memory_used_bytes == other.memory_used_bytes
+            && self.jobs == other.jobs
+    }
+}
+
+/// A revision number no node view has had before (process-wide, so a view moved to another
+/// index or replaced by a new one never matches a cached revision).
+fn next_revision() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// One GPU of a node.
@@ -148,7 +173,33 @@ impl NodeView {
             cpu_used_cores: 0.0,
             memory_used_bytes: 0,
             jobs: Vec::new(),
+            revision: next_revision(),
         }
+    }
+
+    /// The jobs on the node: reported ones and the coordinator's pending placements.
+    pub fn jobs(&self) -> &[JobView] {
+        &self.jobs
+    }
+
+    /// Change the node's jobs (the node gets a new revision).
+    pub fn jobs_mut(&mut self) -> &mut Vec<JobView> {
+        self.revision = next_revision();
+        &mut self.jobs
+    }
+
+    /// Replace the node's jobs (the node gets a new revision).
+    pub fn set_jobs(&mut self, jobs: Vec<JobView>) {
+        self.revision = next_revision();
+        self.jobs = jobs;
+    }
+
+    /// Changes whenever the node's jobs may have changed, and differs between any two views
+    /// built separately: policies cache per-node sums over the jobs under it, so a placement
+    /// on a 10,000-node cluster reads only the nodes that reported since the last one (reading
+    /// every node's jobs each time cost ~1 ms in cache misses in the load benchmark).
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// Add `count` unassigned GPUs of `model` (indices continue from the existing ones).
@@ -168,7 +219,7 @@ impl NodeView {
 
     /// Add a job (tests and the simulator).
     pub fn with_job(mut self, job: JobView) -> NodeView {
-        self.jobs.push(job);
+        self.jobs_mut().push(job);
         self
     }
 
@@ -513,7 +564,7 @@ impl ClusterView {
         for g in n.gpus.iter_mut().filter(|g| gpus.contains(&g.index)) {
             g.assigned = true;
         }
-        n.jobs.push(job);
+        n.jobs_mut().push(job);
     }
 
     /// Undo [`Self::reserve`].
@@ -523,7 +574,7 @@ impl ClusterView {
             g.assigned = false;
         }
         if let Some(pos) = n.jobs.iter().rposition(|j| j.id == job_id) {
-            n.jobs.remove(pos);
+            n.jobs_mut().remove(pos);
         }
     }
 }
@@ -548,7 +599,7 @@ pub(crate) mod testing {
 
     pub fn node(name: &str, jobs: Vec<JobView>) -> NodeView {
         let mut n = NodeView::new(name, 8.0, 32 * GIB);
-        n.jobs = jobs;
+        n.set_jobs(jobs);
         n
     }
 

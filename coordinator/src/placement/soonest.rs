@@ -38,7 +38,7 @@ use super::{
 };
 
 /// Our policy and its parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Soonest {
     /// Relative CPU claim of a job in each category, in [`Category::ALL`] order.
     pub claim: [f64; 4],
@@ -46,6 +46,7 @@ pub struct Soonest {
     pub tolerance: f64,
     /// A competitor with less than this many seconds left claims proportionally less.
     pub horizon_s: f64,
+    sums: SumsCache,
 }
 
 impl Default for Soonest {
@@ -54,8 +55,24 @@ impl Default for Soonest {
             claim: [1.0, 1.0, 0.5, 0.15],
             tolerance: 0.05,
             horizon_s: 600.0,
+            sums: SumsCache::default(),
         }
     }
+}
+
+/// What the estimate needs from a node's jobs.
+#[derive(Clone, Copy, Debug, Default)]
+struct JobSums {
+    cpu_cores: f64,
+    claims: f64,
+}
+
+/// [`JobSums`] per node index, each valid for the node revision it was computed at (see
+/// [`NodeView::revision`]) and the claim parameters it was computed with.
+#[derive(Clone, Debug, Default)]
+struct SumsCache {
+    parameters: Option<([u64; 4], u64)>,
+    nodes: Vec<Option<(u64, JobSums)>>,
 }
 
 impl Soonest {
@@ -70,11 +87,38 @@ impl Soonest {
         self.claim[job.category.index()] * soon
     }
 
+    fn sums(&self, node: &NodeView) -> JobSums {
+        JobSums {
+            cpu_cores: node.jobs().iter().map(|j| j.cpu_cores).sum(),
+            claims: node.jobs().iter().map(|j| self.claim_of(j)).sum(),
+        }
+    }
+
+    /// The sums of every node, from the cache where the node has not changed since.
+    fn refresh_sums(&mut self, cluster: &ClusterView) {
+        let parameters = (self.claim.map(f64::to_bits), self.horizon_s.to_bits());
+        let mut cache = std::mem::take(&mut self.sums);
+        if cache.parameters != Some(parameters) {
+            cache.nodes.clear();
+            cache.parameters = Some(parameters);
+        }
+        cache.nodes.resize(cluster.nodes.len(), None);
+        for (slot, node) in cache.nodes.iter_mut().zip(&cluster.nodes) {
+            if !matches!(slot, Some((revision, _)) if *revision == node.revision()) {
+                *slot = Some((node.revision(), self.sums(node)));
+            }
+        }
+        self.sums = cache;
+    }
+
     fn estimate(&self, node: &NodeView, job: &JobRequest) -> Estimate {
-        let jobs_cpu: f64 = node.jobs.iter().map(|j| j.cpu_cores).sum();
-        let background = (node.cpu_used_cores - jobs_cpu).max(0.0);
+        self.estimate_from(node, job, self.sums(node))
+    }
+
+    fn estimate_from(&self, node: &NodeView, job: &JobRequest, sums: JobSums) -> Estimate {
+        let background = (node.cpu_used_cores - sums.cpu_cores).max(0.0);
         let available = (node.cores - background).max(0.1 * node.cores);
-        let claims: f64 = node.jobs.iter().map(|j| self.claim_of(j)).sum();
+        let claims = sums.claims;
         let mut share = available / (1.0 + claims);
         if let Some(c) = job.cores {
             share = share.min(c);
@@ -131,11 +175,13 @@ impl PlacementPolicy for Soonest {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
+        self.refresh_sums(cluster);
         let scored: Vec<(usize, f64, usize)> = feasible
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
-                let share = self.estimate(n, job).share;
+                let sums = self.sums.nodes[i].map_or_else(|| self.sums(n), |(_, s)| s);
+                let share = self.estimate_from(n, job, sums).share;
                 (i, share, n.free_gpu_count() - job.gpus as usize)
             })
             .collect();
@@ -163,7 +209,7 @@ impl PlacementPolicy for Soonest {
         let tolerance = self.tolerance * 100.0;
         let gpus_left = ranked[0].2;
         let ranked: Vec<(usize, f64)> = ranked.into_iter().map(|(i, s, _)| (i, s)).collect();
-        let this = *self;
+        let this = &*self;
         Ok(finish(
             cluster,
             job,
@@ -210,6 +256,35 @@ mod tests {
             node("b", vec![job("z", Converged), job("w", Converged)]),
         ]);
         assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "b");
+    }
+
+    #[test]
+    fn cached_node_sums_follow_every_change_of_the_view() {
+        let mut policy = Soonest::default();
+        let mut c = cluster(vec![
+            node("a", vec![job("x", Progressing)]),
+            node("b", vec![job("z", Converged)]),
+        ]);
+        let req = JobRequest::new("n", 0);
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "b");
+        // b fills up with learning jobs: the same policy instance must see it.
+        for k in 0..3 {
+            c.nodes[1]
+                .jobs_mut()
+                .push(job(&format!("p{k}"), Progressing));
+        }
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
+        // A node joins in front: indices shift, the cache must not mix nodes up.
+        c.nodes.insert(0, node("0", vec![job("q", Progressing); 5]));
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
+        // A parameter change invalidates every sum.
+        let c = cluster(vec![
+            node("a", vec![job("x", Progressing)]),
+            node("b", vec![job("y", Converged), job("z", Converged)]),
+        ]);
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "b");
+        policy.claim = [1.0, 1.0, 0.5, 5.0];
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
     }
 
     #[test]
