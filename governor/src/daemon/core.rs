@@ -140,7 +140,7 @@ const GROWTH_WINDOW: Duration = Duration::from_secs(60);
 
 /// Share of one core that decisions triggered by log records may use (see
 /// [`NodeCore::on_progress_moved`]).
-pub const DECISION_BUDGET: f64 = 0.02;
+pub const DECISION_BUDGET: f64 = 0.01;
 
 impl NodeCore {
     /// A core with an already-recovered actuator.
@@ -210,6 +210,11 @@ impl NodeCore {
     }
 
     /// Governed jobs.
+    /// Number of governed jobs.
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
     pub fn jobs(&self) -> impl Iterator<Item = (&JobCgroup, &JobEntry)> {
         self.jobs.iter()
     }
@@ -389,7 +394,7 @@ impl NodeCore {
     /// the decision is moved to when the budget allows (it sees every record that arrived in
     /// between). On a small node a decision takes tens of microseconds, so every record is
     /// acted on at once; with 1,000 jobs one takes ~3 ms and records arrive ~180 times a second,
-    /// so they are batched every ~150 ms instead of costing 60% of a core.
+    /// so they are batched every ~200 ms instead of costing 60% of a core.
     pub fn on_progress_moved(&mut self, now: Instant) {
         let earliest = self
             .last_decision

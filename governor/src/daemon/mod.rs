@@ -205,6 +205,12 @@ impl CpuSource for AccountedCpu {
         self.accounting.fallback_reason().map(str::to_owned)
     }
     fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
+        // Without eBPF the source is the job's own `cpu.stat` (or `cpuacct.usage`), which
+        // `NodeCore::sample` reads for the job's usage anyway: say "not provided" so that file
+        // is opened once per job per sample, not twice.
+        if self.accounting.source() != crate::accounting::CpuSource::Ebpf {
+            return vec![None; groups.len()];
+        }
         let paths: Vec<PathBuf> = groups.iter().map(|g| g.relative().to_path_buf()).collect();
         let readings = self.accounting.read(&paths);
         let by_path: std::collections::HashMap<&Path, f64> = readings
@@ -302,8 +308,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     shell.refresh_coordinator_state();
     shell.initial_discovery(Instant::now()).await;
 
-    let mut tick = tokio::time::interval(config.sample_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sampling = SamplePacer::new(config.sample_interval);
     let mut rescan = tokio::time::interval(config.discovery.rescan_interval);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rescan.tick().await;
@@ -347,9 +352,11 @@ async fn run(opts: DaemonOptions) -> Result<()> {
                 // The agent task ended (it only does when the daemon drops its reports).
                 Err(_) => agent_rx = None,
             },
-            _ = tick.tick() => {
-                shell.on_tick(Instant::now(), cpu.as_mut()).await;
+            _ = tokio::time::sleep_until(sampling.next.into()) => {
+                let started = Instant::now();
+                shell.on_tick(started, cpu.as_mut()).await;
                 shell.publish_report(Instant::now());
+                sampling.done(started, Instant::now(), shell.core.job_count());
             }
             _ = rescan.tick() => shell.rescan(Instant::now()).await,
             _ = tokio::time::sleep_until(wake.into()) => {
@@ -391,6 +398,53 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             report.errors.len()
         )
     }
+}
+
+/// Share of one core the periodic sampling round (usage of every job, vanished cgroups, the
+/// decision that follows) may take: beyond it the round is spaced out.
+const SAMPLE_BUDGET: f64 = 0.01;
+
+/// When the next sampling round is due: every `sample_interval`, or less often when a round
+/// costs more than [`SAMPLE_BUDGET`] of a core. A node with a few jobs samples every second; with
+/// 1,000 jobs a round reads ~2,000 cgroup files, and the interval stretches so that the daemon
+/// stays within its CPU goal. Progress records still trigger decisions at once (see
+/// `NodeCore::on_progress_moved`): only usage readings become less frequent.
+struct SamplePacer {
+    configured: Duration,
+    current: Duration,
+    next: Instant,
+}
+
+impl SamplePacer {
+    fn new(configured: Duration) -> Self {
+        SamplePacer {
+            configured,
+            current: configured,
+            next: Instant::now(),
+        }
+    }
+
+    fn done(&mut self, started: Instant, finished: Instant, jobs: usize) {
+        let took = finished.saturating_duration_since(started);
+        let interval = pace(self.configured, took);
+        let ratio = interval.as_secs_f64() / self.current.as_secs_f64();
+        if !(0.8..=1.25).contains(&ratio) {
+            if interval > self.configured {
+                info!(jobs, round_ms = took.as_secs_f64() * 1e3, interval = ?interval, "sampling less often to stay within 1% of a core");
+            } else {
+                info!(interval = ?interval, "sampling at the configured interval again");
+            }
+            self.current = interval;
+        }
+        self.next = started + self.current;
+    }
+}
+
+/// The interval after a round that took `took`.
+fn pace(configured: Duration, took: Duration) -> Duration {
+    configured
+        .max(took.mul_f64(1.0 / SAMPLE_BUDGET))
+        .min(configured * 10)
 }
 
 /// The watcher keeps one descriptor per followed log file: raise the soft RLIMIT_NOFILE to the
@@ -767,6 +821,32 @@ mod tests {
             insecure: false,
             node_name: None,
         }
+    }
+
+    #[test]
+    fn sampling_is_spaced_out_only_when_a_round_costs_more_than_its_budget() {
+        let second = Duration::from_secs(1);
+        // A small node: a round of 0.2 ms keeps the configured interval.
+        assert_eq!(pace(second, Duration::from_micros(200)), second);
+        // 1,000 jobs: a 25 ms round is sampled every 2.5 s (1% of a core).
+        assert_eq!(
+            pace(second, Duration::from_millis(25)),
+            Duration::from_millis(2500)
+        );
+        // Never slower than ten times the configured interval.
+        assert_eq!(
+            pace(second, Duration::from_secs(1)),
+            Duration::from_secs(10)
+        );
+        let mut pacer = SamplePacer::new(second);
+        let t = Instant::now();
+        pacer.done(t, t + Duration::from_millis(25), 1000);
+        assert_eq!(pacer.next, t + Duration::from_millis(2500));
+        // Small changes do not move the interval (no flapping, no log line per round).
+        pacer.done(t, t + Duration::from_millis(27), 1000);
+        assert_eq!(pacer.next, t + Duration::from_millis(2500));
+        pacer.done(t, t + Duration::from_micros(300), 3);
+        assert_eq!(pacer.next, t + second);
     }
 
     #[test]
