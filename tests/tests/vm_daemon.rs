@@ -138,7 +138,8 @@ fn daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s() {
     let shifted = shifted_at.unwrap_or_else(|| panic!("CPU never shifted to the progressing job (b/a >= 1.5) within 6 s; ratios {ratios:.2?}\nlog:\n{}", d.log_tail()));
     assert!(
         shifted <= Duration::from_secs(2),
-        "CPU shifted only {shifted:?} after the progress change (goal: within 2 s)"
+        "CPU shifted only {shifted:?} after the progress change (goal: within 2 s)\nlog:\n{}",
+        d.log_tail()
     );
     let a = d.job("a").unwrap();
     assert_eq!(a["category"], "converged", "{a}");

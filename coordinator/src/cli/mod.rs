@@ -175,6 +175,10 @@ pub struct SubmitArgs {
     /// Extra environment for the job (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// Total epochs of the run: the node's `governor` policy then knows how much work is left
+    /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
+    #[arg(long, value_parser = parse_epochs)]
+    pub epochs: Option<f64>,
     /// The log file the job writes (absolute path on its node).
     #[arg(long)]
     pub log: String,
@@ -198,6 +202,14 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err(format!("{s:?} is not a size"));
     }
     Ok((v * mult as f64) as u64)
+}
+
+fn parse_epochs(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|e| e.is_finite() && *e > 0.0)
+        .ok_or_else(|| format!("{s:?} is not a positive number of epochs"))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -399,6 +411,10 @@ pub async fn main(cli: Cli) -> Result<()> {
             }
         }
         Command::Submit(a) => {
+            let mut env: std::collections::BTreeMap<String, String> = a.env.into_iter().collect();
+            if let Some(epochs) = a.epochs {
+                env.insert("GOVERNOR_EPOCHS".into(), epochs.to_string());
+            }
             let spec = JobSpec {
                 name: a.name,
                 argv: a.command,
@@ -411,7 +427,7 @@ pub async fn main(cli: Cli) -> Result<()> {
                 cores: a.cores,
                 memory_bytes: a.memory,
                 gang_timeout_s: a.gang_timeout.map(|d| d.as_secs_f64()),
-                env: a.env.into_iter().collect(),
+                env,
             };
             let job = client.submit(spec).await?;
             if cli.json {

@@ -477,8 +477,8 @@ impl Launcher {
                 metric: (!s.metric.is_empty()).then(|| s.metric.clone()),
                 format: None,
                 pid,
-                // The cluster protocol does not carry a job's epochs (yet).
-                epochs: None,
+                // `govctl submit --epochs N` passes GOVERNOR_EPOCHS, as for any job.
+                epochs: declared_epochs(&s.env),
             },
             maximise: s.maximise,
             priority: s.priority,
@@ -614,6 +614,21 @@ impl Launcher {
 
 /// Signal a job's cgroup and its main process (the main process directly too: on a fake root
 /// or a v1 hierarchy the cgroup may not list it).
+/// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
+/// same rule as for discovered jobs: a positive number, anything else ignored with a warning).
+fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
+    let value = env.get("GOVERNOR_EPOCHS")?;
+    let epochs = value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|e| e.is_finite() && *e > 0.0);
+    if epochs.is_none() {
+        warn!(value = %value, "GOVERNOR_EPOCHS is not a positive number; the job's remaining work stays unknown");
+    }
+    epochs
+}
+
 fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
     if let Some(group) = &l.group
         && let Err(e) = fs.signal_job_group(group, signal)
@@ -880,6 +895,17 @@ mod tests {
     }
 
     #[test]
+    fn declared_epochs_must_be_a_positive_number() {
+        let env = |v: &str| BTreeMap::from([("GOVERNOR_EPOCHS".to_owned(), v.to_owned())]);
+        assert_eq!(declared_epochs(&env("12")), Some(12.0));
+        assert_eq!(declared_epochs(&env(" 2.5 ")), Some(2.5));
+        for bad in ["0", "-3", "NaN", "inf", "many", ""] {
+            assert_eq!(declared_epochs(&env(bad)), None, "{bad:?}");
+        }
+        assert_eq!(declared_epochs(&BTreeMap::new()), None);
+    }
+
+    #[test]
     fn group_names_are_safe_and_distinct_per_job() {
         assert_eq!(group_name("resnet", "j1", 0, 1), "resnet-j1");
         assert_eq!(
@@ -980,6 +1006,7 @@ mod tests {
             "echo \"id=$GOVERNOR_JOB_ID log=$GOVERNOR_LOG gpus=$CUDA_VISIBLE_DEVICES\"; echo oops >&2; exit 3",
         );
         s.gpu_indices = vec![1, 0];
+        s.env.insert("GOVERNOR_EPOCHS".into(), "48".into());
         let started = match bed.launcher.start(&bed.fs, s.clone()) {
             StartOutcome::Started(started) => started,
             other => panic!("not started: {other:?}"),
@@ -987,6 +1014,7 @@ mod tests {
         assert_eq!(started.adopt.cgroup, "/governor.slice/jobs/resnet-j1");
         assert_eq!(started.adopt.logs, vec!["/tmp/train.log".to_owned()]);
         assert_eq!(started.adopt.metric.as_deref(), Some("loss"));
+        assert_eq!(started.adopt.epochs, Some(48.0), "govctl submit --epochs");
         assert!(started.adopt.pid > 0);
         let job = bed.state("j1");
         assert_eq!(job.state, RunState::Running);
