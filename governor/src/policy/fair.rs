@@ -19,6 +19,10 @@ impl NodePolicy for Fair {
         "fair"
     }
 
+    fn decides_on_progress(&self) -> bool {
+        false
+    }
+
     fn job_added(&mut self, _now: Seconds, spec: &JobSpec) {
         self.jobs.insert(spec.id.clone());
     }

@@ -248,6 +248,11 @@ pub trait NodePolicy: Send {
     /// that carries a position and a total. Policies that rank jobs by remaining work use it;
     /// the default ignores it, so logs without totals work everywhere.
     fn work_done(&mut self, _now: Seconds, _id: &JobId, _fraction: f64) {}
+    /// Whether a new progress value can change the plan, so the daemon should decide as soon
+    /// as one arrives. `fair` ignores progress: deciding after each log row would only cost CPU.
+    fn decides_on_progress(&self) -> bool {
+        true
+    }
     /// Decide every job's allocation now.
     fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan;
 }
