@@ -138,9 +138,25 @@ pub struct NodeCore {
 
 const GROWTH_WINDOW: Duration = Duration::from_secs(60);
 
-/// Share of one core that decisions triggered by log records may use (see
-/// [`NodeCore::on_progress_moved`]).
+/// Nodes with more jobs than this are "large": their periodic work is paced to a CPU budget.
+/// Below it, work is cheap on real hardware (tens of microseconds a decision) and reaction time
+/// comes first; only emulated machines (the TCG test VM, where a 3-job decision with its cgroup
+/// writes takes ~5 ms) would otherwise be slowed down by the budget.
+pub const LARGE_NODE_JOBS: usize = 64;
+
+/// Share of one core that decisions (triggered by log records or by the policy's own timer) may
+/// use on a large node (see [`NodeCore::on_progress_moved`]).
 pub const DECISION_BUDGET: f64 = 0.005;
+
+/// The decision budget for a node with `jobs` jobs: [`DECISION_BUDGET`] on large nodes, 2% of a
+/// core on small ones.
+pub fn decision_budget(jobs: usize) -> f64 {
+    if jobs > LARGE_NODE_JOBS {
+        DECISION_BUDGET
+    } else {
+        0.02
+    }
+}
 
 impl NodeCore {
     /// A core with an already-recovered actuator.
@@ -390,15 +406,16 @@ impl NodeCore {
 
     /// Whether the policy asked to be consulted by now.
     /// A job's progress signal moved: decide now, unless the last decision was so recent that
-    /// deciding again would spend more than [`DECISION_BUDGET`] of a core on decisions; then
+    /// deciding again would spend more than [`decision_budget`] of a core on decisions; then
     /// the decision is moved to when the budget allows (it sees every record that arrived in
     /// between). On a small node a decision takes tens of microseconds, so every record is
     /// acted on at once; with 1,000 jobs one takes ~3 ms and records arrive ~180 times a second,
     /// so they are batched every ~400 ms instead of costing 60% of a core.
     pub fn on_progress_moved(&mut self, now: Instant) {
+        let budget = decision_budget(self.jobs.len());
         let earliest = self
             .last_decision
-            .map(|(at, took)| at + took.mul_f64(1.0 / DECISION_BUDGET));
+            .map(|(at, took)| at + took.mul_f64(1.0 / budget));
         match earliest {
             Some(t) if t > now => {
                 self.next_decision_at = Some(self.next_decision_at.map_or(t, |n| n.min(t)));
@@ -428,7 +445,7 @@ impl NodeCore {
         self.last_decision = Some((now, took));
         // The policy's own next decision time stays within the budget too (the governor policy
         // asks every second; with 1,000 jobs a decision takes ~2 ms).
-        let earliest = now + took.mul_f64(1.0 / DECISION_BUDGET);
+        let earliest = now + took.mul_f64(1.0 / decision_budget(self.jobs.len()));
         if let Some(next) = self.next_decision_at.as_mut() {
             *next = (*next).max(earliest);
         }
@@ -1006,7 +1023,7 @@ mod tests {
         // At the same instant: deciding again would exceed the budget, so it is deferred...
         bed.core.on_progress_moved(at);
         assert_eq!(bed.cpu_max("a"), "100000 100000", "not applied yet");
-        let due = at + took.mul_f64(1.0 / DECISION_BUDGET);
+        let due = at + took.mul_f64(1.0 / decision_budget(bed.core.job_count()));
         assert!(bed.core.next_wakeup().is_some_and(|w| w <= due));
         assert!(bed.core.decision_due(due));
         // ...and made once the budget allows, with everything that arrived meanwhile.

@@ -408,7 +408,7 @@ const SAMPLE_BUDGET: f64 = 0.005;
 /// reaction to a change (the 2-second shift) depends on fresh usage, and a few jobs cost well
 /// under the budget on real hardware (in the TCG test VM a 2-job round takes 6-20 ms of
 /// emulated time, which would otherwise stretch the interval).
-const PACE_ABOVE_JOBS: usize = 64;
+const PACE_ABOVE_JOBS: usize = self::core::LARGE_NODE_JOBS;
 
 /// When the next sampling round is due: every `sample_interval`, or less often when a node with
 /// many jobs spends more than [`SAMPLE_BUDGET`] of a core on the rounds. With 1,000 jobs a
