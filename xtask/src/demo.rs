@@ -115,6 +115,7 @@ while [ $(grep -c . $RUN/jobs.txt) -lt {total} ]; do
   sleep 2
 done
 echo "== all jobs finished; stopping the daemon (SIGTERM restores every limit)"
+awk -v t=$(now) -v t0=$T0 '{{printf "   daemon CPU %.2f s over %.0f s (%.1f%% of one vCPU)\n", ($14+$15)/100, t-t0, 100*($14+$15)/100/(t-t0)}}' /proc/$DAEMON/stat
 kill $SAMPLER 2>/dev/null; wait $SAMPLER 2>/dev/null
 kill -TERM $DAEMON; wait $DAEMON
 echo "daemon exit status $?"
