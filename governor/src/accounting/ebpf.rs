@@ -276,6 +276,11 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
         )));
     };
 
+    match super::sys::switch_every_cpu_once() {
+        Ok(cpus) => tracing::debug!(cpus, "switched every CPU once after the attach"),
+        Err(e) => tracing::debug!(error = %e, "cannot switch every CPU after the attach"),
+    }
+
     let log = match aya_log::EbpfLogger::init_with_logger(&mut ebpf, TracingLog) {
         Ok(logger) => LogPump::start(logger)
             .map_err(|e| tracing::warn!(error = %e, "cannot start the eBPF log reader"))

@@ -204,6 +204,43 @@ pub fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) 
     rc > 0 && fds[1].revents != 0
 }
 
+/// Makes every CPU this process may run on switch tasks once, by running a short thread pinned
+/// to each. The programs learn where a task's slice began only when it is switched in; a task
+/// that was already on a CPU when they attached is charged from its first switch in after
+/// that. Without this, a thread that spins without sleeping from before the attach (a busy
+/// training loop on an idle CPU) would be missing from the figures until the scheduler next
+/// preempts it. Returns the number of CPUs switched; CPUs outside the process's affinity mask
+/// keep their first slice unknown.
+pub fn switch_every_cpu_once() -> io::Result<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let allowed = sched_getaffinity(Pid::from_raw(0)).map_err(io::Error::from)?;
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&cpu| allowed.is_set(cpu).unwrap_or(false))
+        .collect();
+    let switched = std::thread::scope(|scope| {
+        let handles: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                scope.spawn(move || {
+                    let mut one = CpuSet::new();
+                    one.set(cpu).ok()?;
+                    // Pid 0: this thread. Once it runs there, that CPU has switched.
+                    sched_setaffinity(Pid::from_raw(0), &one).ok()?;
+                    std::thread::yield_now();
+                    Some(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join())
+            .filter(|r| matches!(r, Ok(Some(()))))
+            .count()
+    });
+    Ok(switched)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +262,20 @@ mod tests {
         assert!(wait_readable(fd, wake, 5_000));
         // Nothing readable: times out without reporting a wake-up.
         assert!(!wait_readable(fd, fd, 10));
+    }
+
+    #[test]
+    fn every_allowed_cpu_is_switched_and_the_caller_keeps_its_affinity() {
+        use nix::sched::sched_getaffinity;
+        use nix::unistd::Pid;
+        let before = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let switched = switch_every_cpu_once().unwrap();
+        // Not available_parallelism(): that also heeds a cgroup's CPU quota.
+        let allowed = (0..nix::sched::CpuSet::count())
+            .filter(|&cpu| before.is_set(cpu).unwrap_or(false))
+            .count();
+        assert_eq!(switched, allowed);
+        // The pinning is done by the helper threads only.
+        assert_eq!(sched_getaffinity(Pid::from_raw(0)).unwrap(), before);
     }
 }
