@@ -20,8 +20,9 @@
 //!
 //! Differences from the daemon, on purpose: the actuator's per-file rate limit (100 ms by
 //! default) is 0, because the benchmark sends a record for the same job faster than a real job
-//! logs (1 job: back to back); the records are received with `blocking_recv` on the benchmark
-//! thread instead of the daemon's `select!` loop (the same cross-thread wake-up).
+//! logs (1 job: back to back); the records are received by `block_on(recv())` on the benchmark
+//! thread instead of the daemon's `select!` loop (the watcher is a task on that same
+//! single-threaded runtime, as in the daemon).
 //!
 //! Output: first, for each job count, `GOVERNOR_BENCH_SAMPLES` (default 3,000) samples paced 1 ms
 //! apart, recorded in an HDR histogram: p50/p99/p99.9/max of the whole path and of its stages
@@ -172,6 +173,8 @@ struct Bed {
     core: NodeCore,
     _watcher: WatcherHandle,
     events: mpsc::Receiver<WatchEvent>,
+    /// Runs the watcher task while a record is awaited.
+    rt: tokio::runtime::Runtime,
     jobs: Vec<BenchJob>,
     next: usize,
     last_tick: Instant,
@@ -221,7 +224,11 @@ impl Bed {
             .enable_all()
             .build()
             .unwrap();
-        let (watcher, events) = Watcher::spawn(4096).expect("watcher");
+        // As in the daemon: the watcher is a task on the same single-threaded runtime.
+        let (watcher, events) = {
+            let _entered = rt.enter();
+            Watcher::spawn_task(4096).expect("watcher")
+        };
         let mut jobs = Vec::with_capacity(n);
         for k in 0..n {
             let rel = format!("bench.slice/job{k}");
@@ -276,6 +283,7 @@ impl Bed {
             core,
             _watcher: watcher,
             events,
+            rt,
             jobs,
             next: 0,
             last_tick: Instant::now(),
@@ -286,7 +294,7 @@ impl Bed {
         // recorded in the state file) before anything is timed.
         let mut first_rows = 0;
         while first_rows < n {
-            let ev = bed.events.blocking_recv().expect("watcher stopped");
+            let ev = bed.rt.block_on(bed.events.recv()).expect("watcher stopped");
             if bed.handle_event(ev).is_some() {
                 first_rows += 1;
             }
@@ -367,7 +375,10 @@ impl Bed {
         let t0 = Instant::now();
         self.jobs[k].log.write_all(row.as_bytes()).unwrap();
         let (key, record) = loop {
-            let ev = self.events.blocking_recv().expect("watcher stopped");
+            let ev = self
+                .rt
+                .block_on(self.events.recv())
+                .expect("watcher stopped");
             match ev.kind {
                 WatchEventKind::Record(r) => break (ev.key, r),
                 _ => {

@@ -662,3 +662,69 @@ async fn watched_records_drive_a_jobs_progress_signal() {
     assert_eq!(tracker.metric(), Some("loss"));
     assert_eq!(tracker.runs(), 2);
 }
+
+#[tokio::test]
+async fn a_consumer_that_waits_on_a_request_while_the_channel_is_full_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    let lines: String = (0..50)
+        .map(|i| {
+            format!(
+                "iter {i}: loss {}, time 1.0ms, mfu 0.01%\n",
+                1.0 / (i + 1) as f64
+            )
+        })
+        .collect();
+    append(&a, &lines);
+    append(&b, "iter 0: loss 2.0, time 1.0ms, mfu 0.01%\n");
+    // Room for one event: `a`'s 50 records cannot all be delivered while nobody reads.
+    let (h, rx) = Watcher::spawn(1).expect("watcher starts");
+    let mut ev = Events { rx };
+    h.add("a", spec(&[&a], FormatChoice::Auto)).await.unwrap();
+    // The daemon adds jobs one after the other before it reads events: these must not hang.
+    timeout(PATIENCE, h.add("b", spec(&[&b], FormatChoice::Auto)))
+        .await
+        .expect("add answered while the channel is full")
+        .unwrap();
+    let stats = timeout(PATIENCE, h.stats()).await.expect("stats answered");
+    assert_eq!(stats.unwrap().keys, 2);
+    // Removing `a` drops what it had waiting: at most the one event already in the channel
+    // is of `a`, then `b`'s record comes.
+    timeout(PATIENCE, h.remove("a")).await.unwrap().unwrap();
+    let seen = ev
+        .until("b's record", |e| is_record(e) && &*e.key == "b")
+        .await;
+    let of_a = seen.iter().filter(|e| &*e.key == "a").count();
+    assert!(of_a <= 1, "{of_a} events of the removed key delivered");
+    assert!(ev.quiet().await.is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_watcher_as_a_task_on_the_callers_runtime_delivers_like_the_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("train.log");
+    append(&path, "iter 0: loss 1.0, time 1.0ms, mfu 0.01%\n");
+    let (h, rx) = Watcher::spawn_task(4).expect("watcher task starts");
+    let mut ev = Events { rx };
+    h.add("job", spec(&[&path], FormatChoice::Auto))
+        .await
+        .unwrap();
+    let (recs, _) = ev.records(1).await;
+    assert_eq!(losses(&recs), vec![1.0]);
+    // More rows than the channel holds, appended later: all arrive, in order.
+    let more: String = (1..=20)
+        .map(|i| {
+            format!(
+                "iter {i}: loss {}, time 1.0ms, mfu 0.01%\n",
+                1.0 / (i + 1) as f64
+            )
+        })
+        .collect();
+    append(&path, &more);
+    let (recs, _) = ev.records(20).await;
+    let expected: Vec<f64> = (1..=20).map(|i| 1.0 / (i + 1) as f64).collect();
+    assert_eq!(losses(&recs), expected);
+    assert_eq!(h.stats().await.unwrap().files, 1);
+    drop(h);
+}

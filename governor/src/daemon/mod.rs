@@ -262,7 +262,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
 
     raise_open_file_limit();
     let (watcher, mut watch_events) =
-        Watcher::spawn(4096).context("cannot start the log watcher (inotify)")?;
+        Watcher::spawn_task(4096).context("cannot start the log watcher (inotify)")?;
     let listener = control::bind(&config.socket, config.socket_group.as_deref())?;
     let (request_tx, mut requests) = mpsc::channel::<PendingRequest>(64);
     let server = tokio::spawn(control::serve(listener, request_tx));
@@ -330,7 +330,16 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
             _ = sighup.recv() => shell.reload(Instant::now()).await,
-            Some(ev) = watch_events.recv() => shell.on_watch_event(Instant::now(), ev),
+            Some(ev) = watch_events.recv() => {
+                let now = Instant::now();
+                shell.on_watch_event(now, ev);
+                // Records that arrived together are taken together (bounded, so that a flood
+                // of rows cannot keep the other branches waiting).
+                for _ in 0..WATCH_EVENTS_PER_TURN {
+                    let Ok(ev) = watch_events.try_recv() else { break };
+                    shell.on_watch_event(now, ev);
+                }
+            }
             result = next_proc_events(&mut proc_events, &mut proc_buf) => {
                 match result {
                     Ok(()) => shell.on_proc_events(Instant::now(), &proc_buf).await,
@@ -399,6 +408,9 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         )
     }
 }
+
+/// Watch events handled in one turn of the control loop after the one that woke it.
+const WATCH_EVENTS_PER_TURN: usize = 255;
 
 /// Share of one core the periodic sampling round (usage of every job, vanished cgroups, the
 /// decision that follows) may take on a node with many jobs: beyond it the round is spaced out.

@@ -151,34 +151,63 @@ pub(super) fn run_thread(
         }
     };
     rt.block_on(async move {
-        let stream =
-            match Inotify::init().and_then(|i| i.into_event_stream(vec![0u8; EVENT_BUFFER])) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = init.send(Err(e));
-                    return;
-                }
-            };
+        let stream = match open_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = init.send(Err(e));
+                return;
+            }
+        };
         let _ = init.send(Ok(()));
         run(stream, cmds, events).await;
     });
 }
 
-async fn run(
+/// A new inotify instance as a stream (needs a tokio runtime with IO enabled).
+pub(super) fn open_stream() -> io::Result<EventStream<Vec<u8>>> {
+    Inotify::init().and_then(|i| i.into_event_stream(vec![0u8; EVENT_BUFFER]))
+}
+
+/// The watcher's loop. Events wait in `pending` until the channel has room; meanwhile commands
+/// are still answered (a consumer that awaits an `add` while the channel is full must not
+/// deadlock), but no more is read from the files: a slow consumer slows reading down.
+pub(super) async fn run(
     mut stream: EventStream<Vec<u8>>,
     mut cmds: mpsc::UnboundedReceiver<Command>,
     events: mpsc::Sender<WatchEvent>,
 ) {
     let mut engine = Engine::new(stream.watches());
+    let mut pending: VecDeque<WatchEvent> = VecDeque::new();
     loop {
         let has_ready = !engine.ready.is_empty();
+        let delivering = !pending.is_empty();
         tokio::select! {
             biased;
             cmd = cmds.recv() => match cmd {
-                Some(cmd) => engine.command(cmd),
+                Some(cmd) => {
+                    if let Command::Remove { key, .. } = &cmd {
+                        // Nothing of a removed key is delivered after its removal.
+                        pending.retain(|ev| ev.key != *key);
+                    }
+                    engine.command(cmd);
+                }
                 None => break,
             },
-            ev = stream.next() => match ev {
+            permit = events.reserve(), if delivering => {
+                let Ok(permit) = permit else { return };
+                permit.send(pending.pop_front().expect("delivering"));
+                while let Some(ev) = pending.pop_front() {
+                    match events.try_reserve() {
+                        Ok(permit) => permit.send(ev),
+                        Err(mpsc::error::TrySendError::Full(())) => {
+                            pending.push_front(ev);
+                            break;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(())) => return,
+                    }
+                }
+            },
+            ev = stream.next(), if !delivering => match ev {
                 Some(Ok(ev)) => engine.inotify_event(&ev),
                 Some(Err(error)) => {
                     tracing::error!(%error, "reading inotify events failed; the watcher stops");
@@ -186,15 +215,12 @@ async fn run(
                 }
                 None => break,
             },
-            () = std::future::ready(()), if has_ready => engine.continue_ready(),
+            () = std::future::ready(()), if has_ready && !delivering => engine.continue_ready(),
         }
-        let mut out = std::mem::take(&mut engine.outbox);
-        for ev in out.drain(..) {
-            if events.send(ev).await.is_err() {
-                return;
-            }
+        pending.extend(engine.outbox.drain(..));
+        if events.is_closed() {
+            return;
         }
-        engine.outbox = out;
     }
 }
 

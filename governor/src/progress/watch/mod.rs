@@ -1,7 +1,8 @@
 //! Live watching: follow many log files at once and deliver their records as they are written.
 //!
-//! One [`Watcher`] owns one inotify instance and a thread running a single-threaded tokio
-//! runtime; [`WatcherHandle::add`] asks it to follow a job's paths, and every record, format
+//! One [`Watcher`] owns one inotify instance and either a thread running a single-threaded
+//! tokio runtime ([`Watcher::spawn`]) or a task on the caller's runtime
+//! ([`Watcher::spawn_task`], what the daemon uses); [`WatcherHandle::add`] asks it to follow a job's paths, and every record, format
 //! detection and problem arrives on one `mpsc` channel as a [`WatchEvent`] tagged with the
 //! job's key. The thread sleeps in `epoll` until the kernel reports a change: an idle watcher
 //! costs no CPU, and there is no polling anywhere.
@@ -146,6 +147,24 @@ impl Watcher {
         init_rx
             .recv()
             .map_err(|_| std::io::Error::other("watcher thread exited during start-up"))??;
+        Ok((WatcherHandle { tx: cmd_tx }, ev_rx))
+    }
+
+    /// Like [`Watcher::spawn`], but the watcher runs as a task on the current tokio runtime
+    /// (which must have IO enabled) instead of on a thread of its own. On a single-threaded
+    /// runtime this is the cheaper choice: handing a record to a consumer on the same thread
+    /// costs no wake-up of another thread (with 1,000 jobs writing 176 rows/s, the daemon spent
+    /// ~20% of its CPU on the two threads waking each other). The task stops like the thread.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_task(
+        capacity: usize,
+    ) -> std::io::Result<(WatcherHandle, mpsc::Receiver<WatchEvent>)> {
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (ev_tx, ev_rx) = mpsc::channel(capacity.max(1));
+        let stream = engine::open_stream()?;
+        tokio::spawn(engine::run(stream, cmd_rx, ev_tx));
         Ok((WatcherHandle { tx: cmd_tx }, ev_rx))
     }
 }
