@@ -693,7 +693,16 @@ impl ClusterState {
                 },
             )
         } else if all_exited_ok {
-            (JobStatus::Completed, String::new())
+            // A node that restarted while the job ran takes it back but cannot learn its exit
+            // status (the job is no longer its child): completed, and said so.
+            let unknown = job.members.iter().find(|m| m.exit_code.is_none());
+            (
+                JobStatus::Completed,
+                match unknown {
+                    Some(m) => format!("on node {}: {}", m.node, m.message),
+                    None => String::new(),
+                },
+            )
         } else if let Some((node, st)) = node_down {
             (
                 JobStatus::Unknown,

@@ -112,7 +112,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let root = dir.path().join("cgroup");
     std::fs::create_dir(&root).unwrap();
     let fake = FakeCgroupRoot::unified(&root);
-    for group in ["train-j1", "broken-j2", "cancel-me-j3"] {
+    for group in ["train-j1", "broken-j2", "cancel-me-j3", "survivor-j4"] {
         fake.add_group(&format!("governor.slice/jobs/{group}"));
     }
     let out = dir.path().join("job-output");
@@ -271,6 +271,77 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             .contains("stopping a job on the coordinator's request"),
         "{}",
         daemon.log_tail()
+    );
+
+    // The daemon restarts (an upgrade) while a coordinator job runs: the job runs on, and the
+    // restarted daemon takes it back under its coordinator id instead of reporting a local job.
+    let survivor_log = dir.path().join("survivor.log");
+    let flag = dir.path().join("survivor.stop");
+    let script = format!(
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); echo \"step $i loss=0.$((1000 - i))\" >> {}; sleep 0.2; done",
+        flag.display(),
+        survivor_log.display()
+    );
+    let survivor = JobSpec::new(
+        "survivor",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        survivor_log.display().to_string(),
+    );
+    assert_eq!(rt.block_on(govctl.submit(survivor)).unwrap().id, "j4");
+    wait_for("survivor to run", Duration::from_secs(20), &daemon, || {
+        (job(&rt, &mut govctl, "j4").status == JobStatus::Running).then_some(())
+    });
+    let status = daemon.terminate();
+    assert!(status.success(), "{}", daemon.log_tail());
+    daemon.spawn();
+    let taken_back = wait_for(
+        "the restarted daemon to govern survivor",
+        Duration::from_secs(20),
+        &daemon,
+        || daemon.job("survivor"),
+    );
+    assert_eq!(taken_back["runtime"], "coordinator job j4", "{taken_back}");
+    assert!(
+        daemon
+            .log_text()
+            .contains("took back a job the coordinator placed here before the restart"),
+        "{}",
+        daemon.log_tail()
+    );
+    wait_for(
+        "the coordinator to hear from the restarted node",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            let line = coordinator_line(&daemon);
+            line.contains("connected (session").then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let jobs = rt.block_on(govctl.jobs(true)).expect("govctl jobs");
+    assert_eq!(
+        jobs.iter().find(|j| j.id == "j4").map(|j| j.status),
+        Some(JobStatus::Running),
+        "{jobs:?}"
+    );
+    assert!(
+        !jobs.iter().any(|j| j.id.contains("survivor-j4")),
+        "reported as a local job too: {jobs:?}"
+    );
+    std::fs::write(&flag, "").unwrap();
+    let done = wait_for("survivor to end", Duration::from_secs(20), &daemon, || {
+        let j = job(&rt, &mut govctl, "j4");
+        j.status.is_finished().then_some(j)
+    });
+    // Its exit status is lost with the restart (it is not the new daemon's child): it ended by
+    // itself, which the coordinator counts as completed, and the message says so.
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert!(done.message.contains("unknown"), "{done:?}");
+    wait_for(
+        "the daemon to let survivor go",
+        Duration::from_secs(10),
+        &daemon,
+        || daemon.job("survivor").is_none().then_some(()),
     );
 
     // The coordinator goes away: the node keeps governing and says it is retrying.

@@ -9,6 +9,10 @@
 //! [`NodeReport`] the agent streams → the main process exits: the job is reported `exited` with
 //! its status, kept in the reports for `finished_retention`, and its cgroup removed.
 //!
+//! Running jobs are recorded in a journal (`coordinator-jobs.json` beside the state file); a
+//! restarted daemon takes them back with [`Launcher::recover`] before discovery runs, so they
+//! stay the coordinator's jobs instead of turning into local ones.
+//!
 //! [`node_report`] is pure (the daemon's [`NodeStatus`] in, the wire report out) and makes
 //! every value valid for the protocol (finite, non-negative, bounded text), so one odd value can
 //! never get the node's whole report refused.
@@ -225,7 +229,9 @@ pub fn describe_agent(address: &str, status: &AgentStatus, last_error: Option<&s
 pub struct JobExit {
     pub job_id: String,
     pub replica: u32,
-    pub status: std::io::Result<ExitStatus>,
+    /// `Ok(None)`: it ended but its status is unknown (a job recovered after a restart of the
+    /// daemon is not the daemon's child, so it cannot be waited for).
+    pub status: std::io::Result<Option<ExitStatus>>,
 }
 
 /// What [`Launcher::start`] did.
@@ -242,6 +248,8 @@ pub enum StartOutcome {
 /// A job the launcher started, for the daemon to govern.
 #[derive(Debug)]
 pub struct StartedJob {
+    /// The coordinator's id of the job.
+    pub job_id: String,
     pub adopt: AdoptJob,
     pub maximise: bool,
     pub priority: i32,
@@ -258,10 +266,45 @@ pub struct LauncherConfig {
     pub gpus: BTreeSet<u32>,
     pub stop_grace: Duration,
     pub finished_retention: Duration,
+    /// Where the running jobs are recorded (`coordinator-jobs.json` beside the daemon's state
+    /// file), so that a restarted daemon takes them back ([`Launcher::recover`]); `None`: not
+    /// recorded.
+    pub journal: Option<PathBuf>,
 }
+
+/// What the journal keeps of a running job: enough to report it under its coordinator id and
+/// govern it again after a restart of the daemon.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct JournalEntry {
+    job_id: String,
+    replica: u32,
+    name: String,
+    gpu_indices: Vec<u32>,
+    message: String,
+    adopt: AdoptJob,
+    maximise: bool,
+    priority: i32,
+    /// The main process's start ([`crate::sys::process_start_ticks`]): a pid reused by another
+    /// process is not taken for the job.
+    start_ticks: Option<u64>,
+}
+
+/// The journal file's content.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Journal {
+    version: u32,
+    jobs: Vec<JournalEntry>,
+}
+
+const JOURNAL_VERSION: u32 = 1;
+
+/// The journal's file name, in the directory of the daemon's state file.
+pub const JOURNAL_FILE_NAME: &str = "coordinator-jobs.json";
 
 struct Launched {
     info: CoordinatorJob,
+    /// Recorded in the journal while the job runs.
+    record: Option<JournalEntry>,
     group: Option<JobCgroup>,
     /// Sends signals to the main process through its waiting task (which knows whether it has
     /// been reaped, so a signal never reaches a reused pid).
@@ -344,6 +387,7 @@ impl Launcher {
         };
         let mut launched = Launched {
             info: info.clone(),
+            record: None,
             group: None,
             signals: None,
             stop_reason: None,
@@ -353,7 +397,19 @@ impl Launcher {
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
                 info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
+                launched.record = Some(JournalEntry {
+                    job_id: s.job_id.clone(),
+                    replica: s.replica,
+                    name: s.name.clone(),
+                    gpu_indices: s.gpu_indices.clone(),
+                    message: launched.info.message.clone(),
+                    adopt: started.adopt.clone(),
+                    maximise: started.maximise,
+                    priority: started.priority,
+                    start_ticks: crate::sys::process_start_ticks(started.adopt.pid),
+                });
                 self.jobs.insert(key, launched);
+                self.persist();
                 StartOutcome::Started(Box::new(started))
             }
             Err(reason) => {
@@ -463,13 +519,14 @@ impl Launcher {
             let _ = exits.send(JobExit {
                 job_id,
                 replica,
-                status,
+                status: status.map(Some),
             });
         });
         launched.signals = Some(sig_tx);
         launched.info.state = RunState::Running;
         launched.info.message = format!("output in {}", output_path.display());
         Ok(StartedJob {
+            job_id: s.job_id.clone(),
             adopt: AdoptJob {
                 name: s.name.clone(),
                 cgroup: group.to_string(),
@@ -525,7 +582,16 @@ impl Launcher {
         use std::os::unix::process::ExitStatusExt;
         let stopped = l.stop_reason.clone();
         match (&exit.status, stopped) {
-            (Ok(status), None) => {
+            (Ok(None), None) => {
+                l.info.state = RunState::Exited;
+                l.info.exit_code = None;
+                l.info.message = "ended after the governor restarted; its exit status is unknown (it was not the restarted daemon's child)".into();
+            }
+            (Ok(None), Some(reason)) => {
+                l.info.state = RunState::Failed;
+                l.info.message = format!("stopped by the coordinator: {reason}");
+            }
+            (Ok(Some(status)), None) => {
                 l.info.state = RunState::Exited;
                 l.info.exit_code = Some(
                     status
@@ -537,7 +603,7 @@ impl Launcher {
                     l.info.message = format!("killed by signal {sig}");
                 }
             }
-            (Ok(status), Some(reason)) => {
+            (Ok(Some(status)), Some(reason)) => {
                 l.info.state = RunState::Failed;
                 l.info.exit_code = status.code();
                 l.info.message = format!("stopped by the coordinator: {reason}");
@@ -551,7 +617,10 @@ impl Launcher {
         l.signals = None;
         l.kill_at = None;
         l.finished_at = Some(now);
-        let group = l.group.clone()?;
+        l.record = None;
+        let group = l.group.clone();
+        self.persist();
+        let group = group?;
         self.teardowns.push(Teardown {
             group: group.clone(),
             kill_at: now + self.config.stop_grace,
@@ -610,6 +679,177 @@ impl Launcher {
     pub fn has_teardowns(&self) -> bool {
         !self.teardowns.is_empty()
     }
+
+    /// Write the running jobs to the journal (atomically: a crash leaves the old or the new
+    /// file). A failure is logged once; the jobs run on, only a restart would not know them.
+    fn persist(&mut self) {
+        let Some(path) = self.config.journal.clone() else {
+            return;
+        };
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            jobs: self
+                .jobs
+                .values()
+                .filter(|l| !l.info.state.is_finished())
+                .filter_map(|l| l.record.clone())
+                .collect(),
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("json.tmp");
+            let text = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)
+        };
+        match write() {
+            Ok(()) => {
+                self.logged.remove("journal");
+            }
+            Err(e) => self.warn_once(
+                "journal".into(),
+                &format!(
+                    "cannot record the coordinator's jobs in {}: {e}; a restarted daemon would report them as local jobs",
+                    path.display()
+                ),
+            ),
+        }
+    }
+
+    /// Take back the jobs a previous run of the daemon started (from the journal): a job whose
+    /// main process still runs is reported under its coordinator id again and returned, for the
+    /// daemon to govern; its end is noticed through a pidfd (its exit status is lost: it is not
+    /// this process's child). A job that ended meanwhile is reported `exited` with an unknown
+    /// status and its cgroup torn down. A missing journal is a first start; an unreadable one is
+    /// logged and set aside (`.bad`), never fatal. Must run inside a tokio runtime.
+    pub fn recover(&mut self, fs: &CgroupFs, now: Instant) -> Vec<StartedJob> {
+        let Some(path) = self.config.journal.clone() else {
+            return Vec::new();
+        };
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot read the journal of the coordinator's jobs: their jobs are reported as local ones");
+                return Vec::new();
+            }
+        };
+        let journal: Journal = match serde_json::from_slice(&text) {
+            Ok(j) => j,
+            Err(e) => {
+                let aside = path.with_extension("json.bad");
+                let _ = std::fs::rename(&path, &aside);
+                warn!(path = %path.display(), moved_to = %aside.display(), error = %e, "the journal of the coordinator's jobs is not valid: set aside; their jobs are reported as local ones");
+                return Vec::new();
+            }
+        };
+        let mut resumed = Vec::new();
+        for entry in journal.jobs {
+            let key = (entry.job_id.clone(), entry.replica);
+            if self.jobs.contains_key(&key) {
+                continue;
+            }
+            let group = JobCgroup::new(&entry.adopt.cgroup).ok();
+            let mut launched = Launched {
+                info: CoordinatorJob {
+                    job_id: entry.job_id.clone(),
+                    replica: entry.replica,
+                    name: entry.name.clone(),
+                    cgroup: group.as_ref().map(ToString::to_string),
+                    state: RunState::Running,
+                    exit_code: None,
+                    message: entry.message.clone(),
+                    gpu_indices: entry.gpu_indices.clone(),
+                },
+                record: Some(entry.clone()),
+                group: group.clone(),
+                signals: None,
+                stop_reason: None,
+                kill_at: None,
+                finished_at: None,
+            };
+            match follow_running(&entry, self.exits.clone()) {
+                Some(signals) => {
+                    info!(job = %entry.job_id, replica = entry.replica, name = %entry.name, pid = entry.adopt.pid, "took back a job the coordinator placed here before the restart");
+                    launched.signals = Some(signals);
+                    resumed.push(StartedJob {
+                        job_id: entry.job_id.clone(),
+                        adopt: entry.adopt.clone(),
+                        maximise: entry.maximise,
+                        priority: entry.priority,
+                    });
+                }
+                None => {
+                    info!(job = %entry.job_id, replica = entry.replica, name = %entry.name, "a job the coordinator placed here ended while the governor was not running");
+                    launched.info.state = RunState::Exited;
+                    launched.info.message =
+                        "ended while the governor was not running; its exit status is unknown"
+                            .into();
+                    launched.record = None;
+                    launched.finished_at = Some(now);
+                    if let Some(group) = group {
+                        self.teardowns.push(Teardown {
+                            group,
+                            kill_at: now + self.config.stop_grace,
+                            termed: false,
+                            killed: false,
+                        });
+                    }
+                }
+            }
+            self.jobs.insert(key, launched);
+        }
+        self.persist();
+        self.poll(fs, now);
+        resumed
+    }
+}
+
+/// Follow a recovered job's main process through a pidfd: the returned channel signals it (never
+/// a process that reused its pid), and its end arrives on `exits` with an unknown status. `None`
+/// when the process is gone (or its pid now names another process).
+fn follow_running(
+    entry: &JournalEntry,
+    exits: mpsc::UnboundedSender<JobExit>,
+) -> Option<mpsc::UnboundedSender<Signal>> {
+    let pid = entry.adopt.pid;
+    if pid == 0 {
+        return None;
+    }
+    let pidfd = crate::sys::pidfd_open(pid).ok()?;
+    // Checked after pidfd_open: if the start matches now, the pidfd holds the job's process.
+    let start = crate::sys::process_start_ticks(pid)?;
+    if entry.start_ticks.is_some_and(|s| s != start) {
+        return None;
+    }
+    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and unchanged for the
+    // AsyncFd's whole lifetime.
+    let pidfd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| warn!(pid, error = %e.into_parts().1, "cannot follow a recovered job's process"))
+    .ok()?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Signal>();
+    let (job_id, replica) = (entry.job_id.clone(), entry.replica);
+    tokio::spawn(async move {
+        let status = loop {
+            tokio::select! {
+                ready = pidfd.readable() => break ready.map(|_| None),
+                Some(sig) = rx.recv() => {
+                    use std::os::fd::AsFd;
+                    let _ = crate::sys::pidfd_send_signal(pidfd.get_ref().as_fd(), sig);
+                }
+            }
+        };
+        let _ = exits.send(JobExit {
+            job_id,
+            replica,
+            status,
+        });
+    });
+    Some(tx)
 }
 
 /// Signal a job's cgroup and its main process (the main process directly too: on a fake root
@@ -948,6 +1188,7 @@ mod tests {
             gpus: [0, 1].into_iter().collect(),
             stop_grace,
             finished_retention: Duration::from_secs(60),
+            journal: Some(dir.path().join("run/coordinator-jobs.json")),
         });
         Bed {
             dir,
@@ -987,6 +1228,17 @@ mod tests {
                 .find(|j| j.job_id == id)
                 .unwrap_or_else(|| panic!("{id} is not reported"))
                 .clone()
+        }
+        /// The daemon stops (the jobs run on) and starts again with the same configuration.
+        fn restart(&mut self) {
+            let config = self.launcher.config.clone();
+            let (launcher, exits) = Launcher::new(config);
+            self.launcher = launcher;
+            self.exits = exits;
+        }
+        fn journal(&self) -> Journal {
+            let path = self.dir.path().join("run/coordinator-jobs.json");
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
         }
         async fn next_exit(&mut self) -> JobExit {
             tokio::time::timeout(Duration::from_secs(20), self.exits.recv())
@@ -1171,9 +1423,139 @@ mod tests {
         let exit = bed.next_exit().await;
         assert_eq!(exit.job_id, "j2");
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(exit.status.as_ref().unwrap().signal(), Some(libc::SIGKILL));
+        assert_eq!(
+            exit.status.as_ref().unwrap().unwrap().signal(),
+            Some(libc::SIGKILL)
+        );
         bed.launcher.on_exit(&bed.fs, exit, Instant::now());
         assert_eq!(bed.state("j2").state, RunState::Failed);
         assert_eq!(bed.launcher.next_deadline(), None);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_daemon_takes_back_the_running_jobs_and_reports_the_ended_ones() {
+        let mut bed = bed(Duration::from_secs(5));
+        bed.prepare_group("long-j1");
+        bed.prepare_group("short-j2");
+        let mut long = start_job("j1", "long", "exec sleep 60");
+        long.gpu_indices = vec![1];
+        long.priority = 3;
+        let StartOutcome::Started(started) = bed.launcher.start(&bed.fs, long.clone()) else {
+            panic!("long did not start")
+        };
+        let long_pid = started.adopt.pid;
+        let short = start_job("j2", "short", "sleep 0.3");
+        assert!(matches!(
+            bed.launcher.start(&bed.fs, short),
+            StartOutcome::Started(_)
+        ));
+        let recorded: Vec<String> = bed
+            .journal()
+            .jobs
+            .iter()
+            .map(|e| e.job_id.clone())
+            .collect();
+        assert_eq!(recorded, ["j1", "j2"]);
+
+        // The daemon goes away; `short` ends while it is away (its old waiting task reaps it).
+        bed.restart();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+
+        let resumed = bed.launcher.recover(&bed.fs, Instant::now());
+        assert_eq!(resumed.len(), 1, "{resumed:?}");
+        assert_eq!(resumed[0].job_id, "j1");
+        assert_eq!(resumed[0].adopt, started.adopt, "governed as before");
+        assert_eq!(resumed[0].priority, 3);
+        let j1 = bed.state("j1");
+        assert_eq!(j1.state, RunState::Running);
+        assert_eq!(j1.cgroup.as_deref(), Some("/governor.slice/jobs/long-j1"));
+        assert_eq!(j1.gpu_indices, vec![1]);
+        let j2 = bed.state("j2");
+        assert_eq!((j2.state, j2.exit_code), (RunState::Exited, None));
+        assert!(j2.message.contains("exit status is unknown"), "{j2:?}");
+        let recorded: Vec<String> = bed
+            .journal()
+            .jobs
+            .iter()
+            .map(|e| e.job_id.clone())
+            .collect();
+        assert_eq!(recorded, ["j1"], "only the running job stays recorded");
+        assert!(
+            matches!(bed.launcher.start(&bed.fs, long), StartOutcome::Duplicate),
+            "the coordinator's resent start does not start it twice"
+        );
+
+        // The coordinator cancels it: the signal goes through the pidfd, the end is noticed.
+        let stop = StopJob {
+            job_id: "j1".into(),
+            reason: "cancelled".into(),
+        };
+        assert_eq!(bed.launcher.stop(&bed.fs, &stop, Instant::now()), 1);
+        let exit = bed.next_exit().await;
+        assert_eq!((exit.job_id.as_str(), exit.replica), ("j1", 0));
+        assert!(matches!(exit.status, Ok(None)), "{:?}", exit.status);
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        let j1 = bed.state("j1");
+        assert_eq!(j1.state, RunState::Failed);
+        assert!(j1.message.contains("cancelled"), "{j1:?}");
+        assert!(bed.journal().jobs.is_empty());
+        assert!(
+            crate::sys::process_start_ticks(long_pid).is_none()
+                || std::fs::read_to_string(format!("/proc/{long_pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "the job's process is gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keeps_the_daemon_up()
+     {
+        let mut bed = bed(Duration::from_secs(5));
+        let path = bed.dir.path().join("run/coordinator-jobs.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // This very test process under the job's pid, but with another start: a reused pid.
+        let me = std::process::id();
+        let entry = JournalEntry {
+            job_id: "j7".into(),
+            replica: 0,
+            name: "old".into(),
+            gpu_indices: Vec::new(),
+            message: String::new(),
+            adopt: AdoptJob {
+                name: "old".into(),
+                cgroup: "/governor.slice/jobs/old-j7".into(),
+                logs: vec!["/tmp/old.log".into()],
+                metric: None,
+                format: None,
+                pid: me,
+                epochs: None,
+            },
+            maximise: false,
+            priority: 0,
+            start_ticks: crate::sys::process_start_ticks(me).map(|t| t + 1),
+        };
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            jobs: vec![entry],
+        };
+        std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+        assert!(bed.launcher.recover(&bed.fs, Instant::now()).is_empty());
+        assert_eq!(bed.state("j7").state, RunState::Exited);
+
+        bed.restart();
+        std::fs::write(&path, b"{ not json").unwrap();
+        assert!(bed.launcher.recover(&bed.fs, Instant::now()).is_empty());
+        assert!(path.with_extension("json.bad").exists(), "set aside");
+        assert_eq!(bed.launcher.jobs().count(), 0);
+        // Nothing recorded: a later start writes a fresh journal.
+        bed.prepare_group("next-j8");
+        assert!(matches!(
+            bed.launcher
+                .start(&bed.fs, start_job("j8", "next", "sleep 0.1")),
+            StartOutcome::Started(_)
+        ));
+        assert_eq!(bed.journal().jobs.len(), 1);
+        let exit = bed.next_exit().await;
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
     }
 }

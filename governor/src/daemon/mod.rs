@@ -306,6 +306,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         cluster,
     };
     shell.refresh_coordinator_state();
+    shell.recover_coordinator_jobs(Instant::now()).await;
     shell.initial_discovery(Instant::now()).await;
 
     let mut sampling = SamplePacer::new(config.sample_interval);
@@ -562,6 +563,7 @@ impl ClusterSide {
             gpus: inventory.iter().map(|g| g.index).collect(),
             stop_grace: c.stop_grace,
             finished_retention: c.finished_retention,
+            journal: Some(config.state_file.with_file_name(cluster::JOURNAL_FILE_NAME)),
         });
         let (reports, report_rx) = watch::channel(NodeReport::default());
         let (command_tx, commands) = mpsc::channel(64);
@@ -639,26 +641,11 @@ impl Shell {
         };
         match cmd {
             NodeCommand::Start(start) => {
-                let job_id = start.job_id.clone();
                 let outcome = c.launcher.start(self.core.actuator().fs(), start);
                 if let cluster::StartOutcome::Started(started) = outcome {
-                    // The launcher follows the job's end (its main process), not discovery.
-                    match discovery::launched_job(&started.adopt) {
-                        Ok(mut found) => {
-                            found.job.runtime = format!("coordinator job {job_id}");
-                            found.job.spec.priority = started.priority;
-                            if started.maximise {
-                                found.job.spec.direction = crate::policy::Direction::Maximise;
-                                found.job.signal.direction =
-                                    Some(crate::policy::Direction::Maximise);
-                            }
-                            self.start_jobs(now, vec![found]).await;
-                            self.core.decide_and_apply(now);
-                        }
-                        Err(e) => {
-                            warn!(job = %job_id, error = %e, "a coordinator job runs but is not governed")
-                        }
-                    }
+                    self.govern_coordinator_job(now, &started.job_id, &started)
+                        .await;
+                    self.core.decide_and_apply(now);
                 }
             }
             NodeCommand::Stop(stop) => {
@@ -666,6 +653,43 @@ impl Shell {
             }
         }
         self.publish_report(now);
+    }
+
+    /// Govern a job the launcher started (or took back after a restart). The launcher follows
+    /// the job's end (its main process), not discovery.
+    async fn govern_coordinator_job(
+        &mut self,
+        now: Instant,
+        job_id: &str,
+        started: &cluster::StartedJob,
+    ) {
+        match discovery::launched_job(&started.adopt) {
+            Ok(mut found) => {
+                found.job.runtime = format!("coordinator job {job_id}");
+                found.job.spec.priority = started.priority;
+                if started.maximise {
+                    found.job.spec.direction = crate::policy::Direction::Maximise;
+                    found.job.signal.direction = Some(crate::policy::Direction::Maximise);
+                }
+                self.start_jobs(now, vec![found]).await;
+            }
+            Err(e) => {
+                warn!(job = %job_id, error = %e, "a coordinator job runs but is not governed")
+            }
+        }
+    }
+
+    /// Take back the coordinator's jobs a previous run of the daemon started (before discovery
+    /// could mistake them for local jobs).
+    async fn recover_coordinator_jobs(&mut self, now: Instant) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        let resumed = c.launcher.recover(self.core.actuator().fs(), now);
+        for started in &resumed {
+            self.govern_coordinator_job(now, &started.job_id, started)
+                .await;
+        }
     }
 
     /// A coordinator job's main process ended.
