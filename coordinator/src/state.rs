@@ -119,6 +119,19 @@ pub struct JobRecord {
     pub placements: Vec<PlacementDecision>,
     /// Gangs: fail when not admitted by this time.
     pub deadline: Option<Seconds>,
+    /// A node's policy asks for the job to be moved elsewhere (SpeCon's converged jobs). Kept
+    /// and shown; moving jobs (CRIU, framework checkpoints) is the next step.
+    #[serde(default)]
+    pub migration_request: Option<MigrationAsk>,
+}
+
+/// A node's request to move one of its jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationAsk {
+    pub node: String,
+    pub reason: String,
+    /// When the node first asked (this time).
+    pub since: Seconds,
 }
 
 impl JobRecord {
@@ -166,6 +179,10 @@ impl JobRecord {
             finished_at_unix: self.finished_at,
             message: self.message.clone(),
             local: self.is_local(),
+            migration_request: self
+                .migration_request
+                .as_ref()
+                .map(|m| format!("node {} asks: {}", m.node, m.reason)),
         }
     }
 }
@@ -503,9 +520,77 @@ impl ClusterState {
             }
         }
         self.forget_vanished(now, node_name, &present);
+        self.note_migration_requests(now, node_name, &present);
         self.refresh_jobs_on(node_name, now);
         self.sync_view(node_name);
         Ok(())
+    }
+
+    /// Record the node's migration requests on its jobs (and clear those it withdrew).
+    fn note_migration_requests(
+        &mut self,
+        now: Seconds,
+        node_name: &str,
+        present: &BTreeSet<(String, u32)>,
+    ) {
+        let Some(node) = self.nodes.get(node_name) else {
+            return;
+        };
+        let origin: HashMap<&str, JobOrigin> = node
+            .report
+            .jobs
+            .iter()
+            .map(|j| (j.job_id.as_str(), j.origin))
+            .collect();
+        let asked: HashMap<String, String> = node
+            .report
+            .migrations
+            .iter()
+            .filter_map(|m| {
+                let id = match origin.get(m.job_id.as_str())? {
+                    JobOrigin::Local => local_id(node_name, &m.job_id),
+                    JobOrigin::Coordinator => m.job_id.clone(),
+                };
+                Some((id, m.reason.clone()))
+            })
+            .collect();
+        let ids: BTreeSet<&String> = present.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            let Some(job) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            let from_here = job
+                .migration_request
+                .as_ref()
+                .is_some_and(|m| m.node == node_name);
+            let next = match asked.get(id) {
+                Some(_) if job.status.is_finished() => None,
+                Some(reason) => Some(MigrationAsk {
+                    node: node_name.to_owned(),
+                    reason: reason.clone(),
+                    since: job
+                        .migration_request
+                        .as_ref()
+                        .filter(|m| m.node == node_name)
+                        .map_or(now, |m| m.since),
+                }),
+                None if from_here => None,
+                None => continue,
+            };
+            if job.migration_request != next {
+                match &next {
+                    Some(m) if !from_here => {
+                        info!(node = node_name, job = %id, reason = %m.reason, "node asks to move a job elsewhere")
+                    }
+                    None => {
+                        info!(node = node_name, job = %id, "node no longer asks to move the job")
+                    }
+                    _ => {}
+                }
+                job.migration_request = next;
+                self.dirty.jobs.insert(id.clone());
+            }
+        }
     }
 
     fn update_local(&mut self, now: Seconds, node: &str, id: &str, report: &JobReport) {
@@ -545,6 +630,7 @@ impl ClusterState {
                 progress_step_s: 0.0,
                 placements: Vec::new(),
                 deadline: None,
+                migration_request: None,
             }
         });
         let limit = self.config.progress_samples;
@@ -826,6 +912,7 @@ impl ClusterState {
             progress_step_s: 0.0,
             placements: Vec::new(),
             deadline,
+            migration_request: None,
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));
@@ -1435,6 +1522,70 @@ mod tests {
             .register(0.0, hello("b", 2), "10.0.0.2:1".into())
             .session_id;
         (s, a, b)
+    }
+
+    #[test]
+    fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
+        let (mut s, a, _) = two_nodes();
+        s.submit(1.0, spec("vae", 1));
+        s.take_outbox();
+        let mut report = report_of(vec![
+            running("j1", Category::Converged),
+            JobReport {
+                origin: JobOrigin::Local,
+                ..running("/docker/abc", Category::Progressing)
+            },
+        ]);
+        report.migrations = vec![
+            governor_proto::node::MigrationRequest {
+                job_id: "j1".into(),
+                reason: "converged while others progress".into(),
+            },
+            // A request for a job the report does not carry is ignored.
+            governor_proto::node::MigrationRequest {
+                job_id: "j9".into(),
+                reason: "?".into(),
+            },
+        ];
+        s.report(2.0, "a", a, report.clone()).unwrap();
+        let asked = s.job_detail("j1").unwrap().summary.migration_request;
+        assert_eq!(
+            asked.as_deref(),
+            Some("node a asks: converged while others progress")
+        );
+        assert_eq!(
+            s.jobs
+                .get("j1")
+                .unwrap()
+                .migration_request
+                .as_ref()
+                .unwrap()
+                .since,
+            2.0
+        );
+        assert_eq!(
+            s.job_detail("a//docker/abc")
+                .unwrap()
+                .summary
+                .migration_request,
+            None
+        );
+        // Asked again: the request keeps its start.
+        s.report(3.0, "a", a, report.clone()).unwrap();
+        assert_eq!(
+            s.jobs
+                .get("j1")
+                .unwrap()
+                .migration_request
+                .as_ref()
+                .unwrap()
+                .since,
+            2.0
+        );
+        // Withdrawn.
+        report.migrations.clear();
+        s.report(4.0, "a", a, report).unwrap();
+        assert_eq!(s.job_detail("j1").unwrap().summary.migration_request, None);
     }
 
     #[test]

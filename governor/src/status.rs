@@ -68,6 +68,9 @@ pub struct JobStatus {
     pub decision: String,
     /// Seconds since the job was adopted.
     pub age_seconds: f64,
+    /// The policy asks for the job to be moved to another node (SpeCon), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_request: Option<String>,
 }
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {

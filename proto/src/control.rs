@@ -189,6 +189,9 @@ pub struct JobSummary {
     pub message: String,
     /// Found by a node, not submitted.
     pub local: bool,
+    /// A node asks for the job to be moved elsewhere, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_request: Option<String>,
 }
 
 /// One point of a job's progress curve.
@@ -405,6 +408,15 @@ impl TryFrom<pb::JobSummary> for JobSummary {
             finished_at_unix: m.finished_at_unix,
             message: short("message", m.message, MAX_MESSAGE_LEN)?,
             local: m.local,
+            migration_request: if m.migration_request.is_empty() {
+                None
+            } else {
+                Some(short(
+                    "migration_request",
+                    m.migration_request,
+                    MAX_MESSAGE_LEN,
+                )?)
+            },
         })
     }
 }
@@ -596,6 +608,7 @@ impl From<JobSummary> for pb::JobSummary {
             finished_at_unix: j.finished_at_unix,
             message: j.message,
             local: j.local,
+            migration_request: j.migration_request.unwrap_or_default(),
         }
     }
 }
@@ -755,6 +768,7 @@ mod tests {
             finished_at_unix: None,
             message: String::new(),
             local: false,
+            migration_request: Some("node n1 asks: converged".into()),
         };
         let detail = JobDetail {
             summary: summary.clone(),

@@ -157,7 +157,11 @@ pub fn jobs_table(jobs: &[JobSummary], now: f64) -> String {
                 format!("{node}: {}", j.message)
             }
         } else {
-            placement_of(j)
+            match &j.migration_request {
+                // Running where it is, but its node would rather see it elsewhere.
+                Some(_) => format!("{} (move asked)", placement_of(j)),
+                None => placement_of(j),
+            }
         };
         let _ = writeln!(
             out,
@@ -208,6 +212,9 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
     );
     if !j.message.is_empty() {
         let _ = writeln!(out, "  why:        {}", j.message);
+    }
+    if let Some(m) = &j.migration_request {
+        let _ = writeln!(out, "  migration:  {m}");
     }
     let _ = writeln!(
         out,
@@ -496,7 +503,31 @@ mod tests {
             finished_at_unix: None,
             message: "node node2 is lost".into(),
             local: false,
+            migration_request: None,
         }
+    }
+
+    #[test]
+    fn a_jobs_migration_request_shows_in_the_list_and_the_detail() {
+        let mut j = summary(JobStatus::Running);
+        j.migration_request = Some("node node2 asks: converged while others progress".into());
+        let t = jobs_table(std::slice::from_ref(&j), 160.0);
+        let row = t.lines().nth(1).unwrap();
+        assert!(row.ends_with("node2[3] (move asked)"), "{row}");
+        let d = job_detail(
+            &JobDetail {
+                summary: j,
+                spec: None,
+                progress: Vec::new(),
+                categories: Vec::new(),
+                placements: Vec::new(),
+            },
+            160.0,
+        );
+        assert!(
+            d.contains("  migration:  node node2 asks: converged while others progress"),
+            "{d}"
+        );
     }
 
     #[test]

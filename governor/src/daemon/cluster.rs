@@ -90,6 +90,7 @@ pub fn node_report<'a>(
     let mut claimed: HashSet<&str> = HashSet::new();
     let mut jobs = Vec::new();
     let mut seen_ids: BTreeSet<(String, u32)> = BTreeSet::new();
+    let mut migrations = Vec::new();
     for cj in coordinator_jobs {
         let job_id = clip(&cj.job_id, MAX_NAME_LEN);
         if job_id.trim().is_empty() || !seen_ids.insert((job_id.clone(), cj.replica)) {
@@ -111,6 +112,7 @@ pub fn node_report<'a>(
             && !cj.state.is_finished()
         {
             fill_figures(&mut report, g);
+            push_migration(&mut migrations, &report.job_id, g);
         }
         let distinct: BTreeSet<u32> = cj.gpu_indices.iter().copied().collect();
         report.gpu_indices = distinct.into_iter().collect();
@@ -145,6 +147,7 @@ pub fn node_report<'a>(
         let mut report = JobReport::running(job_id, name);
         report.origin = JobOrigin::Local;
         fill_figures(&mut report, j);
+        push_migration(&mut migrations, &report.job_id, j);
         jobs.push(report);
     }
     let cpu_used: f64 = status
@@ -158,7 +161,7 @@ pub fn node_report<'a>(
         cpu_used_cores: cpu_used,
         memory_used_bytes: status.jobs.iter().filter_map(|j| j.memory_bytes).sum(),
         jobs,
-        migrations: Vec::new(),
+        migrations,
         gpus: gpus
             .iter()
             .map(|g| WireGpuUsage {
@@ -168,6 +171,28 @@ pub fn node_report<'a>(
             })
             .collect(),
     }
+}
+
+/// The policy's request to move a job elsewhere, under the id the report gives the job (a
+/// replicated job's replicas are asked for once).
+fn push_migration(
+    migrations: &mut Vec<crate::cluster::MigrationRequest>,
+    job_id: &str,
+    j: &crate::status::JobStatus,
+) {
+    let Some(reason) = &j.migration_request else {
+        return;
+    };
+    if migrations
+        .iter()
+        .any(|m: &crate::cluster::MigrationRequest| m.job_id == job_id)
+    {
+        return;
+    }
+    migrations.push(crate::cluster::MigrationRequest {
+        job_id: job_id.to_owned(),
+        reason: clip(reason, MAX_MESSAGE_LEN),
+    });
 }
 
 /// The governed job's figures, made valid for the protocol.
@@ -1042,6 +1067,37 @@ mod tests {
         assert_eq!(report.memory_used_bytes, 600 << 20);
         assert_eq!(report.gpus.len(), 2);
         assert_eq!(report.gpus[1].utilization, 0.8);
+    }
+
+    #[test]
+    fn migration_requests_name_the_job_as_the_report_does() {
+        let mut vae = governed("vae", "/governor.slice/jobs/vae-j3");
+        vae.migration_request = Some("converged while others progress".into());
+        let mut local = governed("bert", "/docker/abc");
+        local.migration_request = Some("converged".into());
+        let status = NodeStatus {
+            jobs: vec![vae, local, governed("gpt", "/docker/def")],
+            ..NodeStatus::default()
+        };
+        let jobs = [coordinator_job(
+            "j3",
+            "vae",
+            Some("/governor.slice/jobs/vae-j3"),
+            RunState::Running,
+        )];
+        let report = over_the_wire(&node_report(&status, &jobs, &[]));
+        let asked: Vec<(&str, &str)> = report
+            .migrations
+            .iter()
+            .map(|m| (m.job_id.as_str(), m.reason.as_str()))
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                ("j3", "converged while others progress"),
+                ("/docker/abc", "converged")
+            ]
+        );
     }
 
     #[test]

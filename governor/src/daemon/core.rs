@@ -86,6 +86,9 @@ pub struct JobEntry {
     /// The allocation last handed to the actuator without error, while nothing new (usage)
     /// needs it to run again; `None`: the next round applies.
     applied: Option<(CpuAllocation, MemoryAllocation)>,
+    /// The policy asks for this job to be moved to another node (SpeCon), and why; reported to
+    /// the coordinator.
+    migration_request: Option<String>,
 }
 
 /// Where CPU usage comes from (eBPF maps or cgroup files).
@@ -273,6 +276,7 @@ impl NodeCore {
             allocation: None,
             touched: false,
             applied: None,
+            migration_request: None,
         };
         self.jobs.insert(job.cgroup, entry);
         self.next_decision_at = Some(now);
@@ -553,8 +557,27 @@ impl NodeCore {
                 }
             }
         }
-        for m in &plan.migrations {
-            info!(job = %m.job, reason = %m.reason, "the policy asks to migrate this job (needs a coordinator)");
+        // Migration requests: logged when they appear and when they are withdrawn, not at every
+        // decision; the coordinator sees them in the node's report.
+        let requested: std::collections::HashMap<&crate::policy::JobId, &str> = plan
+            .migrations
+            .iter()
+            .map(|m| (&m.job, m.reason.as_str()))
+            .collect();
+        for entry in self.jobs.values_mut() {
+            let now_requested = requested.get(&entry.spec.id).copied();
+            match (&entry.migration_request, now_requested) {
+                (None, Some(reason)) => {
+                    info!(job = %entry.name, reason, "the policy asks to move this job to another node");
+                }
+                (Some(_), None) => {
+                    info!(job = %entry.name, "the policy no longer asks to move this job");
+                }
+                _ => {}
+            }
+            if entry.migration_request.as_deref() != now_requested {
+                entry.migration_request = now_requested.map(str::to_owned);
+            }
         }
         self.last_plan = plan;
         stats
@@ -667,6 +690,7 @@ impl JobEntry {
                 .map(|a| a.reason.clone())
                 .unwrap_or_else(|| "waiting for the first decision".into()),
             age_seconds: now.saturating_duration_since(self.adopted_at).as_secs_f64(),
+            migration_request: self.migration_request.clone(),
         }
     }
 }
@@ -1136,6 +1160,42 @@ mod tests {
         let stats = bed.round();
         assert_eq!((stats.applied, stats.files_written), (1, 1), "{stats:?}");
         assert_eq!(bed.cpu_max("a"), "100000 100000");
+    }
+
+    #[test]
+    fn a_migration_request_shows_in_status_until_the_policy_withdraws_it() {
+        let mut bed = bed();
+        let mut asking = Plan::default();
+        asking.migrations.push(crate::policy::MigrationRequest {
+            job: id("b"),
+            reason: "converged while others progress".into(),
+        });
+        bed.core.policy = Box::new(FixedPlan(asking));
+        bed.round();
+        let requests = |bed: &Bed| -> Vec<(String, Option<String>)> {
+            bed.core
+                .status(bed.now)
+                .jobs
+                .into_iter()
+                .map(|j| (j.name, j.migration_request))
+                .collect()
+        };
+        assert_eq!(
+            requests(&bed),
+            [
+                ("a".to_owned(), None),
+                (
+                    "b".to_owned(),
+                    Some("converged while others progress".to_owned())
+                ),
+                ("c".to_owned(), None)
+            ]
+        );
+        bed.round();
+        assert!(requests(&bed)[1].1.is_some(), "kept while asked");
+        bed.core.policy = Box::new(FixedPlan(Plan::default()));
+        bed.round();
+        assert!(requests(&bed).iter().all(|(_, r)| r.is_none()));
     }
 
     /// Returns the same plan every time.
