@@ -152,9 +152,15 @@ pub fn render_table(s: &NodeStatus) -> String {
                     (h, m) => format!("{}/{}", opt(h, human_bytes), opt(m, human_bytes)),
                 },
                 j.cgroup.clone(),
-                match &j.log_problem {
-                    Some(p) => format!("{} [log: {p}]", j.decision),
-                    None => j.decision.clone(),
+                {
+                    let mut why = j.decision.clone();
+                    if let Some(m) = &j.migration_request {
+                        why.push_str(&format!(" [move asked: {m}]"));
+                    }
+                    if let Some(p) = &j.log_problem {
+                        why.push_str(&format!(" [log: {p}]"));
+                    }
+                    why
                 },
             ]
         })
@@ -219,6 +225,7 @@ mod tests {
                     memory_max_bytes: Some(1 << 30),
                     log_problem: Some("no known format".into()),
                     decision: "converged".into(),
+                    migration_request: Some("others progress".into()),
                     ..Default::default()
                 },
             ],
@@ -242,7 +249,8 @@ mod tests {
                 && lines[3].contains("0.20")
                 && lines[3].contains("3.0MiB")
                 && lines[3].contains("-/1.0GiB")
-                && lines[3].contains("[log: no known format]")
+                && lines[3]
+                    .contains("converged [move asked: others progress] [log: no known format]")
         );
         let col = lines[1].find("CATEGORY").unwrap();
         assert_eq!(lines[2].find("progressing"), Some(col));
