@@ -1104,7 +1104,13 @@ impl Core {
                 if matches!(e, CgroupError::ControllerUnavailable { .. }) {
                     ks.unavailable = true;
                 }
-                warn!(job = %job, file = %ks.knob, error = %e, "cannot read before writing");
+                // Logged once per failing spell, like a failed write (decisions come every second).
+                if ks.failing {
+                    debug!(job = %job, file = %ks.knob, error = %e, "cannot read before writing, still");
+                } else {
+                    warn!(job = %job, file = %ks.knob, error = %e, "cannot read before writing; will retry");
+                    ks.failing = true;
+                }
                 out.errors.push(e);
                 return Ok(());
             }

@@ -1354,3 +1354,66 @@ fn a_failed_restore_stays_in_the_state_file_for_a_later_attempt() {
     assert_eq!(bed.fake.knob("a", Knob::CpuWeight), "100");
     assert!(!bed.state_file().exists());
 }
+
+/// Log lines written while `f` runs (WARN and above, plain text).
+fn warnings_during(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = sink.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn a_file_that_cannot_be_read_is_reported_once_not_at_every_decision() {
+    let bed = Bed::v2();
+    bed.fake.add_group("a");
+    // A directory where cpu.max should be: every read fails (EISDIR), even as root.
+    let path = bed.fake.root().join("a/cpu.max");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let mut act = bed.actuator();
+    let t0 = Instant::now();
+    let logs = warnings_during(|| {
+        for round in 0u32..5 {
+            let out = act
+                .apply(
+                    &job("a"),
+                    &cpu(300, Some(0.5 + 0.01 * f64::from(round))),
+                    t0 + Duration::from_secs(u64::from(round)),
+                )
+                .unwrap();
+            assert!(
+                !out.errors.is_empty(),
+                "round {round}: the failure is returned"
+            );
+        }
+    });
+    assert_eq!(
+        logs.matches("cannot read before writing").count(),
+        1,
+        "one warning for five decisions:\n{logs}"
+    );
+    assert_eq!(
+        bed.fake.knob("a", Knob::CpuWeight),
+        "300",
+        "the weight still applies"
+    );
+}

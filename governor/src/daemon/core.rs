@@ -89,6 +89,8 @@ pub struct JobEntry {
     /// The policy asks for this job to be moved to another node (SpeCon), and why; reported to
     /// the coordinator.
     migration_request: Option<String>,
+    /// The last application failed (logged once per failing spell: decisions come every second).
+    apply_failing: bool,
 }
 
 /// Where CPU usage comes from (eBPF maps or cgroup files).
@@ -277,6 +279,7 @@ impl NodeCore {
             touched: false,
             applied: None,
             migration_request: None,
+            apply_failing: false,
         };
         self.jobs.insert(job.cgroup, entry);
         self.next_decision_at = Some(now);
@@ -533,10 +536,14 @@ impl NodeCore {
                         if outcome.errors.is_empty() {
                             entry.applied = Some((cpu, memory));
                         }
+                        if entry.apply_failing {
+                            info!(job = %entry.name, "decisions apply again");
+                            entry.apply_failing = false;
+                        }
                     }
                     Err(e) => {
                         stats.errors += 1;
-                        log_apply_error(&entry.name, cgroup, &e);
+                        log_apply_error(&entry.name, cgroup, &e, &mut entry.apply_failing);
                     }
                 }
             }
@@ -590,12 +597,12 @@ impl NodeCore {
         }
         for (cgroup, result) in self.actuator.poll(now) {
             if let Err(e) = result {
-                let name = self
-                    .jobs
-                    .get(&cgroup)
-                    .map(|e| e.name.clone())
-                    .unwrap_or_else(|| cgroup.to_string());
-                log_apply_error(&name, &cgroup, &e);
+                let mut failing_elsewhere = false;
+                let (name, failing) = match self.jobs.get_mut(&cgroup) {
+                    Some(entry) => (entry.name.clone(), &mut entry.apply_failing),
+                    None => (cgroup.to_string(), &mut failing_elsewhere),
+                };
+                log_apply_error(&name, &cgroup, &e, failing);
             }
         }
     }
@@ -759,11 +766,15 @@ fn clamp_to_bounds(cpu: &mut CpuAllocation, memory: &mut MemoryAllocation, spec:
     }
 }
 
-fn log_apply_error(job: &str, cgroup: &JobCgroup, e: &CgroupError) {
+/// A failed application: a warning the first time, then debug lines until it succeeds again.
+fn log_apply_error(job: &str, cgroup: &JobCgroup, e: &CgroupError, failing: &mut bool) {
     if e.is_gone() {
         debug!(job, cgroup = %cgroup, "cgroup vanished while applying");
+    } else if *failing {
+        debug!(job, cgroup = %cgroup, error = %e, "cannot apply the decision, still");
     } else {
-        warn!(job, cgroup = %cgroup, error = %e, "cannot apply the decision");
+        warn!(job, cgroup = %cgroup, error = %e, "cannot apply the decision; will retry");
+        *failing = true;
     }
 }
 
