@@ -331,7 +331,7 @@ impl DaemonConfig {
             path: path.to_owned(),
             message,
         };
-        if let Err(e) = crate::policy::by_name(&self.policy) {
+        if let Err(e) = crate::policy::by_spec(&self.policy) {
             return Err(invalid(e.to_string()));
         }
         if self.sample_interval < Duration::from_millis(50) {
@@ -636,6 +636,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown policy"), "{e}");
+        // Parameters as the command line takes them.
+        let c =
+            DaemonConfig::parse("policy = \"specon:interval=10\"", Path::new("g.toml")).unwrap();
+        assert_eq!(c.policy, "specon:interval=10");
+        let e = DaemonConfig::parse("policy = \"specon:intervl=10\"", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("g.toml") && e.contains("intervl"), "{e}");
         let e = DaemonConfig::parse("sample_interval = \"1ms\"", Path::new("g.toml"))
             .unwrap_err()
             .to_string();

@@ -364,3 +364,116 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     );
     drop(fake);
 }
+
+/// A node running SpeCon asks to move its converged job while two others still learn: the
+/// request travels from the real policy through the daemon's report to the coordinator, which
+/// shows it on the job (what `govctl jobs` and `govctl job` print), and the node's own status
+/// names it too. Plain-text session (`--insecure`); the categorisation interval is shortened
+/// from SpeCon's 30 s to 0.5 s (`--policy specon:interval=0.5`).
+#[test]
+fn a_specon_nodes_migration_request_reaches_the_coordinator() {
+    use governor_integration_tests::daemon::KerasLog;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server: RunningServer = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.path().join("coordinator.redb"),
+            tls: None,
+            policy: "first-fit".into(),
+            state: StateConfig::default(),
+        }))
+        .expect("the coordinator starts");
+    let address = server.addr.to_string();
+    let mut govctl = rt
+        .block_on(Client::connect(&address, None))
+        .expect("govctl connects");
+
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    let fake = FakeCgroupRoot::unified(&root);
+    let mut daemon = Daemon::configure(
+        "governor",
+        &format!(
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n",
+            root.display()
+        ),
+    );
+    let logs = dir.path().join("logs");
+    let mut writers = Vec::new();
+    for name in ["calm", "eager", "keen"] {
+        fake.add_group(&format!("jobs/{name}"));
+        let log = logs.join(format!("{name}.csv"));
+        writers.push(KerasLog::create(&log));
+        daemon.declare_job(
+            name,
+            &format!(
+                "cgroup = \"/jobs/{name}\"\nlogs = [\"{}\"]\n",
+                log.display()
+            ),
+        );
+    }
+    daemon.extra_args = vec![
+        "--dry-run".into(),
+        "--policy".into(),
+        "specon:interval=0.5".into(),
+        "--node-name".into(),
+        "node-s".into(),
+        "--coordinator".into(),
+        address.clone(),
+        "--insecure".into(),
+    ];
+    daemon.spawn();
+
+    // `calm` converges: under 1% better per interval, and slower every interval. `eager` and
+    // `keen` lose 39% of their loss per 0.5 s.
+    let started = Instant::now();
+    let asked = loop {
+        let t = started.elapsed().as_secs_f64();
+        writers[0].append(0.99 + 0.01 * (-t).exp());
+        writers[1].append(10.0 * (-t).exp());
+        writers[2].append(20.0 * (-t).exp());
+        let jobs = rt.block_on(govctl.jobs(true)).expect("govctl jobs");
+        if let Some(j) = jobs.iter().find(|j| j.migration_request.is_some()) {
+            break j.clone();
+        }
+        assert!(
+            t < 30.0,
+            "no migration request reached the coordinator in 30 s; jobs: {jobs:#?}\nnode status: {:?}\nlog:\n{}",
+            daemon.status_json(),
+            daemon.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(asked.name, "calm", "{asked:?}");
+    assert!(asked.local, "a job the node found by itself: {asked:?}");
+    let request = asked.migration_request.as_deref().unwrap();
+    assert!(request.starts_with("node node-s asks: "), "{request}");
+    let on_node = daemon.job("calm").expect("calm is governed");
+    assert!(
+        on_node["migration_request"].is_string(),
+        "the node's status names the request: {on_node}"
+    );
+    for other in ["eager", "keen"] {
+        let j = daemon.job(other).unwrap();
+        assert!(j.get("migration_request").is_none(), "{j}");
+    }
+    assert!(
+        daemon
+            .log_text()
+            .matches("the policy asks to move this job to another node")
+            .count()
+            == 1,
+        "logged once: {}",
+        daemon.log_tail()
+    );
+    let status = daemon.terminate();
+    assert!(status.success(), "{}", daemon.log_tail());
+    rt.block_on(server.kill());
+    drop(fake);
+}

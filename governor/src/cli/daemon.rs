@@ -11,7 +11,8 @@ pub struct DaemonArgs {
     /// Configuration file (see `governor --example-config`); defaults apply when it is missing.
     #[arg(long, default_value = "/etc/governor/governor.toml")]
     pub config: PathBuf,
-    /// Node policy, overriding the configuration: fair, flowcon, specon or governor.
+    /// Node policy, overriding the configuration: fair, flowcon, specon or governor, with
+    /// parameters as NAME:KEY=VALUE[:KEY=VALUE] (e.g. `specon:interval=10`).
     #[arg(long)]
     pub policy: Option<String>,
     /// Compute and log decisions without writing any cgroup file.

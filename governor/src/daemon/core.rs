@@ -203,8 +203,12 @@ impl NodeCore {
     pub fn set_policy(&mut self, policy: Box<dyn NodePolicy>, now: Instant) {
         self.policy = policy;
         let t = self.secs(now);
-        for entry in self.jobs.values() {
+        for entry in self.jobs.values_mut() {
             self.policy.job_added(t, &entry.spec);
+            // The old policy's requests to move jobs are withdrawn with it.
+            if entry.migration_request.take().is_some() {
+                info!(job = %entry.name, "the policy changed: its request to move this job is withdrawn");
+            }
         }
         self.next_decision_at = Some(now);
     }
@@ -564,26 +568,18 @@ impl NodeCore {
                 }
             }
         }
-        // Migration requests: logged when they appear and when they are withdrawn, not at every
-        // decision; the coordinator sees them in the node's report.
-        let requested: std::collections::HashMap<&crate::policy::JobId, &str> = plan
-            .migrations
-            .iter()
-            .map(|m| (&m.job, m.reason.as_str()))
-            .collect();
-        for entry in self.jobs.values_mut() {
-            let now_requested = requested.get(&entry.spec.id).copied();
-            match (&entry.migration_request, now_requested) {
-                (None, Some(reason)) => {
-                    info!(job = %entry.name, reason, "the policy asks to move this job to another node");
+        // Migration requests are events (SpeCon asks once per job and then leaves the job
+        // alone): a job keeps its request until it leaves the node or the policy is changed,
+        // so the coordinator sees it in every report until it acts. Logged once.
+        for m in &plan.migrations {
+            let Some(entry) = self.jobs.values_mut().find(|e| e.spec.id == m.job) else {
+                continue;
+            };
+            if entry.migration_request.as_deref() != Some(m.reason.as_str()) {
+                if entry.migration_request.is_none() {
+                    info!(job = %entry.name, reason = %m.reason, "the policy asks to move this job to another node");
                 }
-                (Some(_), None) => {
-                    info!(job = %entry.name, "the policy no longer asks to move this job");
-                }
-                _ => {}
-            }
-            if entry.migration_request.as_deref() != now_requested {
-                entry.migration_request = now_requested.map(str::to_owned);
+                entry.migration_request = Some(m.reason.clone());
             }
         }
         self.last_plan = plan;
@@ -1174,7 +1170,7 @@ mod tests {
     }
 
     #[test]
-    fn a_migration_request_shows_in_status_until_the_policy_withdraws_it() {
+    fn a_migration_request_stays_in_status_until_the_policy_is_changed() {
         let mut bed = bed();
         let mut asking = Plan::default();
         asking.migrations.push(crate::policy::MigrationRequest {
@@ -1191,20 +1187,21 @@ mod tests {
                 .map(|j| (j.name, j.migration_request))
                 .collect()
         };
-        assert_eq!(
-            requests(&bed),
-            [
-                ("a".to_owned(), None),
-                (
-                    "b".to_owned(),
-                    Some("converged while others progress".to_owned())
-                ),
-                ("c".to_owned(), None)
-            ]
-        );
-        bed.round();
-        assert!(requests(&bed)[1].1.is_some(), "kept while asked");
+        let asked = [
+            ("a".to_owned(), None),
+            (
+                "b".to_owned(),
+                Some("converged while others progress".to_owned()),
+            ),
+            ("c".to_owned(), None),
+        ];
+        assert_eq!(requests(&bed), asked);
+        // SpeCon asks once: later plans without the request keep it.
         bed.core.policy = Box::new(FixedPlan(Plan::default()));
+        bed.round();
+        assert_eq!(requests(&bed), asked, "kept until acted on");
+        bed.core
+            .set_policy(Box::new(FixedPlan(Plan::default())), bed.now);
         bed.round();
         assert!(requests(&bed).iter().all(|(_, r)| r.is_none()));
     }

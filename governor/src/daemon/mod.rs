@@ -67,7 +67,7 @@ fn load_config(opts: &DaemonOptions) -> Result<DaemonConfig> {
         DaemonConfig::default()
     };
     if let Some(p) = &opts.policy {
-        policy::by_name(p)?;
+        policy::by_spec(p)?;
         config.policy = p.clone();
     }
     if opts.dry_run {
@@ -250,7 +250,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         dry_run: config.actuation.dry_run,
         govern_memory: config.actuation.govern_memory,
     };
-    let policy = policy::by_name(&config.policy)?;
+    let policy = policy::by_spec(&config.policy)?;
     let mut core = NodeCore::new(settings.clone(), policy, actuator, now);
     // eBPF accounting (sched_switch), or cpu.stat / cpuacct where it cannot load; the reason
     // is logged once and shown by `governor status`.
@@ -299,6 +299,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     let discovery = Discovery::new(config.clone(), kind);
     let mut shell = Shell {
         core,
+        policy_spec: config.policy.clone(),
         watcher,
         discovery,
         config_path: opts.config_path.clone(),
@@ -591,6 +592,8 @@ impl ClusterSide {
 /// The loop's state, borrowed by each event handler.
 struct Shell {
     core: NodeCore,
+    /// The node policy as configured (name and parameters).
+    policy_spec: String,
     watcher: WatcherHandle,
     discovery: Discovery,
     config_path: PathBuf,
@@ -790,11 +793,14 @@ impl Shell {
                 return;
             }
         };
-        if config.policy != self.core.policy_name() {
-            match policy::by_name(&config.policy) {
+        // The spec as configured (`specon:interval=10` is not `specon`): a reload that leaves
+        // it alone keeps the running policy and its state.
+        if config.policy != self.policy_spec {
+            match policy::by_spec(&config.policy) {
                 Ok(p) => {
-                    info!(from = self.core.policy_name(), to = %config.policy, "policy changed");
+                    info!(from = %self.policy_spec, to = %config.policy, "policy changed");
                     self.core.set_policy(p, now);
+                    self.policy_spec.clone_from(&config.policy);
                 }
                 Err(e) => error!(error = %e, "reload: keeping the current policy"),
             }
