@@ -444,7 +444,10 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
             format!("{:.2}", j.cpu_cores),
             share,
             j.progress.map_or("-".to_owned(), |p| format!("{p:.4}")),
-            placement_of(j)
+            match &j.migration_request {
+                Some(_) => format!("{} (move asked)", placement_of(j)),
+                None => placement_of(j),
+            }
         );
     }
     let _ = now;
@@ -556,10 +559,13 @@ mod tests {
             last_report_age_s: 0.5,
             category_counts: [0, 0, 1, 0],
         };
-        let frame = top(&[node], &[summary(JobStatus::Running)], "soonest", 0.0);
+        let mut job = summary(JobStatus::Running);
+        job.migration_request = Some("node node2 asks: converged".into());
+        let frame = top(&[node], &[job], "soonest", 0.0);
         assert!(frame.contains("1 nodes (1 ready, 0 lost)"), "{frame}");
         assert!(frame.contains("[#####.....]   2.0"), "{frame}");
         assert!(frame.contains("1 watch"), "{frame}");
         assert!(frame.contains("38%"), "{frame}");
+        assert!(frame.contains("node2[3] (move asked)"), "{frame}");
     }
 }
