@@ -536,12 +536,16 @@ impl ClusterState {
         let Some(node) = self.nodes.get(node_name) else {
             return;
         };
-        let origin: HashMap<&str, JobOrigin> = node
-            .report
-            .jobs
-            .iter()
-            .map(|j| (j.job_id.as_str(), j.origin))
-            .collect();
+        // Nearly every report asks for nothing: then only requests made earlier are cleared.
+        let origin: HashMap<&str, JobOrigin> = if node.report.migrations.is_empty() {
+            HashMap::new()
+        } else {
+            node.report
+                .jobs
+                .iter()
+                .map(|j| (j.job_id.as_str(), j.origin))
+                .collect()
+        };
         let asked: HashMap<String, String> = node
             .report
             .migrations
