@@ -134,6 +134,12 @@ pub struct ActuationConfig {
     pub memory_headroom_fraction: f64,
     /// ...or plus this many bytes, whichever is larger.
     pub memory_headroom_min: ByteSize,
+    /// Never loosen a CPU cap or memory limit beyond the value found (a pod's limits stay in
+    /// force). Default true.
+    pub original_limits_are_ceilings: bool,
+    /// cgroup v1: apply `memory.max` proposals to `memory.limit_in_bytes`. Default false: v1 has
+    /// no `memory.high` to throttle a growing job first, so a hard limit could kill it.
+    pub v1_memory_limit: bool,
 }
 
 impl Default for ActuationConfig {
@@ -146,6 +152,8 @@ impl Default for ActuationConfig {
             govern_memory: false,
             memory_headroom_fraction: 0.10,
             memory_headroom_min: ByteSize(64 << 20),
+            original_limits_are_ceilings: true,
+            v1_memory_limit: false,
         }
     }
 }
@@ -559,6 +567,11 @@ memory_min_write_interval = "1s"
 govern_memory = false
 memory_headroom_fraction = 0.1
 memory_headroom_min = "64MiB"
+# Never loosen a CPU cap or memory limit beyond the value found (a pod's limits stay in force).
+original_limits_are_ceilings = true
+# cgroup v1 only: apply memory.max proposals to memory.limit_in_bytes (v1 has no memory.high to
+# throttle a growing job first, so this is off by default).
+v1_memory_limit = false
 
 # Report to a cluster coordinator (optional). Without it the node governs on its own.
 # [coordinator]
@@ -588,6 +601,7 @@ memory_headroom_min = "64MiB"
 # max_memory = "32GiB"
 # [custom]                     # for a log format Governor does not know
 # regex = 'step (?P<step>\d+) loss (?P<loss>[0-9.eE+-]+)'
+# split = "train"              # the records' split when the regex has no `split` group
 "#;
 
 #[cfg(test)]

@@ -147,6 +147,8 @@ fn actuator_config(config: &DaemonConfig) -> ActuatorConfig {
         cpu_min_write_interval_ms: a.cpu_min_write_interval.as_millis() as u64,
         memory_min_write_interval_ms: a.memory_min_write_interval.as_millis() as u64,
         manage_memory: a.govern_memory,
+        original_limits_are_ceilings: a.original_limits_are_ceilings,
+        v1_memory_limit: a.v1_memory_limit,
         memory_guard: MemoryGuardConfig {
             headroom_fraction: a.memory_headroom_fraction,
             headroom_min_bytes: a.memory_headroom_min.0,
