@@ -868,6 +868,21 @@ pub(crate) fn is_absolute(path: &str) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_actuation_settings_reach_the_actuator() {
+        let config = DaemonConfig::parse(
+            "[actuation]\noriginal_limits_are_ceilings = false\nv1_memory_limit = true\ngovern_memory = true\n",
+            Path::new("g.toml"),
+        )
+        .unwrap();
+        let a = actuator_config(&config);
+        assert!(!a.original_limits_are_ceilings);
+        assert!(a.v1_memory_limit);
+        assert!(a.manage_memory);
+        let defaults = actuator_config(&DaemonConfig::default());
+        assert!(defaults.original_limits_are_ceilings && !defaults.v1_memory_limit);
+    }
+
     fn opts() -> DaemonOptions {
         DaemonOptions {
             config_path: "/nonexistent/governor.toml".into(),
