@@ -728,3 +728,43 @@ async fn the_watcher_as_a_task_on_the_callers_runtime_delivers_like_the_thread()
     assert_eq!(h.stats().await.unwrap().files, 1);
     drop(h);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_backlog_read_as_a_task_leaves_the_thread_to_others_between_chunks() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("train.log");
+    // A known format, then 6 MiB of lines that are no records (read a MiB a turn), then a row.
+    let mut text = String::from("iter 0: loss 1.0, time 1.0ms, mfu 0.01%\n");
+    let noise = "warning: something happened in the data loader, carrying on\n";
+    while text.len() < 6 << 20 {
+        text.push_str(noise);
+    }
+    text.push_str("iter 1: loss 0.5, time 1.0ms, mfu 0.01%\n");
+    append(&path, &text);
+
+    let turns = Arc::new(AtomicUsize::new(0));
+    let neighbour = {
+        let turns = turns.clone();
+        tokio::spawn(async move {
+            loop {
+                turns.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let (h, rx) = Watcher::spawn_task(64).expect("watcher task starts");
+    let mut ev = Events { rx };
+    h.add("job", spec(&[&path], FormatChoice::Auto))
+        .await
+        .unwrap();
+    let (recs, _) = ev.records(2).await;
+    assert_eq!(losses(&recs), vec![1.0, 0.5]);
+    let seen = turns.load(Ordering::Relaxed);
+    neighbour.abort();
+    assert!(
+        seen >= 5,
+        "the neighbour task ran {seen} times while 6 MiB were read: the watcher kept the thread"
+    );
+}

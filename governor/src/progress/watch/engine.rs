@@ -215,7 +215,13 @@ pub(super) async fn run(
                 }
                 None => break,
             },
-            () = std::future::ready(()), if has_ready && !delivering => engine.continue_ready(),
+            () = std::future::ready(()), if has_ready && !delivering => {
+                engine.continue_ready();
+                // A backlog (a job's long existing log, read at most 1 MiB a turn) must not keep
+                // the thread: as a task on the daemon's thread, the control loop runs between
+                // chunks (yielding costs nothing measurable next to parsing 1 MiB).
+                tokio::task::yield_now().await;
+            }
         }
         pending.extend(engine.outbox.drain(..));
         if events.is_closed() {
