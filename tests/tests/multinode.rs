@@ -80,7 +80,8 @@ fn multinode_every_node_reaches_every_other() {
 // ---------------------------------------------------------------------------------------------
 // The coordinator scenario: node 1 runs the coordinator and drives govctl; the other nodes run
 // the node side and obey node 1's instructions over a small TCP control channel (port 7001 on
-// node 1 hands out certificates, port 7002 on the others takes "kill-agent" and "done").
+// node 1 hands out certificates, port 7002 on the others takes "kill-agent", "start-agent" and
+// "done").
 // ---------------------------------------------------------------------------------------------
 
 const COORDINATOR_PORT: u16 = 7070;
@@ -104,7 +105,11 @@ impl Drop for Proc {
 }
 
 fn spawn(what: &'static str, cmd: &mut Command, log: &Path) -> Proc {
-    let out = std::fs::File::create(log)
+    // Appended: a restarted daemon's lines follow its predecessor's.
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
     let err = out.try_clone().unwrap();
     let child = cmd
@@ -204,6 +209,15 @@ fn job_node(jobs: &serde_json::Value, name: &str) -> Option<(String, String, Str
                 j["category"].as_str().unwrap_or_default().to_owned(),
             )
         })
+}
+
+/// The coordinator's id of the submitted (not local) job called `name`.
+fn job_id(jobs: &serde_json::Value, name: &str) -> String {
+    jobs.as_array()
+        .and_then(|a| a.iter().find(|j| j["name"] == name && j["local"] != true))
+        .and_then(|j| j["id"].as_str())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The node's status, or `None` while the coordinator does not answer (starting up).
@@ -433,6 +447,35 @@ fn coordinator_node(n: u32) {
             "node1: after killing node3's governor:\n{}",
             govctl(&certs, &["top", "--once"])
         );
+
+        // Start it again: it takes beta back from its journal, under beta's id, on the real
+        // kernel (beta kept running in its cgroup while no governor watched it).
+        let beta_id = job_id(&jobs, "beta");
+        assert!(!beta_id.is_empty(), "beta has no id: {jobs}");
+        let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "start-agent", 60);
+        assert!(reply.starts_with("started"), "node3 answered {reply:?}");
+        wait_for("beta to run again on node3 under its id", 120, || {
+            let jobs = govctl_json(&certs, &["jobs", "--all"]);
+            let beta = jobs
+                .as_array()?
+                .iter()
+                .find(|j| j["id"] == beta_id.as_str())?;
+            (beta["members"][0]["node"] == "node3" && beta["status"] == "running").then_some(())
+        });
+        let jobs = govctl_json(&certs, &["jobs", "--all"]);
+        let local_betas = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| {
+                j["local"] == true && j["id"].as_str().is_some_and(|id| id.contains("beta"))
+            })
+            .count();
+        assert_eq!(local_betas, 0, "beta also reported as a local job: {jobs}");
+        eprintln!(
+            "node1: node3's governor restarted:\n{}",
+            govctl(&certs, &["top", "--once"])
+        );
     }
 
     // Restart the coordinator abruptly: no job is lost, node2 re-syncs.
@@ -560,6 +603,13 @@ fn worker_node(me: u32) {
                 let _ = s.write_all(b"killed");
                 eprintln!("node{me}: node daemon killed on node1's request");
             }
+            "start-agent" => {
+                if daemon.is_none() {
+                    daemon = Some(spawn("node daemon", &mut node_daemon_cmd(me, &certs), &log));
+                }
+                let _ = s.write_all(b"started");
+                eprintln!("node{me}: node daemon started again on node1's request");
+            }
             "done" => {
                 let _ = s.write_all(b"bye");
                 eprintln!("node{me}: done; daemon log tail:\n{}", tail(&log));
@@ -574,7 +624,8 @@ fn worker_node(me: u32) {
 
 /// Node 1 runs the coordinator, the others the node side: jobs submitted with govctl land where
 /// the policy says, `govctl top` shows their live categories, a killed node daemon's node is
-/// marked lost, and a coordinator killed and restarted loses no job.
+/// marked lost and, started again, the daemon takes its running job back under the job's id,
+/// and a coordinator killed and restarted loses no job.
 #[test]
 #[ignore = "vm: needs the multi-node bed; run with `cargo xtask vm-test --nodes 3`"]
 fn multinode_coordinator_places_tracks_and_survives() {
