@@ -91,6 +91,7 @@ pub fn node_report<'a>(
     let mut jobs = Vec::new();
     let mut seen_ids: BTreeSet<(String, u32)> = BTreeSet::new();
     let mut migrations = Vec::new();
+    let mut asked: HashSet<String> = HashSet::new();
     for cj in coordinator_jobs {
         let job_id = clip(&cj.job_id, MAX_NAME_LEN);
         if job_id.trim().is_empty() || !seen_ids.insert((job_id.clone(), cj.replica)) {
@@ -112,7 +113,7 @@ pub fn node_report<'a>(
             && !cj.state.is_finished()
         {
             fill_figures(&mut report, g);
-            push_migration(&mut migrations, &report.job_id, g);
+            push_migration(&mut migrations, &mut asked, &report.job_id, g);
         }
         let distinct: BTreeSet<u32> = cj.gpu_indices.iter().copied().collect();
         report.gpu_indices = distinct.into_iter().collect();
@@ -147,7 +148,7 @@ pub fn node_report<'a>(
         let mut report = JobReport::running(job_id, name);
         report.origin = JobOrigin::Local;
         fill_figures(&mut report, j);
-        push_migration(&mut migrations, &report.job_id, j);
+        push_migration(&mut migrations, &mut asked, &report.job_id, j);
         jobs.push(report);
     }
     let cpu_used: f64 = status
@@ -177,16 +178,14 @@ pub fn node_report<'a>(
 /// replicated job's replicas are asked for once).
 fn push_migration(
     migrations: &mut Vec<crate::cluster::MigrationRequest>,
+    asked: &mut HashSet<String>,
     job_id: &str,
     j: &crate::status::JobStatus,
 ) {
     let Some(reason) = &j.migration_request else {
         return;
     };
-    if migrations
-        .iter()
-        .any(|m: &crate::cluster::MigrationRequest| m.job_id == job_id)
-    {
+    if !asked.insert(job_id.to_owned()) {
         return;
     }
     migrations.push(crate::cluster::MigrationRequest {
