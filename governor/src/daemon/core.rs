@@ -571,15 +571,22 @@ impl NodeCore {
         // Migration requests are events (SpeCon asks once per job and then leaves the job
         // alone): a job keeps its request until it leaves the node or the policy is changed,
         // so the coordinator sees it in every report until it acts. Logged once.
-        for m in &plan.migrations {
-            let Some(entry) = self.jobs.values_mut().find(|e| e.spec.id == m.job) else {
-                continue;
-            };
-            if entry.migration_request.as_deref() != Some(m.reason.as_str()) {
-                if entry.migration_request.is_none() {
-                    info!(job = %entry.name, reason = %m.reason, "the policy asks to move this job to another node");
+        if !plan.migrations.is_empty() {
+            let requested: std::collections::HashMap<&crate::policy::JobId, &str> = plan
+                .migrations
+                .iter()
+                .map(|m| (&m.job, m.reason.as_str()))
+                .collect();
+            for entry in self.jobs.values_mut() {
+                let Some(&reason) = requested.get(&entry.spec.id) else {
+                    continue;
+                };
+                if entry.migration_request.as_deref() != Some(reason) {
+                    if entry.migration_request.is_none() {
+                        info!(job = %entry.name, reason, "the policy asks to move this job to another node");
+                    }
+                    entry.migration_request = Some(reason.to_owned());
                 }
-                entry.migration_request = Some(m.reason.clone());
             }
         }
         self.last_plan = plan;
