@@ -103,3 +103,27 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Free space, in GiB, on the file system that holds the target directory (`None` if unknown).
+pub fn target_free_gib() -> Option<f64> {
+    let dir = target_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    // `df` rather than statvfs: xtask holds no unsafe code.
+    let out = output(Command::new("df").args(["-P", "-k"]).arg(&dir)).ok()?;
+    let available_kib: f64 = out
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(available_kib / f64::from(1u32 << 20))
+}
+
+/// Prints the free space under the target directory: CI's disk has run full before, and a
+/// figure per stage tells which stage used it.
+pub fn report_free_disk(stage: &str) {
+    if let Some(gib) = target_free_gib() {
+        eprintln!("   disk: {gib:.1} GiB free under the target directory ({stage})");
+    }
+}

@@ -17,6 +17,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let bed = crate::setup::run()?;
     let _ = bed;
+    cmd::report_free_disk("after setup");
     eprintln!("== cargo fmt --check");
     cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
     eprintln!("== cargo clippy -D warnings");
@@ -30,8 +31,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    cmd::report_free_disk("after clippy");
     eprintln!("== unit and host tests");
     cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "governor-ebpf"]))?;
+    cmd::report_free_disk("after host tests");
     if args.no_vm {
         eprintln!("== VM tests skipped (--no-vm)");
     } else {
@@ -46,6 +49,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             timeout_minutes: 30,
         })?;
     }
+    cmd::report_free_disk("at the end");
     eprintln!(
         "== all tests passed in {:.1} min",
         started.elapsed().as_secs_f64() / 60.0
