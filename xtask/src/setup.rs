@@ -164,6 +164,8 @@ fn bpf_linker() -> Result<()> {
             .env("LLVM_PREFIX", &prefix),
     )?;
     cmd::run(Command::new(&bin).arg("--version"))?;
+    // The build's intermediate files (~270 MB) are not needed once the binary is installed.
+    let _ = fs::remove_dir_all(tools.join("build"));
     fs::write(&stamp, want_stamp)?;
     Ok(())
 }
