@@ -17,4 +17,5 @@ pub mod gpu;
 pub mod policy;
 pub mod progress;
 pub mod status;
+pub mod supervise;
 pub mod sys;

@@ -278,7 +278,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let survivor_log = dir.path().join("survivor.log");
     let flag = dir.path().join("survivor.stop");
     let script = format!(
-        "i=0; while [ ! -e {} ]; do i=$((i+1)); echo \"step $i loss=0.$((1000 - i))\" >> {}; sleep 0.2; done",
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); echo \"step $i loss=0.$((1000 - i))\" >> {}; sleep 0.2; done; exit 3",
         flag.display(),
         survivor_log.display()
     );
@@ -333,10 +333,10 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         let j = job(&rt, &mut govctl, "j4");
         j.status.is_finished().then_some(j)
     });
-    // Its exit status is lost with the restart (it is not the new daemon's child): it ended by
-    // itself, which the coordinator counts as completed, and the message says so.
-    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
-    assert!(done.message.contains("unknown"), "{done:?}");
+    // It is not the new daemon's child, yet its exit status is known: its supervisor
+    // (`governor supervise`, its parent since the start) recorded it.
+    assert_eq!(done.status, JobStatus::Failed, "{done:?}");
+    assert!(done.message.contains("exited with status 3"), "{done:?}");
     wait_for(
         "the daemon to let survivor go",
         Duration::from_secs(10),

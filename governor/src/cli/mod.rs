@@ -41,6 +41,10 @@ pub enum Command {
     Formats,
     /// Live per-cgroup CPU use, run-queue wait and context switches from the eBPF maps.
     Top(top::TopArgs),
+    /// Internal: the parent the daemon puts between itself and a coordinator job, so that the
+    /// job's exit status survives a restart of the daemon (see the `supervise` module).
+    #[command(hide = true)]
+    Supervise(crate::supervise::SuperviseArgs),
 }
 
 /// Initialise tracing to stderr from `--log-level` or RUST_LOG (default `warn` for one-shot
@@ -81,5 +85,6 @@ pub fn main() -> ExitCode {
         Command::Parse(args) => parse::run_parse(args),
         Command::Formats => parse::run_formats(),
         Command::Top(args) => top::run_top(args),
+        Command::Supervise(args) => crate::supervise::run(args),
     }
 }

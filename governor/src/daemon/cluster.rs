@@ -294,6 +294,10 @@ pub struct LauncherConfig {
     /// file), so that a restarted daemon takes them back ([`Launcher::recover`]); `None`: not
     /// recorded.
     pub journal: Option<PathBuf>,
+    /// The `governor` binary, to start each job under `governor supervise` (the job's parent
+    /// for its whole life), so that its exit status is known even when it ends after a restart
+    /// of the daemon; `None`: the job is started directly (then such a status is lost).
+    pub supervisor: Option<PathBuf>,
 }
 
 /// What the journal keeps of a running job: enough to report it under its coordinator id and
@@ -311,6 +315,9 @@ struct JournalEntry {
     /// The main process's start ([`crate::sys::process_start_ticks`]): a pid reused by another
     /// process is not taken for the job.
     start_ticks: Option<u64>,
+    /// Where its supervisor records how it ended ([`crate::supervise::ExitRecord`]).
+    #[serde(default)]
+    exit_file: Option<PathBuf>,
 }
 
 /// The journal file's content.
@@ -329,6 +336,8 @@ struct Launched {
     info: CoordinatorJob,
     /// Recorded in the journal while the job runs.
     record: Option<JournalEntry>,
+    /// Where its supervisor records how it ended (read and removed when it ends).
+    exit_file: Option<PathBuf>,
     group: Option<JobCgroup>,
     /// Sends signals to the main process through its waiting task (which knows whether it has
     /// been reaped, so a signal never reaches a reused pid).
@@ -412,6 +421,7 @@ impl Launcher {
         let mut launched = Launched {
             info: info.clone(),
             record: None,
+            exit_file: None,
             group: None,
             signals: None,
             stop_reason: None,
@@ -431,6 +441,7 @@ impl Launcher {
                     maximise: started.maximise,
                     priority: started.priority,
                     start_ticks: crate::sys::process_start_ticks(started.adopt.pid),
+                    exit_file: launched.exit_file.clone(),
                 });
                 self.jobs.insert(key, launched);
                 self.persist();
@@ -500,9 +511,29 @@ impl Launcher {
         let errors = output
             .try_clone()
             .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
-        let mut command = std::process::Command::new(&s.argv[0]);
+        let mut command = match &self.config.supervisor {
+            Some(governor) => {
+                let exit_file = self.config.output_dir.join(format!("{group_name}.exit"));
+                // A record left by an earlier run of the same job id is not this run's.
+                let _ = std::fs::remove_file(&exit_file);
+                let mut command = std::process::Command::new(governor);
+                command
+                    .arg("supervise")
+                    .arg("--status-file")
+                    .arg(&exit_file)
+                    .arg("--");
+                launched.exit_file = Some(exit_file);
+                command
+            }
+            None => std::process::Command::new(&s.argv[0]),
+        };
+        let program_args = if self.config.supervisor.is_some() {
+            &s.argv[..]
+        } else {
+            &s.argv[1..]
+        };
         command
-            .args(&s.argv[1..])
+            .args(program_args)
             .envs(&s.env)
             .env("GOVERNOR_LOG", &s.log_path)
             .env("GOVERNOR_JOB", &s.name)
@@ -605,7 +636,24 @@ impl Launcher {
         let l = self.jobs.get_mut(&(exit.job_id.clone(), exit.replica))?;
         use std::os::unix::process::ExitStatusExt;
         let stopped = l.stop_reason.clone();
-        match (&exit.status, stopped) {
+        // The supervisor's record: the job's own status even when the daemon is not its
+        // supervisor's parent (recovered after a restart), and why a program did not start.
+        let record = l.exit_file.take().and_then(|file| {
+            let record = crate::supervise::ExitRecord::read(&file);
+            let _ = std::fs::remove_file(&file);
+            record
+        });
+        let status = match (&record, exit.status) {
+            (Some(r), Ok(_)) if r.status().is_some() => Ok(r.status()),
+            (_, status) => status,
+        };
+        let start_error = record.and_then(|r| r.error);
+        match (&status, stopped) {
+            (Ok(_), None) if start_error.is_some() => {
+                l.info.state = RunState::Failed;
+                l.info.exit_code = Some(127);
+                l.info.message = start_error.unwrap_or_default();
+            }
             (Ok(None), None) => {
                 l.info.state = RunState::Exited;
                 l.info.exit_code = None;
@@ -744,9 +792,10 @@ impl Launcher {
 
     /// Take back the jobs a previous run of the daemon started (from the journal): a job whose
     /// main process still runs is reported under its coordinator id again and returned, for the
-    /// daemon to govern; its end is noticed through a pidfd (its exit status is lost: it is not
-    /// this process's child). A job that ended meanwhile is reported `exited` with an unknown
-    /// status and its cgroup torn down. A missing journal is a first start; an unreadable one is
+    /// daemon to govern; its end is noticed through a pidfd, and its exit status read from its
+    /// supervisor's record (without a supervisor it is lost: the job is not this process's
+    /// child). A job that ended meanwhile is reported with the status its supervisor recorded
+    /// (unknown without one) and its cgroup torn down. A missing journal is a first start; an unreadable one is
     /// logged and set aside (`.bad`), never fatal. Must run inside a tokio runtime.
     pub fn recover(&mut self, fs: &CgroupFs, now: Instant) -> Vec<StartedJob> {
         let Some(path) = self.config.journal.clone() else {
@@ -788,6 +837,7 @@ impl Launcher {
                     gpu_indices: entry.gpu_indices.clone(),
                 },
                 record: Some(entry.clone()),
+                exit_file: entry.exit_file.clone(),
                 group: group.clone(),
                 signals: None,
                 stop_reason: None,
@@ -807,10 +857,7 @@ impl Launcher {
                 }
                 None => {
                     info!(job = %entry.job_id, replica = entry.replica, name = %entry.name, "a job the coordinator placed here ended while the governor was not running");
-                    launched.info.state = RunState::Exited;
-                    launched.info.message =
-                        "ended while the governor was not running; its exit status is unknown"
-                            .into();
+                    describe_end_while_away(&mut launched);
                     launched.record = None;
                     launched.finished_at = Some(now);
                     if let Some(group) = group {
@@ -828,6 +875,41 @@ impl Launcher {
         self.persist();
         self.poll(fs, now);
         resumed
+    }
+}
+
+/// Set the state of a job that ended while no daemon ran, from its supervisor's record when
+/// there is one (which is then removed).
+fn describe_end_while_away(launched: &mut Launched) {
+    let record = launched.exit_file.take().and_then(|file| {
+        let record = crate::supervise::ExitRecord::read(&file);
+        let _ = std::fs::remove_file(&file);
+        record
+    });
+    let info = &mut launched.info;
+    match record {
+        Some(crate::supervise::ExitRecord {
+            error: Some(error), ..
+        }) => {
+            info.state = RunState::Failed;
+            info.exit_code = Some(127);
+            info.message = error;
+        }
+        Some(record) if record.status().is_some() => {
+            use std::os::unix::process::ExitStatusExt;
+            let status = record.status().unwrap_or_default();
+            info.state = RunState::Exited;
+            info.exit_code = status.code().or_else(|| status.signal().map(|s| 128 + s));
+            info.message = match status.signal() {
+                Some(sig) => format!("killed by signal {sig} while the governor was not running"),
+                None => "ended while the governor was not running".into(),
+            };
+        }
+        _ => {
+            info.state = RunState::Exited;
+            info.message =
+                "ended while the governor was not running; its exit status is unknown".into();
+        }
     }
 }
 
@@ -1244,6 +1326,7 @@ mod tests {
             stop_grace,
             finished_retention: Duration::from_secs(60),
             journal: Some(dir.path().join("run/coordinator-jobs.json")),
+            supervisor: None,
         });
         Bed {
             dir,
@@ -1588,6 +1671,7 @@ mod tests {
             maximise: false,
             priority: 0,
             start_ticks: crate::sys::process_start_ticks(me).map(|t| t + 1),
+            exit_file: None,
         };
         let journal = Journal {
             version: JOURNAL_VERSION,
@@ -1612,5 +1696,128 @@ mod tests {
         assert_eq!(bed.journal().jobs.len(), 1);
         let exit = bed.next_exit().await;
         bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    }
+
+    fn journal_entry(
+        id: &str,
+        pid: u32,
+        start_ticks: Option<u64>,
+        exit_file: &Path,
+    ) -> JournalEntry {
+        JournalEntry {
+            job_id: id.into(),
+            replica: 0,
+            name: format!("job-{id}"),
+            gpu_indices: Vec::new(),
+            message: String::new(),
+            adopt: AdoptJob {
+                name: format!("job-{id}"),
+                cgroup: format!("/governor.slice/jobs/job-{id}"),
+                logs: vec!["/tmp/train.log".into()],
+                metric: None,
+                format: None,
+                pid,
+                epochs: None,
+            },
+            maximise: false,
+            priority: 0,
+            start_ticks,
+            exit_file: Some(exit_file.to_owned()),
+        }
+    }
+
+    /// The supervisor's records (written here by hand; `governor supervise` itself is tested
+    /// through the binary in governor/tests/supervise.rs and the daemon in tests/cluster_daemon.rs)
+    /// give a recovered job's real end: after it ended while no daemon ran, and when it ends
+    /// under the restarted daemon, which is not its parent.
+    #[tokio::test]
+    async fn a_restarted_daemon_reports_the_exit_status_its_supervisor_recorded() {
+        use crate::supervise::ExitRecord;
+        let mut bed = bed(Duration::from_secs(5));
+        let out = bed.dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let me = std::process::id();
+        let reused = crate::sys::process_start_ticks(me).map(|t| t + 1);
+        let (ended, failed, running) = (
+            out.join("job-j1.exit"),
+            out.join("job-j2.exit"),
+            out.join("job-j3.exit"),
+        );
+        ExitRecord {
+            code: Some(3),
+            ..ExitRecord::default()
+        }
+        .write(&ended)
+        .unwrap();
+        ExitRecord {
+            code: Some(127),
+            signal: None,
+            error: Some("cannot start /opt/missing: No such file or directory".into()),
+        }
+        .write(&failed)
+        .unwrap();
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            jobs: vec![
+                journal_entry("j1", me, reused, &ended),
+                journal_entry("j2", me, reused, &failed),
+                journal_entry(
+                    "j3",
+                    sleeper.id(),
+                    crate::sys::process_start_ticks(sleeper.id()),
+                    &running,
+                ),
+            ],
+        };
+        let path = bed.dir.path().join("run/coordinator-jobs.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+
+        let resumed = bed.launcher.recover(&bed.fs, Instant::now());
+        assert_eq!(resumed.len(), 1);
+        let j1 = bed.state("j1");
+        assert_eq!(
+            (j1.state, j1.exit_code),
+            (RunState::Exited, Some(3)),
+            "{j1:?}"
+        );
+        assert!(!j1.message.contains("unknown"), "{j1:?}");
+        let j2 = bed.state("j2");
+        assert_eq!(
+            (j2.state, j2.exit_code),
+            (RunState::Failed, Some(127)),
+            "{j2:?}"
+        );
+        assert!(j2.message.contains("/opt/missing"), "{j2:?}");
+        assert!(
+            !ended.exists() && !failed.exists(),
+            "records are removed once read"
+        );
+
+        // j3 runs on; it is killed by a signal, which its supervisor records.
+        assert_eq!(bed.state("j3").state, RunState::Running);
+        ExitRecord {
+            signal: Some(libc::SIGTERM),
+            ..ExitRecord::default()
+        }
+        .write(&running)
+        .unwrap();
+        sleeper.kill().unwrap();
+        let _ = sleeper.wait();
+        let exit = bed.next_exit().await;
+        assert!(
+            matches!(exit.status, Ok(None)),
+            "not our child: {:?}",
+            exit.status
+        );
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        let j3 = bed.state("j3");
+        assert_eq!(j3.exit_code, Some(128 + libc::SIGTERM), "{j3:?}");
+        assert!(j3.message.contains("signal 15"), "{j3:?}");
+        assert!(!running.exists());
     }
 }

@@ -567,6 +567,8 @@ impl ClusterSide {
             stop_grace: c.stop_grace,
             finished_retention: c.finished_retention,
             journal: Some(config.state_file.with_file_name(cluster::JOURNAL_FILE_NAME)),
+            // This very binary, even if an upgrade replaced or removed its file meanwhile.
+            supervisor: Some(PathBuf::from("/proc/self/exe")),
         });
         let (reports, report_rx) = watch::channel(NodeReport::default());
         let (command_tx, commands) = mpsc::channel(64);

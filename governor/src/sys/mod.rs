@@ -62,6 +62,70 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The process a supervisor passes its signals on to (0: not started yet).
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// A signal that arrived before the supervised process existed (0: none).
+static FORWARD_PENDING: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(signal: libc::c_int) {
+    use std::sync::atomic::Ordering;
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; the pid is the supervisor's own unreaped child.
+        unsafe { libc::kill(pid, signal) };
+    } else {
+        FORWARD_PENDING.store(signal, Ordering::SeqCst);
+    }
+}
+
+/// Catch `signals` in this process and pass them on to the process named by
+/// [`forward_signals_to`] (`governor supervise`: a stop sent to the supervisor reaches the job).
+/// One that arrives before that process exists is kept and passed on when it does.
+pub fn catch_signals_for_forwarding(signals: &[nix::sys::signal::Signal]) -> std::io::Result<()> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(forward_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for &signal in signals {
+        // SAFETY: the handler only reads and writes atomics and calls kill (async-signal-safe).
+        unsafe { sigaction(signal, &action) }.map_err(std::io::Error::from)?;
+    }
+    Ok(())
+}
+
+/// From now on the caught signals go to `pid` (the supervisor's child); one that came earlier
+/// is sent now.
+pub fn forward_signals_to(pid: u32) {
+    use std::sync::atomic::Ordering;
+    let Ok(pid) = i32::try_from(pid) else { return };
+    FORWARD_TO.store(pid, Ordering::SeqCst);
+    let pending = FORWARD_PENDING.swap(0, Ordering::SeqCst);
+    if pending > 0 {
+        // SAFETY: a signal number we caught, sent to our own child.
+        unsafe { libc::kill(pid, pending) };
+    }
+}
+
+/// End this process the way a child ended by `signal` did, so that whoever waits for it sees
+/// the same status: the default action is restored and the signal raised (with core dumps off,
+/// the supervisor's own core is of no use). Exits with 128 + signal if the signal does not end
+/// it.
+pub fn end_like_signal(signal: i32) -> ! {
+    use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal as set_handler};
+    if let Ok(sig) = Signal::try_from(signal) {
+        let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+        // SAFETY: restoring the default disposition is always sound.
+        let _ = unsafe { set_handler(sig, SigHandler::SigDfl) };
+        let mut set = SigSet::empty();
+        set.add(sig);
+        let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+        let _ = nix::sys::signal::raise(sig);
+    }
+    std::process::exit(128 + signal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
