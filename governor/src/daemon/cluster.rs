@@ -638,11 +638,7 @@ impl Launcher {
         let stopped = l.stop_reason.clone();
         // The supervisor's record: the job's own status even when the daemon is not its
         // supervisor's parent (recovered after a restart), and why a program did not start.
-        let record = l.exit_file.take().and_then(|file| {
-            let record = crate::supervise::ExitRecord::read(&file);
-            let _ = std::fs::remove_file(&file);
-            record
-        });
+        let record = l.exit_file.take().and_then(|file| take_exit_record(&file));
         let status = match (&record, exit.status) {
             (Some(r), Ok(_)) if r.status().is_some() => Ok(r.status()),
             (_, status) => status,
@@ -878,14 +874,22 @@ impl Launcher {
     }
 }
 
+/// Read a supervisor's record and remove its file. Only a file that is a record is removed: the
+/// path comes from the journal, and a damaged journal must not make the daemon delete anything
+/// else.
+fn take_exit_record(file: &Path) -> Option<crate::supervise::ExitRecord> {
+    let record = crate::supervise::ExitRecord::read(file)?;
+    let _ = std::fs::remove_file(file);
+    Some(record)
+}
+
 /// Set the state of a job that ended while no daemon ran, from its supervisor's record when
 /// there is one (which is then removed).
 fn describe_end_while_away(launched: &mut Launched) {
-    let record = launched.exit_file.take().and_then(|file| {
-        let record = crate::supervise::ExitRecord::read(&file);
-        let _ = std::fs::remove_file(&file);
-        record
-    });
+    let record = launched
+        .exit_file
+        .take()
+        .and_then(|file| take_exit_record(&file));
     let info = &mut launched.info;
     match record {
         Some(crate::supervise::ExitRecord {
@@ -1756,6 +1760,8 @@ mod tests {
         }
         .write(&failed)
         .unwrap();
+        let precious = out.join("precious.txt");
+        std::fs::write(&precious, "not a record").unwrap();
         let mut sleeper = std::process::Command::new("sleep")
             .arg("60")
             .spawn()
@@ -1765,6 +1771,8 @@ mod tests {
             jobs: vec![
                 journal_entry("j1", me, reused, &ended),
                 journal_entry("j2", me, reused, &failed),
+                // A damaged journal naming a file that is not a record: kept, status unknown.
+                journal_entry("j4", me, reused, &precious),
                 journal_entry(
                     "j3",
                     sleeper.id(),
