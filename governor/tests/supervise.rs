@@ -112,3 +112,37 @@ fn a_program_that_cannot_start_is_recorded_with_the_reason() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains(error));
 }
+
+#[test]
+fn a_supervisor_killed_outright_takes_its_job_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.exit");
+    let pid_file = dir.path().join("job.pid");
+    // exec: the job is the sleep itself, a direct child of the supervisor.
+    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
+    let mut child = supervise(&file, &script).spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let job_pid: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < until, "the job did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+    let job = nix::unistd::Pid::from_raw(job_pid);
+    let until = Instant::now() + Duration::from_secs(10);
+    // Gone, or a zombie waiting for init to reap it.
+    while nix::sys::signal::kill(job, None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{job_pid}/stat"))
+            .is_ok_and(|s| s.contains(") Z "))
+    {
+        assert!(Instant::now() < until, "the job outlived its supervisor");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!file.exists(), "a killed supervisor records nothing");
+}

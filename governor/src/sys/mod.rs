@@ -62,6 +62,37 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Make the command's process die (SIGKILL) when the process that starts it does
+/// (PR_SET_PDEATHSIG, set between fork and exec): a supervisor killed outright must not leave
+/// its job running on, unseen, where only the supervisor's end was noticed.
+pub fn kill_when_parent_dies(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the hook runs in the forked child before exec and only calls prctl, getppid and
+    // returns an error, all async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl: then nothing would signal us.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other(
+                    "the supervisor ended before the job started",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The process a supervisor passes its signals on to (0: not started yet).
 static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 /// A signal that arrived before the supervised process existed (0: none).
