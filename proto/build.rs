@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Smaller per-stream buffers than tonic's 8 KiB (see src/codec.rs).
+        .codec_path("crate::codec::CompactCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! pure-Rust compiler, so no `protoc` is needed.
 #![forbid(unsafe_code)]
 
+pub mod codec;
 pub mod control;
 mod error;
 pub mod node;

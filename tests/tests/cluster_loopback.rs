@@ -383,3 +383,47 @@ async fn an_invalid_report_gets_invalid_argument_naming_the_field() {
     assert_eq!(govctl.nodes().await.unwrap().len(), 1);
     server.stop().await;
 }
+
+/// The codec's buffers start at 1 KiB (governor_proto::codec): messages far larger than that,
+/// and than tonic's usual 8 KiB, still cross in both directions, here a node report with 400
+/// jobs (~60 KB) and the job list govctl gets back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_much_larger_than_the_codec_buffers_cross_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let server = start(dir.path(), "127.0.0.1:0".parse().unwrap()).await;
+    let node = fake_node(dir.path(), "node-a", "node-a", server.addr);
+    node.report.send_modify(|r| {
+        for i in 0..400 {
+            let mut j = JobReport::running(
+                format!("local-{i:04}"),
+                format!("a-rather-long-training-job-name-for-job-number-{i:04}"),
+            );
+            j.origin = governor::cluster::JobOrigin::Local;
+            j.message = "x".repeat(64);
+            j.cpu_cores = 0.01;
+            r.jobs.push(j);
+        }
+    });
+    let wire = pb::NodeReport::from(node.report.borrow().clone());
+    assert!(
+        prost::Message::encoded_len(&wire) > 50_000,
+        "{}",
+        prost::Message::encoded_len(&wire)
+    );
+    let mut govctl = admin(dir.path(), server.addr).await;
+    let jobs = eventually("400 jobs listed", async || {
+        let jobs = govctl.jobs(true).await.ok()?;
+        (jobs.len() == 400).then_some(jobs)
+    })
+    .await;
+    assert!(
+        jobs.iter()
+            .any(|j| j.name == "a-rather-long-training-job-name-for-job-number-0399"),
+        "{:?}",
+        jobs.last()
+    );
+    node.agent.abort();
+    node.commands.abort();
+    server.stop().await;
+}

@@ -6,8 +6,8 @@ use governor_proto::node::NodeMessage;
 use governor_proto::pb;
 use governor_proto::pb::node_service_server::NodeService;
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
@@ -82,15 +82,15 @@ impl NodeService for NodeSvc {
                     Ok(NodeMessage::Report(r)) => r,
                     Ok(NodeMessage::Hello(_)) => {
                         let _ = tx
-                            .send(Err(Status::failed_precondition(
+                            .send(Box::new(Err(Status::failed_precondition(
                                 "hello sent twice in one session",
-                            )))
+                            ))))
                             .await;
                         break;
                     }
                     Err(invalid) => {
                         warn!(%node, session, error = %invalid, "invalid report; closing the session");
-                        let _ = tx.send(Err(invalid.into())).await;
+                        let _ = tx.send(Box::new(Err(invalid.into()))).await;
                         break;
                     }
                 };
@@ -98,7 +98,7 @@ impl NodeService for NodeSvc {
                     Ok(Ok(())) => {}
                     Ok(Err(e @ SessionError::Stale { .. }))
                     | Ok(Err(e @ SessionError::NotRegistered { .. })) => {
-                        let _ = tx.send(Err(Status::aborted(e.to_string()))).await;
+                        let _ = tx.send(Box::new(Err(Status::aborted(e.to_string())))).await;
                         break;
                     }
                     Err(_) => break,
@@ -107,6 +107,8 @@ impl NodeService for NodeSvc {
             coordinator.disconnected(node.clone(), session).await;
             info!(%node, session, "session closed");
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(rx).map(|item| *item),
+        )))
     }
 }
