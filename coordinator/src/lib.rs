@@ -11,10 +11,12 @@
 //! - [`cli`] — `govctl`.
 #![forbid(unsafe_code)]
 
+/// The placement policies and the queue (crate `governor-placement`, pure: no I/O), under the
+/// names the coordinator's modules use.
+pub use governor_placement::{self as placement, queue};
+
 pub mod certs;
 pub mod cli;
-pub mod placement;
-pub mod queue;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -3,7 +3,7 @@
 //! `cargo +nightly fuzz run json_object`
 #![no_main]
 
-use governor::progress::json::{scan_array_of_objects, scan_object};
+use governor_progress::json::{scan_array_of_objects, scan_object};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

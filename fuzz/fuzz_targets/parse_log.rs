@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use governor::progress::{
+use governor_progress::{
     Format, FormatChoice, LogStream, Record, SignalConfig, parse_bytes, summarize,
 };
 use libfuzzer_sys::fuzz_target;

@@ -14,8 +14,12 @@ pub mod control;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;
-pub mod policy;
-pub mod progress;
 pub mod status;
 pub mod supervise;
 pub mod sys;
+
+/// The node policies (crate `governor-policy`, pure: no I/O), under the name the daemon's
+/// modules use.
+pub use governor_policy as policy;
+/// Log ingestion (crate `governor-progress`), under the name the daemon's modules use.
+pub use governor_progress as progress;

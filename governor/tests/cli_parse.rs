@@ -1,6 +1,7 @@
 //! `governor parse` and `governor formats` as other tools call them: output lines, exit
 //! statuses, error messages.
 
+#[path = "../../governor-progress/tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Output};

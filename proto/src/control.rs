@@ -398,7 +398,7 @@ impl TryFrom<pb::JobSummary> for JobSummary {
             gpus: m.gpus,
             replicas: m.replicas,
             members,
-            category: m.category.try_into()?,
+            category: crate::node::category_from_wire(m.category)?,
             progress: opt(m.progress, |v| finite("progress", v))?,
             cpu_cores: non_negative("cpu_cores", m.cpu_cores)?,
             cpu_limit_cores: m.cpu_limit_cores,
@@ -450,10 +450,8 @@ impl TryFrom<pb::JobDetail> for JobDetail {
                 .map(|(i, c)| {
                     Ok(CategoryChange {
                         at_unix: c.at_unix,
-                        category: c
-                            .category
-                            .try_into()
-                            .map_err(|e: InvalidMessage| e.within(format!("categories[{i}]")))?,
+                        category: crate::node::category_from_wire(c.category)
+                            .map_err(|e| e.within(format!("categories[{i}]")))?,
                     })
                 })
                 .collect::<Result<_, InvalidMessage>>()?,

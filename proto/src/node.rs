@@ -66,49 +66,9 @@ pub struct Welcome {
     pub report_interval_ms: u32,
 }
 
-/// A job's training stage (FlowCon NL/WL/CL, SpeCon PC/WC/CC). Mirrors
-/// `governor::policy::Category`; the node converts.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Category {
-    /// Not enough progress observed to judge (also: placed, not reported yet).
-    #[default]
-    Unknown,
-    /// Learning fast (FlowCon NL, SpeCon PC).
-    Progressing,
-    /// Slowing down (FlowCon WL, SpeCon WC).
-    Watching,
-    /// Nearly converged (FlowCon CL, SpeCon CC).
-    Converged,
-}
-
-impl Category {
-    /// All categories in their order (the order of `NodeSummary::category_counts`).
-    pub const ALL: [Category; 4] = [
-        Category::Unknown,
-        Category::Progressing,
-        Category::Watching,
-        Category::Converged,
-    ];
-
-    /// Position in [`Category::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for Category {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Category::Unknown => "unknown",
-            Category::Progressing => "progressing",
-            Category::Watching => "watching",
-            Category::Converged => "converged",
-        })
-    }
-}
+/// A job's training stage (FlowCon NL/WL/CL, SpeCon PC/WC/CC): the node policies' own type,
+/// carried as is in reports.
+pub use governor_policy::Category;
 
 /// Where a job on a node came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,9 +280,10 @@ fn enum_value<E: TryFrom<i32>>(field: &str, v: i32) -> Result<E, InvalidMessage>
     E::try_from(v).map_err(|_| InvalidMessage::new(field, format!("unknown value {v}")))
 }
 
-impl TryFrom<i32> for Category {
-    type Error = InvalidMessage;
-    fn try_from(v: i32) -> Result<Self, InvalidMessage> {
+/// The wire's category number as the domain's [`Category`] (a function, not `TryFrom`: both
+/// `i32` and `Category` are foreign to this crate).
+pub(crate) fn category_from_wire(v: i32) -> Result<Category, InvalidMessage> {
+    {
         match enum_value::<pb::Category>("category", v)? {
             pb::Category::Unspecified => Err(InvalidMessage::new(
                 "category",
@@ -430,7 +391,7 @@ impl TryFrom<pb::JobReport> for JobReport {
             state: m.state.try_into()?,
             exit_code: m.exit_code,
             message: short("message", m.message, MAX_MESSAGE_LEN)?,
-            category: m.category.try_into()?,
+            category: category_from_wire(m.category)?,
             progress: opt(m.progress, |v| finite("progress", v))?,
             growth: opt(m.growth, |v| non_negative("growth", v))?,
             growth_efficiency: opt(m.growth_efficiency, |v| {

@@ -13,7 +13,7 @@
 //! This is a baseline, not one of the policies under comparison; it lives in the simulator
 //! because the coordinator has no reason to offer it.
 
-use coordinator::placement::{
+use governor_placement::{
     Candidate, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
 };
 
@@ -53,7 +53,7 @@ impl PlacementPolicy for Spread {
             reason: format!("spread: {} runs the fewest jobs ({jobs})", node.name),
             candidates: ranked
                 .iter()
-                .take(coordinator::placement::CANDIDATES_KEPT)
+                .take(governor_placement::CANDIDATES_KEPT)
                 .map(|&(i, jobs, load)| Candidate {
                     node: cluster.nodes[i].name.clone(),
                     score: jobs as f64,
@@ -64,15 +64,15 @@ impl PlacementPolicy for Spread {
     }
 }
 
-/// A placement policy by name: the coordinator's ([`coordinator::placement::by_name`]) or
+/// A placement policy by name: the coordinator's ([`governor_placement::by_name`]) or
 /// `spread`.
 pub fn placement_by_name(
     name: &str,
-) -> Result<Box<dyn PlacementPolicy>, coordinator::placement::UnknownPolicy> {
+) -> Result<Box<dyn PlacementPolicy>, governor_placement::UnknownPolicy> {
     if name == "spread" {
         return Ok(Box::new(Spread));
     }
-    coordinator::placement::by_name(name).map_err(|mut e| {
+    governor_placement::by_name(name).map_err(|mut e| {
         e.known.push_str(", spread");
         e
     })
@@ -81,8 +81,8 @@ pub fn placement_by_name(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coordinator::placement::{JobView, NodeView};
-    use governor_proto::node::Category;
+    use governor_placement::{JobView, NodeView};
+    use governor_policy::Category;
 
     #[test]
     fn the_node_with_fewest_jobs_wins_then_the_least_loaded() {

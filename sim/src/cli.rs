@@ -20,17 +20,17 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use governor::policy::{self, NodePolicy};
+use governor_policy::{self as policy, NodePolicy};
 use serde_json::json;
 
-use crate::Scenario;
-use crate::cluster::{ClusterConfig, PolicySpec};
-use crate::compare::{PolicyOutcome, compare, summarise};
-use crate::evaluate::{self, RunReport};
-use crate::node::NodeConfig;
-use crate::trace::{self, Arrival, Trace, TraceParams};
-use crate::workload::{WorkloadParams, generate};
-use crate::{curves, plot};
+use sim::Scenario;
+use sim::cluster::{ClusterConfig, PolicySpec};
+use sim::compare::{PolicyOutcome, compare, summarise};
+use sim::evaluate;
+use sim::node::NodeConfig;
+use sim::trace::{self, Arrival, Trace, TraceParams};
+use sim::workload::{WorkloadParams, generate};
+use sim::curves;
 
 /// govsim: run node policies on simulated training jobs.
 #[derive(Debug, Parser)]
@@ -465,14 +465,13 @@ fn finite_or_null(x: f64) -> serde_json::Value {
 }
 
 /// The systems `govsim compare` runs by default.
-pub const COMPARED: [&str; 6] = ["fair", "flowcon", "specon", "procon", "fifo", "ours"];
 
 fn compare_command(args: CompareArgs) -> Result<()> {
     let trace = read_trace(&args.trace)?;
     let mut config = cluster_config(&args.cluster)?;
     config.record_timeline = args.plots.is_some();
     let names: Vec<String> = if args.policy.is_empty() {
-        COMPARED.iter().map(|s| (*s).to_owned()).collect()
+        sim::paper::COMPARED.iter().map(|s| (*s).to_owned()).collect()
     } else {
         args.policy.clone()
     };
@@ -482,7 +481,7 @@ fn compare_command(args: CompareArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let reports = evaluate::evaluate(&trace, &config, &specs, args.cluster.seed)?;
     if let Some(dir) = &args.plots {
-        let written = write_plots(dir, "", &reports)?;
+        let written = sim::plot::write_report_plots(dir, "", &reports)?;
         for p in written {
             eprintln!("govsim: wrote {}", p.display());
         }
@@ -502,107 +501,10 @@ fn compare_command(args: CompareArgs) -> Result<()> {
     Ok(())
 }
 
-/// Most workers drawn in the CPU-share plot.
-const PLOTTED_WORKERS: usize = 4;
-
-/// Write `{prefix}jct.svg` and `{prefix}cpu-POLICY.svg` (for fair and the last policy) under
-/// `dir`; returns the paths.
-pub fn write_plots(dir: &Path, prefix: &str, reports: &[RunReport]) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut written = Vec::new();
-    let series: Vec<plot::Series> = reports
-        .iter()
-        .map(|r| plot::Series {
-            label: r.policy.clone(),
-            points: r
-                .jobs
-                .iter()
-                .enumerate()
-                .map(|(k, j)| ((k + 1) as f64, j.jct.unwrap_or(f64::NAN)))
-                .collect(),
-        })
-        .collect();
-    let slowdowns: Vec<plot::Series> = reports
-        .iter()
-        .map(|r| plot::Series {
-            label: r.policy.clone(),
-            points: r
-                .jobs
-                .iter()
-                .enumerate()
-                .map(|(k, j)| ((k + 1) as f64, j.slowdown_vs_fair.unwrap_or(f64::NAN)))
-                .collect(),
-        })
-        .collect();
-    let svg = plot::lines(
-        "Per-job completion time by policy",
-        "job (in submission order)",
-        &[
-            plot::Panel {
-                title: "JCT".into(),
-                y_label: "seconds".into(),
-                series,
-                y_range: None,
-            },
-            plot::Panel {
-                title: "JCT / JCT under fair".into(),
-                y_label: "ratio".into(),
-                series: slowdowns,
-                y_range: None,
-            },
-        ],
-    );
-    let path = dir.join(format!("{prefix}jct.svg"));
-    std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
-    written.push(path);
-    let mut plotted: Vec<&RunReport> = reports.iter().filter(|r| r.policy == "fair").collect();
-    if let Some(last) = reports.last()
-        && last.policy != "fair"
-    {
-        plotted.push(last);
-    }
-    for r in plotted {
-        let Some(run) = &r.run else { continue };
-        if run.timelines.is_empty() {
-            continue;
-        }
-        let panels: Vec<plot::StepPanel> = run
-            .timelines
-            .iter()
-            .take(PLOTTED_WORKERS)
-            .map(|w| plot::StepPanel {
-                title: format!("{} ({} cores)", w.worker, w.cores),
-                capacity: w.cores,
-                jobs: w
-                    .jobs
-                    .iter()
-                    .map(|(id, pts)| plot::Series {
-                        label: id.clone(),
-                        points: pts.clone(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        let svg = plot::stacked_steps(
-            &format!("CPU share over time per worker: {}", r.policy),
-            "seconds",
-            &panels,
-        );
-        let safe: String = r
-            .policy
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        let path = dir.join(format!("{prefix}cpu-{safe}.svg"));
-        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
-    }
-    Ok(written)
-}
 
 fn paper_command(args: PaperArgs) -> Result<()> {
     let seeds = args.seeds.as_deref().map(parse_seeds).transpose()?;
-    crate::paper::command(
+    sim::paper::command(
         &args.name,
         seeds,
         &args.logs,
@@ -622,7 +524,7 @@ fn bench_command(args: BenchArgs) -> Result<()> {
         None => Vec::new(),
     };
     let curves = if curves.is_empty() {
-        crate::paper::synthetic_curves()
+        sim::paper::synthetic_curves()
     } else {
         curves
     };
@@ -644,7 +546,7 @@ fn bench_command(args: BenchArgs) -> Result<()> {
     config.horizon = 1e9;
     let spec = parse_spec(&args.policy)?;
     let started = std::time::Instant::now();
-    let run = crate::cluster::run_cluster(&trace, &config, &spec, args.seed)?;
+    let run = sim::cluster::run_cluster(&trace, &config, &spec, args.seed)?;
     let elapsed = started.elapsed().as_secs_f64();
     println!(
         "{}",
@@ -907,7 +809,7 @@ mod tests {
         let reports = evaluate::evaluate(&trace, &config, &specs, 1).unwrap();
         assert!(reports.iter().all(|r| r.unfinished == 0), "{reports:?}");
         let dir = tempfile::tempdir().unwrap();
-        let written = write_plots(dir.path(), "demo-", &reports).unwrap();
+        let written = sim::plot::write_report_plots(dir.path(), "demo-", &reports).unwrap();
         let names: Vec<String> = written
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

@@ -10,7 +10,7 @@
 //!   ([`crate::job::Speedup`], the single-node simulator's sub-linear curve); `work` is
 //!   CPU-seconds on one core.
 //! - **Shares.** On a worker, cores are divided by
-//!   [`governor::policy::share::water_fill`]: the cgroup v2 semantics the daemon writes
+//!   [`governor_policy::share::water_fill`]: the cgroup v2 semantics the daemon writes
 //!   (`cpu.weight` work-conserving, `cpu.max` a hard cap, demand = parallelism).
 //! - **Observation.** A job writes a log line every [`crate::job::LogEvery`]; the line reaches the
 //!   worker's policy `progress_delay` later (inotify + parse). Usage counters are sampled every
@@ -41,11 +41,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use coordinator::placement::specon::{MigrationTarget, SpeCon};
-use coordinator::placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
-use coordinator::queue::{Queue, QueuedJob};
-use governor::policy::share::{ShareRequest, water_fill};
-use governor::policy::{
+use governor_placement::specon::{MigrationTarget, SpeCon};
+use governor_placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
+use governor_placement::queue::{Queue, QueuedJob};
+use governor_policy::share::{ShareRequest, water_fill};
+use governor_policy::{
     Category, CpuAllocation, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint, Usage,
 };
 use rand::SeedableRng;
@@ -183,7 +183,7 @@ impl Default for ClusterConfig {
 /// A node policy, a placement policy and the switches between them.
 ///
 /// Written `NODE[/PLACEMENT][+FLAG...]`: `NODE` is a node policy spec
-/// ([`governor::policy::by_spec`], e.g. `flowcon:interval=30`), `PLACEMENT` a placement policy
+/// ([`governor_policy::by_spec`], e.g. `flowcon:interval=30`), `PLACEMENT` a placement policy
 /// ([`placement_by_name`]); flags are `+no-migrate` (ignore migration requests), `+migrate` and
 /// `+reserve` (requests reserve the job's parallelism in cores: no sharing). Without a
 /// placement, each node policy comes with its paper's placement, and a few names stand for whole
@@ -229,7 +229,7 @@ impl std::str::FromStr for PolicySpec {
                         return Err(format!(
                             "{other:?} is neither a node policy ({}) nor one of ours, procon, fifo; \
                              write NODE/PLACEMENT to choose a placement",
-                            governor::policy::POLICY_NAMES.join(", ")
+                            governor_policy::POLICY_NAMES.join(", ")
                         ));
                     }
                 };
@@ -249,7 +249,7 @@ impl std::str::FromStr for PolicySpec {
                 }
             }
         }
-        governor::policy::by_spec(&node).map_err(|e| format!("{s:?}: {e}"))?;
+        governor_policy::by_spec(&node).map_err(|e| format!("{s:?}: {e}"))?;
         placement_by_name(&placement).map_err(|e| format!("{s:?}: {e}"))?;
         Ok(PolicySpec {
             name: s.trim().to_owned(),
@@ -323,9 +323,9 @@ pub struct ClusterRun {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("node policy: {0}")]
-    NodePolicy(#[from] governor::policy::PolicySpecError),
+    NodePolicy(#[from] governor_policy::PolicySpecError),
     #[error("placement policy: {0}")]
-    Placement(#[from] coordinator::placement::UnknownPolicy),
+    Placement(#[from] governor_placement::UnknownPolicy),
     #[error("the cluster has no workers")]
     NoWorkers,
 }
@@ -469,7 +469,7 @@ pub fn run_cluster(
         .iter()
         .map(|w| {
             Ok(Worker {
-                policy: governor::policy::by_spec(&spec.node)?,
+                policy: governor_policy::by_spec(&spec.node)?,
                 node: NodeResources {
                     cores: w.cores,
                     memory_bytes: w.memory_bytes,
@@ -1246,14 +1246,14 @@ mod tests {
             // model memory.
             let mut config = ClusterConfig::homogeneous(1, 4.0, 1024 * GIB, 0);
             config.start_delay = 0.0;
-            for name in governor::policy::POLICY_NAMES {
+            for name in governor_policy::POLICY_NAMES {
                 let node = run_node(
                     &jobs,
                     &NodeConfig {
                         cores: 4.0,
                         ..NodeConfig::default()
                     },
-                    governor::policy::by_name(name).unwrap().as_mut(),
+                    governor_policy::by_name(name).unwrap().as_mut(),
                     seed,
                 );
                 let cluster = run_cluster(

@@ -1,6 +1,6 @@
 //! Run several policies on the same workload and compare each with `fair`.
 
-use governor::policy::NodePolicy;
+use governor_policy::NodePolicy;
 use serde::{Deserialize, Serialize};
 
 use crate::job::JobModel;

@@ -1,7 +1,7 @@
 //! Real loss curves: read training logs with the daemon's own parsers and turn each into a loss
 //! as a function of the fraction of the job's work done.
 //!
-//! Every file under the directory is parsed with [`governor::progress::parse_file`] (format
+//! Every file under the directory is parsed with [`governor_progress::parse_file`] (format
 //! auto-detected, exactly as the daemon would) and its records are fed, in order, to the
 //! daemon's [`SignalTracker`] with the default configuration, so the curve is the signal the
 //! policies would see on a real node: the training loss under its framework's name.
@@ -22,8 +22,8 @@
 
 use std::path::{Path, PathBuf};
 
-use governor::policy::Direction;
-use governor::progress::{FormatChoice, SignalConfig, SignalTracker, SignalUpdate, parse_file};
+use governor_policy::Direction;
+use governor_progress::{FormatChoice, SignalConfig, SignalTracker, SignalUpdate, parse_file};
 use serde::{Deserialize, Serialize};
 
 /// Fewest values a usable curve has.

@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 pub mod baseline;
-pub mod cli;
 pub mod cluster;
 pub mod compare;
 pub mod curves;

@@ -1,6 +1,8 @@
 //! `govsim`: the simulator's command line.
 use std::process::ExitCode;
 
+mod cli;
+
 fn main() -> ExitCode {
-    sim::cli::main()
+    cli::main()
 }

@@ -2,7 +2,7 @@
 //! [`NodePolicy`], driven exactly as the daemon drives it.
 //!
 //! The loop is event-driven on a simulated clock. Between events every job runs at the speed its
-//! share of the node gives it; shares follow [`governor::policy::share::water_fill`], the same
+//! share of the node gives it; shares follow [`governor_policy::share::water_fill`], the same
 //! cgroup v2 model `governor status` uses (weights work-conserving, `cpu.max` a hard cap, demand =
 //! the job's parallelism). Events, in the order they are handled when they coincide:
 //! 1. a job finishes its work: `job_removed` (its undelivered log lines are dropped);
@@ -19,8 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use governor::policy::share::{ShareRequest, water_fill};
-use governor::policy::{
+use governor_policy::share::{ShareRequest, water_fill};
+use governor_policy::{
     CpuAllocation, JobId, JobSpec, MigrationRequest, NodePolicy, NodeResources, ProgressPoint,
     Usage,
 };

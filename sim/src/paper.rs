@@ -25,6 +25,9 @@ use crate::trace::{self, Arrival, Trace, TraceParams};
 
 const GIB: u64 = 1 << 30;
 
+/// The systems every comparison runs: the baseline, the papers' policies and ours.
+pub const COMPARED: [&str; 6] = ["fair", "flowcon", "specon", "procon", "fifo", "ours"];
+
 /// What a paper reports for its system against its default scheduler.
 #[derive(Clone, Debug, Serialize)]
 pub struct Reported {
@@ -58,7 +61,7 @@ pub struct PaperScenario {
     /// What we had to choose because the paper does not say.
     pub assumptions: &'static str,
     pub reported: Reported,
-    /// Extra policies run on this scenario besides [`crate::cli::COMPARED`].
+    /// Extra policies run on this scenario besides [`COMPARED`].
     pub extra_policies: Vec<&'static str>,
 }
 
@@ -327,9 +330,9 @@ impl PaperScenario {
         }
     }
 
-    /// The policies run: [`crate::cli::COMPARED`] plus this scenario's extras.
+    /// The policies run: [`COMPARED`] plus this scenario's extras.
     pub fn policies(&self) -> Vec<String> {
-        let mut p: Vec<String> = crate::cli::COMPARED
+        let mut p: Vec<String> = COMPARED
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
@@ -584,7 +587,7 @@ pub fn command(
                     dir.join(format!("{base}table.md")),
                     evaluate::markdown_table(reports),
                 )?;
-                crate::cli::write_plots(dir, &base, reports)?;
+                crate::plot::write_report_plots(dir, &base, reports)?;
             }
         }
         let per_seed: Vec<Vec<RunReport>> = runs.into_iter().map(|(_, r)| r).collect();

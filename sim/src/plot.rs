@@ -7,6 +7,11 @@
 //!   over time).
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::evaluate::RunReport;
 
 /// One line: a label and (x, y) points.
 #[derive(Clone, Debug)]
@@ -352,6 +357,105 @@ pub fn stacked_steps(title: &str, x_label: &str, panels: &[StepPanel]) -> String
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+
+/// Most workers drawn in the CPU-share plot.
+const PLOTTED_WORKERS: usize = 4;
+
+/// Write `{prefix}jct.svg` and `{prefix}cpu-POLICY.svg` (for fair and the last policy) under
+/// `dir`; returns the paths.
+pub fn write_report_plots(dir: &Path, prefix: &str, reports: &[RunReport]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    let series: Vec<Series> = reports
+        .iter()
+        .map(|r| Series {
+            label: r.policy.clone(),
+            points: r
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(k, j)| ((k + 1) as f64, j.jct.unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .collect();
+    let slowdowns: Vec<Series> = reports
+        .iter()
+        .map(|r| Series {
+            label: r.policy.clone(),
+            points: r
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(k, j)| ((k + 1) as f64, j.slowdown_vs_fair.unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .collect();
+    let svg = lines(
+        "Per-job completion time by policy",
+        "job (in submission order)",
+        &[
+            Panel {
+                title: "JCT".into(),
+                y_label: "seconds".into(),
+                series,
+                y_range: None,
+            },
+            Panel {
+                title: "JCT / JCT under fair".into(),
+                y_label: "ratio".into(),
+                series: slowdowns,
+                y_range: None,
+            },
+        ],
+    );
+    let path = dir.join(format!("{prefix}jct.svg"));
+    std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+    written.push(path);
+    let mut plotted: Vec<&RunReport> = reports.iter().filter(|r| r.policy == "fair").collect();
+    if let Some(last) = reports.last()
+        && last.policy != "fair"
+    {
+        plotted.push(last);
+    }
+    for r in plotted {
+        let Some(run) = &r.run else { continue };
+        if run.timelines.is_empty() {
+            continue;
+        }
+        let panels: Vec<StepPanel> = run
+            .timelines
+            .iter()
+            .take(PLOTTED_WORKERS)
+            .map(|w| StepPanel {
+                title: format!("{} ({} cores)", w.worker, w.cores),
+                capacity: w.cores,
+                jobs: w
+                    .jobs
+                    .iter()
+                    .map(|(id, pts)| Series {
+                        label: id.clone(),
+                        points: pts.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let svg = stacked_steps(
+            &format!("CPU share over time per worker: {}", r.policy),
+            "seconds",
+            &panels,
+        );
+        let safe: String = r
+            .policy
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{prefix}cpu-{safe}.svg"));
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
 use governor::cluster::{
     AgentConfig, AgentStatus, Backoff, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport,
-    RunState, TlsFiles, WireCategory,
+    RunState, TlsFiles,
 };
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 use governor_proto::pb;
@@ -88,7 +88,7 @@ fn fake_node(dir: &Path, name: &str, cert_of: &str, addr: SocketAddr) -> FakeNod
                 reports.send_modify(|r| {
                     if !r.jobs.iter().any(|j| j.job_id == s.job_id) {
                         let mut j = JobReport::running(&s.job_id, &s.name);
-                        j.category = WireCategory::Progressing;
+                        j.category = governor::policy::Category::Progressing;
                         j.progress = Some(2.0);
                         j.cpu_cores = 1.0;
                         r.jobs.push(j);
@@ -159,7 +159,7 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     eventually("the job running and progressing", async || {
         let jobs = govctl.jobs(false).await.unwrap();
         let j = jobs.iter().find(|j| j.id == job_id)?;
-        (j.status == JobStatus::Running && j.category == WireCategory::Progressing).then_some(())
+        (j.status == JobStatus::Running && j.category == governor::policy::Category::Progressing).then_some(())
     })
     .await;
     assert_eq!(*a.started.borrow(), vec![job_id.clone()]);

@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 pub use governor_proto::node::{
-    Category as WireCategory, GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest,
+    GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest,
     NodeCapacity, NodeCommand, NodeReport, RunState, StartJob, StopJob,
 };
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
@@ -36,19 +36,6 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{debug, info, warn};
-
-use crate::policy::Category;
-
-impl From<Category> for WireCategory {
-    fn from(c: Category) -> Self {
-        match c {
-            Category::Unknown => WireCategory::Unknown,
-            Category::Progressing => WireCategory::Progressing,
-            Category::Watching => WireCategory::Watching,
-            Category::Converged => WireCategory::Converged,
-        }
-    }
-}
 
 /// Capped exponential back-off between connection attempts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -449,18 +436,6 @@ mod tests {
         );
         c.capacity.cores = 2.0;
         c.validate().unwrap();
-    }
-
-    #[test]
-    fn policy_categories_map_one_to_one() {
-        for (c, w) in [
-            (Category::Unknown, WireCategory::Unknown),
-            (Category::Progressing, WireCategory::Progressing),
-            (Category::Watching, WireCategory::Watching),
-            (Category::Converged, WireCategory::Converged),
-        ] {
-            assert_eq!(WireCategory::from(c), w);
-        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,7 +32,7 @@ use crate::cgroup::jobs::signal_child;
 use crate::cgroup::{CgroupFs, JobCgroup};
 use crate::cluster::{
     AgentStatus, GpuDevice, GpuUsage as WireGpuUsage, JobOrigin, JobReport, NodeCapacity,
-    NodeReport, RunState, StartJob, StopJob, WireCategory,
+    NodeReport, RunState, StartJob, StopJob,
 };
 use crate::control::AdoptJob;
 use crate::gpu::{GpuInfo, GpuUsage};
@@ -196,7 +196,7 @@ fn push_migration(
 
 /// The governed job's figures, made valid for the protocol.
 fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
-    report.category = WireCategory::from(j.category);
+    report.category = j.category;
     report.progress = j.signal_value.filter(|v| v.is_finite());
     let cores = j
         .cpu_usage_cores
@@ -1119,7 +1119,7 @@ mod tests {
             (j1.job_id.as_str(), j1.name.as_str(), j1.origin, j1.state),
             ("j1", "resnet", JobOrigin::Coordinator, RunState::Running)
         );
-        assert_eq!(j1.category, WireCategory::Progressing);
+        assert_eq!(j1.category, Category::Progressing);
         assert_eq!(j1.progress, Some(0.75));
         let growth = j1.growth.unwrap();
         assert!((growth - 0.01).abs() < 1e-12, "0.6/min is 0.01/s: {growth}");
@@ -1145,7 +1145,7 @@ mod tests {
         assert_eq!(local.name, "bert");
         assert_eq!(local.origin, JobOrigin::Local);
         assert_eq!(local.state, RunState::Running);
-        assert_eq!(local.category, WireCategory::Converged);
+        assert_eq!(local.category, Category::Converged);
         assert_eq!(local.growth, Some(0.0), "a worsening signal is no growth");
 
         assert_eq!(report.cpu_used_cores, 3.0);

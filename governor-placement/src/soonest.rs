@@ -1,0 +1,375 @@
+//! `soonest`, our placement: put the job where it is predicted to get the most CPU, so it
+//! finishes soonest, and pack GPU jobs so that large GPU gangs still find whole nodes.
+//!
+//! The node daemon (FlowCon/SpeCon-style node policies and ours) gives CPU to the jobs that are
+//! learning fast and caps the converged ones, so what a new job will get on a node depends less
+//! on *how many* jobs the node runs than on *which* jobs and how many cores the node has. For each
+//! node that can take the job we predict its CPU share:
+//!
+//! ```text
+//! background = max(0, CPU used on the node − CPU used by its jobs)       (not ours to govern)
+//! available  = max(cores − background, 10% of cores)
+//! claim(j)   = weight[category(j)] · soon(j)        weight = unknown 1, progressing 1,
+//!                                                            watching 0.5, converged 0.15
+//! soon(j)    = clamp(remaining(j) / horizon, 0.25, 1) when the job's epochs are known
+//!              (remaining = epoch time · epochs left, ProCon's estimate), else 1
+//! share      = available / (1 + Σ claim)            capped at the cores the job asked for
+//! ```
+//!
+//! halved when the job's requested memory would take the node past 90% of its memory. A new job
+//! claims like a progressing one (it is unknown, and the node treats unknown jobs as fast
+//! learners), and the coordinator's pending placements are in the view, so a burst of submissions
+//! spreads out instead of herding onto the node that looked best in the last report (the stale-
+//! report problem FlowCon's Section 6 describes).
+//!
+//! Nodes within 5% of the best share are equally good; among them the job goes where it leaves
+//! the fewest free GPUs (best fit: a 1-GPU job takes the last GPU of a busy node rather than
+//! breaking up an idle 8-GPU node, and CPU-only jobs prefer nodes without free GPUs), then to the
+//! larger share, then to the first node by name.
+//!
+//! Why it should beat the papers' policies (the simulator measures it): FlowCon sums growth
+//! efficiencies of different metrics and ignores node size; SpeCon counts jobs and ignores node
+//! size and background load; ProCon sees only jobs with epoch logs and ignores converged jobs
+//! yielding CPU; round-robin and first-fit ignore load. None of them packs GPUs.
+
+use super::{
+    ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, best_k,
+    feasible_nodes, finish,
+};
+
+/// Our policy and its parameters.
+#[derive(Clone, Debug)]
+pub struct Soonest {
+    /// Relative CPU claim of a job in each category, in [`Category::ALL`] order.
+    pub claim: [f64; 4],
+    /// Nodes whose predicted share is within this fraction of the best are equally good.
+    pub tolerance: f64,
+    /// A competitor with less than this many seconds left claims proportionally less.
+    pub horizon_s: f64,
+    sums: SumsCache,
+}
+
+impl Default for Soonest {
+    fn default() -> Self {
+        Soonest {
+            claim: [1.0, 1.0, 0.5, 0.15],
+            tolerance: 0.05,
+            horizon_s: 600.0,
+            sums: SumsCache::default(),
+        }
+    }
+}
+
+/// What the estimate needs from a node's jobs.
+#[derive(Clone, Copy, Debug, Default)]
+struct JobSums {
+    cpu_cores: f64,
+    claims: f64,
+}
+
+/// [`JobSums`] per node index, each valid for the node revision it was computed at (see
+/// [`NodeView::revision`]) and the claim parameters it was computed with.
+#[derive(Clone, Debug, Default)]
+struct SumsCache {
+    parameters: Option<([u64; 4], u64)>,
+    nodes: Vec<Option<(u64, JobSums)>>,
+}
+
+impl Soonest {
+    fn claim_of(&self, job: &JobView) -> f64 {
+        let soon = match (job.epoch_seconds, job.epoch, job.max_epochs) {
+            (Some(f), Some(n), Some(max)) if !job.pending => {
+                let remaining = f * max.saturating_sub(n) as f64;
+                (remaining / self.horizon_s).clamp(0.25, 1.0)
+            }
+            _ => 1.0,
+        };
+        self.claim[job.category.index()] * soon
+    }
+
+    fn sums(&self, node: &NodeView) -> JobSums {
+        JobSums {
+            cpu_cores: node.jobs().iter().map(|j| j.cpu_cores).sum(),
+            claims: node.jobs().iter().map(|j| self.claim_of(j)).sum(),
+        }
+    }
+
+    /// The sums of every node, from the cache where the node has not changed since.
+    fn refresh_sums(&mut self, cluster: &ClusterView) {
+        let parameters = (self.claim.map(f64::to_bits), self.horizon_s.to_bits());
+        let mut cache = std::mem::take(&mut self.sums);
+        if cache.parameters != Some(parameters) {
+            cache.nodes.clear();
+            cache.parameters = Some(parameters);
+        }
+        cache.nodes.resize(cluster.nodes.len(), None);
+        for (slot, node) in cache.nodes.iter_mut().zip(&cluster.nodes) {
+            if !matches!(slot, Some((revision, _)) if *revision == node.revision()) {
+                *slot = Some((node.revision(), self.sums(node)));
+            }
+        }
+        self.sums = cache;
+    }
+
+    fn estimate(&self, node: &NodeView, job: &JobRequest) -> Estimate {
+        self.estimate_from(node, job, self.sums(node))
+    }
+
+    fn estimate_from(&self, node: &NodeView, job: &JobRequest, sums: JobSums) -> Estimate {
+        let background = (node.cpu_used_cores - sums.cpu_cores).max(0.0);
+        let available = (node.cores - background).max(0.1 * node.cores);
+        let claims = sums.claims;
+        let mut share = available / (1.0 + claims);
+        if let Some(c) = job.cores {
+            share = share.min(c);
+        }
+        let memory_tight = node.memory_bytes > 0
+            && (node.memory_used_bytes + job.memory_bytes.unwrap_or(0)) as f64
+                > 0.9 * node.memory_bytes as f64;
+        if memory_tight {
+            share *= 0.5;
+        }
+        Estimate {
+            available,
+            claims,
+            share,
+            memory_tight,
+        }
+    }
+
+    /// The CPU share (cores) `job` is predicted to get on `node`, and a note saying why.
+    pub fn predicted_share(&self, node: &NodeView, job: &JobRequest) -> (f64, String) {
+        let e = self.estimate(node, job);
+        (e.share, e.note())
+    }
+}
+
+/// The parts of a predicted share.
+struct Estimate {
+    available: f64,
+    claims: f64,
+    share: f64,
+    memory_tight: bool,
+}
+
+impl Estimate {
+    fn note(&self) -> String {
+        format!(
+            "{:.1} cores available, competing claims {:.2} -> {:.2} cores{}",
+            self.available,
+            self.claims,
+            self.share,
+            if self.memory_tight {
+                ", memory over 90%: halved"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl PlacementPolicy for Soonest {
+    fn name(&self) -> &'static str {
+        "soonest"
+    }
+
+    fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
+        let feasible = feasible_nodes(cluster, job)?;
+        self.refresh_sums(cluster);
+        let scored: Vec<(usize, f64, usize)> = feasible
+            .iter()
+            .map(|&i| {
+                let n = &cluster.nodes[i];
+                let sums = self.sums.nodes[i].map_or_else(|| self.sums(n), |(_, s)| s);
+                let share = self.estimate_from(n, job, sums).share;
+                (i, share, n.free_gpu_count() - job.gpus as usize)
+            })
+            .collect();
+        let best = scored.iter().map(|s| s.1).fold(0.0, f64::max);
+        // The node the share alone would choose (first with the best share, in view order).
+        let by_share = scored.iter().find(|s| s.1 >= best).map(|s| s.0);
+        let good_enough = best * (1.0 - self.tolerance);
+        // Good-enough nodes first, among them the fewest GPUs left, then the larger share.
+        let ranked = best_k(
+            scored,
+            |s| s.0,
+            |a, b| {
+                let (a_good, b_good) = (a.1 >= good_enough, b.1 >= good_enough);
+                b_good
+                    .cmp(&a_good)
+                    .then(if a_good && b_good {
+                        a.2.cmp(&b.2)
+                    } else {
+                        std::cmp::Ordering::Equal
+                    })
+                    .then(b.1.total_cmp(&a.1))
+            },
+        );
+        let packed = Some(ranked[0].0) != by_share;
+        let tolerance = self.tolerance * 100.0;
+        let gpus_left = ranked[0].2;
+        let ranked: Vec<(usize, f64)> = ranked.into_iter().map(|(i, s, _)| (i, s)).collect();
+        let this = &*self;
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |n| {
+                format!(
+                    "{}; leaves {} GPUs free",
+                    this.estimate(n, job).note(),
+                    n.free_gpu_count() - job.gpus as usize
+                )
+            },
+            |n, share| {
+                if packed {
+                    format!(
+                        "soonest: {} is within {tolerance:.0}% of the best predicted CPU share ({share:.2} cores) and leaves the fewest GPUs free ({gpus_left})",
+                        n.name
+                    )
+                } else {
+                    format!(
+                        "soonest: the job is predicted the largest CPU share on {} ({share:.2} cores)",
+                        n.name
+                    )
+                }
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+    use Category::*;
+    use governor_policy::Category;
+
+    fn place(c: &ClusterView, req: &JobRequest) -> Placement {
+        Soonest::default().place(c, req).unwrap()
+    }
+
+    #[test]
+    fn converged_neighbours_are_better_than_progressing_ones() {
+        let c = cluster(vec![
+            node("a", vec![job("x", Progressing), job("y", Progressing)]),
+            node("b", vec![job("z", Converged), job("w", Converged)]),
+        ]);
+        assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "b");
+    }
+
+    #[test]
+    fn cached_node_sums_follow_every_change_of_the_view() {
+        let mut policy = Soonest::default();
+        let mut c = cluster(vec![
+            node("a", vec![job("x", Progressing)]),
+            node("b", vec![job("z", Converged)]),
+        ]);
+        let req = JobRequest::new("n", 0);
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "b");
+        // b fills up with learning jobs: the same policy instance must see it.
+        for k in 0..3 {
+            c.nodes[1]
+                .jobs_mut()
+                .push(job(&format!("p{k}"), Progressing));
+        }
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
+        // A node joins in front: indices shift, the cache must not mix nodes up.
+        c.nodes.insert(0, node("0", vec![job("q", Progressing); 5]));
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
+        // A parameter change invalidates every sum.
+        let c = cluster(vec![
+            node("a", vec![job("x", Progressing)]),
+            node("b", vec![job("y", Converged), job("z", Converged)]),
+        ]);
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "b");
+        policy.claim = [1.0, 1.0, 0.5, 5.0];
+        assert_eq!(chosen(&c, &policy.place(&c, &req).unwrap()), "a");
+    }
+
+    #[test]
+    fn a_big_busy_node_can_beat_a_small_idle_one() {
+        // 16 cores shared by 3 (16/3 = 5.3) beat 4 cores alone (4).
+        let mut big = node("big", vec![job("x", Progressing), job("y", Progressing)]);
+        big.cores = 16.0;
+        let mut small = node("small", vec![]);
+        small.cores = 4.0;
+        let c = cluster(vec![big, small]);
+        let p = place(&c, &JobRequest::new("n", 0));
+        assert_eq!(chosen(&c, &p), "big");
+        assert!((p.candidates[0].score - 16.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn pending_placements_spread_a_burst() {
+        let mut c = cluster(vec![node("a", vec![]), node("b", vec![])]);
+        let mut policy = Soonest::default();
+        let mut got = Vec::new();
+        for k in 0..4 {
+            let req = JobRequest::new(format!("j{k}"), 0);
+            let p = policy.place(&c, &req).unwrap();
+            got.push(chosen(&c, &p));
+            c.reserve(p.node, JobView::pending(req.id.clone(), &req), &p.gpus);
+        }
+        assert_eq!(got, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn gpu_jobs_are_packed_best_fit() {
+        // Both nodes idle with the same CPUs: the 1-GPU job takes the node with 1 free GPU and
+        // keeps the 4-GPU node whole.
+        let mut partly = NodeView::new("a", 8.0, 0).with_gpus(2, "A100", 40 * GIB);
+        partly.gpus[0].assigned = true;
+        let whole = NodeView::new("b", 8.0, 0).with_gpus(4, "A100", 40 * GIB);
+        let c = cluster(vec![whole, partly]);
+        let p = place(&c, &JobRequest::new("n", 1));
+        assert_eq!((chosen(&c, &p).as_str(), p.gpus.clone()), ("a", vec![1]));
+        assert!(p.reason.contains("fewest GPUs free"), "{}", p.reason);
+        // CPU-only jobs keep off GPU nodes when they can.
+        let c = cluster(vec![
+            NodeView::new("gpu", 8.0, 0).with_gpus(4, "A100", 40 * GIB),
+            NodeView::new("cpu", 8.0, 0),
+        ]);
+        assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "cpu");
+    }
+
+    #[test]
+    fn packing_never_costs_more_than_the_tolerance() {
+        // The GPU node is much less loaded: the CPU job goes there despite its free GPUs.
+        let gpu = NodeView::new("gpu", 8.0, 0).with_gpus(4, "A100", 40 * GIB);
+        let cpu = node("cpu", vec![job("x", Progressing)]);
+        let c = cluster(vec![gpu, cpu]);
+        assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "gpu");
+    }
+
+    #[test]
+    fn competitors_about_to_finish_claim_less() {
+        let ending = JobView {
+            epoch_seconds: Some(10.0),
+            epoch: Some(99),
+            max_epochs: Some(100),
+            ..JobView::running("e", Progressing, 4.0)
+        };
+        let c = cluster(vec![
+            node("a", vec![job("x", Progressing)]),
+            node("b", vec![ending]),
+        ]);
+        assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "b");
+    }
+
+    #[test]
+    fn background_load_and_memory_pressure_count() {
+        let mut loaded = node("a", vec![]);
+        loaded.cpu_used_cores = 6.0; // nobody governed uses it: background
+        let mut tight = node("b", vec![]);
+        tight.memory_used_bytes = 31 * GIB;
+        let free = node("c", vec![job("x", Watching)]);
+        let c = cluster(vec![loaded, tight, free]);
+        let s = Soonest::default();
+        let req = JobRequest::new("n", 0);
+        assert!((s.predicted_share(&c.nodes[0], &req).0 - 2.0).abs() < 1e-9);
+        assert!((s.predicted_share(&c.nodes[1], &req).0 - 4.0).abs() < 1e-9);
+        assert!((s.predicted_share(&c.nodes[2], &req).0 - 8.0 / 1.5).abs() < 1e-9);
+        assert_eq!(chosen(&c, &place(&c, &req)), "c");
+    }
+}
