@@ -66,6 +66,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ParamError;
 use super::{
     Allocation, Bounds, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
@@ -111,7 +112,7 @@ impl Default for FlowConParams {
 impl FlowConParams {
     /// Set a parameter by name (`interval`, `max_interval`, `threshold_lists` = `nl_cl` | `nl_wl`,
     /// `nl_uncapped` = `true` | `false`).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         match key {
             "interval" => self.interval = positive(key, value)?,
             "max_interval" => self.max_interval = positive(key, value)?,
@@ -120,21 +121,21 @@ impl FlowConParams {
                 self.threshold_lists = match value {
                     "nl_cl" => ThresholdLists::NewAndCompleting,
                     "nl_wl" => ThresholdLists::NewAndWatching,
-                    _ => return Err(format!("threshold_lists is nl_cl or nl_wl, not {value:?}")),
+                    _ => return Err(ParamError::invalid(key, format!("threshold_lists is nl_cl or nl_wl, not {value:?}"))),
                 }
             }
-            _ => return Err(format!("unknown parameter {key:?}")),
+            _ => return Err(ParamError::Unknown(key.to_owned())),
         }
         Ok(())
     }
 }
 
-fn positive(key: &str, value: &str) -> Result<f64, String> {
+fn positive(key: &str, value: &str) -> Result<f64, ParamError> {
     let v: f64 = super::parse_param(key, value)?;
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(format!("{key} must be a positive number, not {value}"))
+        Err(ParamError::invalid(key, format!("{key} must be a positive number, not {value}")))
     }
 }
 

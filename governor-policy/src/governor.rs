@@ -119,6 +119,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::ParamError;
 use super::allocate::{Claim, allocate};
 use super::share::{ShareRequest, fair_shares, water_fill};
 use super::signal::{LossTracker, StageThresholds};
@@ -207,13 +208,13 @@ impl Default for GovernorParams {
 
 impl GovernorParams {
     /// Set a parameter by name.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let num = |min: f64, max: f64| -> Result<f64, String> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        let num = |min: f64, max: f64| -> Result<f64, ParamError> {
             let v: f64 = super::parse_param(key, value)?;
             if v.is_finite() && v >= min && v <= max {
                 Ok(v)
             } else {
-                Err(format!("{key} must be in [{min}, {max}], not {value}"))
+                Err(ParamError::invalid(key, format!("{key} must be in [{min}, {max}], not {value}")))
             }
         };
         match key {
@@ -232,7 +233,7 @@ impl GovernorParams {
                 self.unknown = match value {
                     "attained" => UnknownWork::Attained,
                     "neutral" => UnknownWork::Neutral,
-                    _ => return Err(format!("unknown is attained or neutral, not {value:?}")),
+                    _ => return Err(ParamError::invalid(key, format!("unknown is attained or neutral, not {value:?}"))),
                 }
             }
             "order" => {
@@ -240,13 +241,13 @@ impl GovernorParams {
                     "remaining" => RankBy::Remaining,
                     "fair_deadline" => RankBy::FairDeadline,
                     _ => {
-                        return Err(format!(
+                        return Err(ParamError::invalid(key, format!(
                             "order is remaining or fair_deadline, not {value:?}"
-                        ));
+                        )));
                     }
                 }
             }
-            _ => return Err(format!("unknown parameter {key:?}")),
+            _ => return Err(ParamError::Unknown(key.to_owned())),
         }
         Ok(())
     }

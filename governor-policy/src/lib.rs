@@ -307,13 +307,39 @@ pub struct UnknownPolicy {
     pub known: String,
 }
 
+/// A policy parameter that does not exist or has a value out of its range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error("unknown parameter {0:?}")]
+    Unknown(String),
+    #[error("{message}")]
+    Invalid { key: String, message: String },
+    #[error("expected KEY=VALUE, got {0:?}")]
+    Syntax(String),
+    #[error("takes no parameters")]
+    NoParameters,
+}
+
+impl ParamError {
+    fn invalid(key: &str, message: String) -> ParamError {
+        ParamError::Invalid {
+            key: key.to_owned(),
+            message,
+        }
+    }
+}
+
 /// Error for a policy spec ([`by_spec`]) that names an unknown policy or parameter.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicySpecError {
     #[error(transparent)]
     Unknown(#[from] UnknownPolicy),
-    #[error("policy {policy}: {message}")]
-    Parameter { policy: String, message: String },
+    #[error("policy {policy}")]
+    Parameter {
+        policy: String,
+        #[source]
+        source: ParamError,
+    },
 }
 
 /// Build a policy from a spec `NAME[:KEY=VALUE]...`, e.g. `flowcon:interval=30` or
@@ -328,16 +354,16 @@ pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
                 .map(|(k, v)| (k.trim(), v.trim()))
                 .ok_or_else(|| PolicySpecError::Parameter {
                     policy: name.to_owned(),
-                    message: format!("expected KEY=VALUE, got {kv:?}"),
+                    source: ParamError::Syntax(kv.to_owned()),
                 })
         })
         .collect::<Result<_, _>>()?;
     if params.is_empty() {
         return Ok(by_name(name)?);
     }
-    let bad = |message: String| PolicySpecError::Parameter {
+    let bad = |source: ParamError| PolicySpecError::Parameter {
         policy: name.to_owned(),
-        message,
+        source,
     };
     match name {
         "flowcon" => {
@@ -361,19 +387,19 @@ pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
             }
             Ok(Box::new(governor::Governor::new(p)))
         }
-        "fair" => Err(bad("takes no parameters".to_owned())),
-        _ => Err(by_name(name).err().map_or_else(
-            || bad("unknown policy".to_owned()),
-            PolicySpecError::Unknown,
-        )),
+        "fair" => Err(bad(ParamError::NoParameters)),
+        _ => Err(PolicySpecError::Unknown(UnknownPolicy {
+            name: name.to_owned(),
+            known: POLICY_NAMES.join(", "),
+        })),
     }
 }
 
 /// Parse a parameter value, with an error naming the key.
-fn parse_param<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+fn parse_param<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ParamError> {
     value
         .parse()
-        .map_err(|_| format!("invalid value {value:?} for {key}"))
+        .map_err(|_| ParamError::invalid(key, format!("invalid value {value:?} for {key}")))
 }
 
 /// Build a policy by its name, with its default parameters.

@@ -43,6 +43,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ParamError;
 use super::{
     Allocation, Category, JobId, JobSpec, MigrationRequest, NodePolicy, NodeResources, Plan,
     ProgressPoint, Seconds, Usage,
@@ -75,19 +76,19 @@ impl Default for SpeConParams {
 
 impl SpeConParams {
     /// Set a parameter by name (`interval`, `alpha`, `relative_gain`, `min_learning_others`).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         match key {
             "interval" => {
                 let v: f64 = super::parse_param(key, value)?;
                 if !(v.is_finite() && v > 0.0) {
-                    return Err(format!("interval must be positive, not {value}"));
+                    return Err(ParamError::invalid(key, format!("interval must be positive, not {value}")));
                 }
                 self.interval = v;
             }
             "alpha" => self.alpha = super::parse_param(key, value)?,
             "relative_gain" => self.relative_gain = super::parse_param(key, value)?,
             "min_learning_others" => self.min_learning_others = super::parse_param(key, value)?,
-            _ => return Err(format!("unknown parameter {key:?}")),
+            _ => return Err(ParamError::Unknown(key.to_owned())),
         }
         Ok(())
     }

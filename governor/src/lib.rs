@@ -5,6 +5,10 @@
 //! progress and resource usage into per-job allocations; the daemon applies them through
 //! [`cgroup`], the only module that writes cgroupfs. [`accounting`] measures each job's CPU use
 //! (eBPF on `sched_switch`, cgroupfs counters as the fallback).
+// Raw system interfaces live in the `sys` modules (`sys`, `accounting::sys`), the only places
+// allowed `unsafe`; everything else is checked safe code.
+#![deny(unsafe_code)]
+
 pub mod accounting;
 pub mod cgroup;
 pub mod cli;

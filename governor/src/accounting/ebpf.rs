@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::thread::JoinHandle;
 
@@ -16,8 +16,80 @@ use governor_common::{
     CgroupCpuStats, ProgramCounters, RUNNING_MAP, RunningTask, program,
 };
 
-use super::btf::Btf;
+use super::btf::{Btf, BtfError};
 use super::sys;
+
+/// Why the accounting programs could not be loaded, attached or read. [`describe`] gives the
+/// one line an operator reads (the error, its sources and the likely cause).
+#[derive(Debug, thiserror::Error)]
+pub enum EbpfError {
+    #[error("this governor binary was built without the eBPF programs (GOVERNOR_EBPF_BUILD=skip)")]
+    NotBuilt,
+    #[error("eBPF disabled by {0}")]
+    Disabled(String),
+    #[error("{} is not a cgroup v2 mount (the programs key usage by v2 cgroup id)", .0.display())]
+    NotCgroup2(std::path::PathBuf),
+    #[error("cannot stat the cgroup root {}", .path.display())]
+    CgroupRoot {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no usable kernel BTF; the program needs it to find the task and cgroup fields")]
+    KernelBtf(#[source] BtfError),
+    #[error("kernel BTF lacks a field the program reads")]
+    MissingField(#[source] BtfError),
+    #[error("aya cannot parse the kernel BTF")]
+    AyaBtf(#[source] aya::BtfError),
+    #[error("loading the eBPF object failed")]
+    Load(#[source] aya::EbpfError),
+    #[error("the eBPF object has no program {0}")]
+    NoProgram(&'static str),
+    #[error("{0} has an unexpected program type")]
+    ProgramType(&'static str),
+    #[error("{program}")]
+    Program {
+        program: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("attaching to sched_switch failed ({})", attach_failures(.0))]
+    Attach(Vec<(AttachKind, EbpfError)>),
+    #[error("the eBPF object has no map {0}")]
+    NoMap(String),
+    #[error("eBPF map {name}")]
+    Map {
+        name: String,
+        #[source]
+        source: MapError,
+    },
+    #[error("counting the possible CPUs ({what})")]
+    PossibleCpus {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn attach_failures(failures: &[(AttachKind, EbpfError)]) -> String {
+    failures
+        .iter()
+        .map(|(kind, e)| format!("{}: {}", kind.as_str(), error_chain(e)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn map_error(name: &str) -> impl FnOnce(MapError) -> EbpfError + '_ {
+    move |source| EbpfError::Map {
+        name: name.to_owned(),
+        source,
+    }
+}
+
+/// The error on one line with its sources, and the likely cause where operators often meet it.
+pub fn describe(e: &EbpfError) -> String {
+    explain(&error_chain(e))
+}
 
 /// The programs, built by `build.rs` (empty when built with `GOVERNOR_EBPF_BUILD=skip`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/governor-ebpf"));
@@ -57,8 +129,9 @@ pub struct Maps {
     stats: PerCpuHashMap<MapData, u64, CgroupCpuStats>,
     /// The stats map's descriptor, for batched reads (`None`: the kernel has no batch lookup,
     /// entries are read one by one).
-    stats_batch_fd: std::cell::Cell<Option<std::os::fd::RawFd>>,
-    _stats_fd: Option<std::os::fd::OwnedFd>,
+    stats_fd: Option<std::os::fd::OwnedFd>,
+    /// Cleared once the kernel refuses a batched read (then never tried again).
+    batch_reads: std::cell::Cell<bool>,
     possible_cpus: usize,
     parents: BpfHashMap<MapData, u64, u64>,
     running: PerCpuArray<MapData, RunningTask>,
@@ -75,20 +148,24 @@ pub struct Snapshot {
 }
 
 impl Maps {
-    fn from_maps(stats: Map, parents: Map, running: Map, counters: Map) -> Result<Maps, String> {
+    fn from_maps(stats: Map, parents: Map, running: Map, counters: Map) -> Result<Maps, EbpfError> {
         let stats_fd = match &stats {
             Map::PerCpuHashMap(data) => data.fd().as_fd().try_clone_to_owned().ok(),
             _ => None,
         };
-        let possible_cpus = aya::util::nr_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
+        let possible_cpus =
+            aya::util::nr_cpus().map_err(|(what, source)| EbpfError::PossibleCpus {
+                what: what.to_owned(),
+                source,
+            })?;
         Ok(Maps {
-            stats_batch_fd: std::cell::Cell::new(stats_fd.as_ref().map(|fd| fd.as_raw_fd())),
-            _stats_fd: stats_fd,
+            batch_reads: std::cell::Cell::new(stats_fd.is_some()),
+            stats_fd,
             possible_cpus,
-            stats: stats.try_into().map_err(|e| error_chain(&e))?,
-            parents: parents.try_into().map_err(|e| error_chain(&e))?,
-            running: running.try_into().map_err(|e| error_chain(&e))?,
-            counters: counters.try_into().map_err(|e| error_chain(&e))?,
+            stats: stats.try_into().map_err(map_error(CGROUP_CPU_MAP))?,
+            parents: parents.try_into().map_err(map_error(CGROUP_PARENT_MAP))?,
+            running: running.try_into().map_err(map_error(RUNNING_MAP))?,
+            counters: counters.try_into().map_err(map_error(COUNTERS_MAP))?,
         })
     }
 
@@ -96,12 +173,12 @@ impl Maps {
     /// twice: a slot read as "task X since its totals were T" means X's slice from T had not
     /// ended when the slots were read, so it was not in the counters read before; a slice that
     /// ends in between is missing from this read only (the next one has it).
-    pub fn snapshot(&self) -> Result<Snapshot, String> {
+    pub fn snapshot(&self) -> Result<Snapshot, EbpfError> {
         let stats = match self.batched_stats() {
             Some(stats) => stats,
             None => self.stats_one_by_one()?,
         };
-        let running = self.running.get(&0, 0).map_err(|e| error_chain(&e))?;
+        let running = self.running.get(&0, 0).map_err(map_error(RUNNING_MAP))?;
         Ok(Snapshot {
             stats,
             running: running.iter().copied().collect(),
@@ -110,9 +187,10 @@ impl Maps {
 
     /// Every entry in a few batched syscalls; `None` where the kernel cannot (then never again).
     fn batched_stats(&self) -> Option<HashMap<u64, CgroupCpuStats>> {
-        let raw = self.stats_batch_fd.get()?;
-        // SAFETY: `raw` belongs to `_stats_fd`, which lives as long as `self`.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+        if !self.batch_reads.get() {
+            return None;
+        }
+        let fd = self.stats_fd.as_ref()?.as_fd();
         let stride = size_of::<CgroupCpuStats>().next_multiple_of(8);
         let per_key = stride * self.possible_cpus;
         match sys::lookup_batch_u64_keys(fd, per_key) {
@@ -122,14 +200,7 @@ impl Maps {
                     .map(|(&id, per_cpu)| {
                         let sum = per_cpu.chunks_exact(stride).fold(
                             CgroupCpuStats::default(),
-                            |acc, v| {
-                                // SAFETY: `v` holds `stride >= size_of::<CgroupCpuStats>()`
-                                // bytes the kernel copied from a `CgroupCpuStats`; every bit
-                                // pattern is a valid value (it is `Pod`).
-                                let v: CgroupCpuStats =
-                                    unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
-                                acc.add(v)
-                            },
+                            |acc, v| acc.add(sys::read_cpu_stats(v)),
                         );
                         (id, sum)
                     })
@@ -137,16 +208,16 @@ impl Maps {
             ),
             Err(e) => {
                 tracing::debug!(error = %e, "batched map reads unavailable; reading entries one by one");
-                self.stats_batch_fd.set(None);
+                self.batch_reads.set(false);
                 None
             }
         }
     }
 
-    fn stats_one_by_one(&self) -> Result<HashMap<u64, CgroupCpuStats>, String> {
+    fn stats_one_by_one(&self) -> Result<HashMap<u64, CgroupCpuStats>, EbpfError> {
         let mut stats = HashMap::new();
         for item in self.stats.iter() {
-            let (id, per_cpu) = item.map_err(|e| error_chain(&e))?;
+            let (id, per_cpu) = item.map_err(map_error(CGROUP_CPU_MAP))?;
             let sum = per_cpu
                 .iter()
                 .fold(CgroupCpuStats::default(), |acc, v| acc.add(*v));
@@ -166,13 +237,13 @@ impl Maps {
     }
 
     /// Deletes the entries of a cgroup (gone ones).
-    pub fn remove(&mut self, id: u64) -> Result<(), String> {
+    pub fn remove(&mut self, id: u64) -> Result<(), EbpfError> {
         let not_found = |r: Result<(), MapError>| match r {
             Err(MapError::KeyNotFound) => Ok(()),
             other => other,
         };
-        not_found(self.parents.remove(&id)).map_err(|e| error_chain(&e))?;
-        not_found(self.stats.remove(&id)).map_err(|e| error_chain(&e))
+        not_found(self.parents.remove(&id)).map_err(map_error(CGROUP_PARENT_MAP))?;
+        not_found(self.stats.remove(&id)).map_err(map_error(CGROUP_CPU_MAP))
     }
 
     /// The programs' error counters, summed over CPUs.
@@ -209,23 +280,14 @@ pub struct Loaded {
     _ebpf: Ebpf,
 }
 
-/// Loads the object and attaches the `sched_switch` program. The error is one line saying why,
-/// for the operator.
-pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
+/// Loads the object and attaches the `sched_switch` program ([`describe`] says why not, for the
+/// operator).
+pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), EbpfError> {
     if OBJECT.is_empty() {
-        return Err(
-            "this governor binary was built without the eBPF programs (GOVERNOR_EBPF_BUILD=skip)"
-                .into(),
-        );
+        return Err(EbpfError::NotBuilt);
     }
-    let btf = Btf::from_file(opts.btf_path).map_err(|e| {
-        format!(
-            "no usable kernel BTF ({e}); the program needs it to find the task and cgroup fields"
-        )
-    })?;
-    let (mut config, has_run_delay) = btf
-        .program_offsets()
-        .map_err(|e| format!("kernel BTF lacks a field the program reads: {e}"))?;
+    let btf = Btf::from_file(opts.btf_path).map_err(EbpfError::KernelBtf)?;
+    let (mut config, has_run_delay) = btf.program_offsets().map_err(EbpfError::MissingField)?;
     drop(btf);
     let run_queue_wait = opts.run_queue_wait && has_run_delay;
     if opts.run_queue_wait && !has_run_delay {
@@ -237,18 +299,13 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
         config.flags |= CONFIG_TRACK_RUN_QUEUE_WAIT;
     }
     let aya_btf = aya::Btf::parse_file(opts.btf_path, aya::Endianness::default())
-        .map_err(|e| format!("aya cannot parse the kernel BTF: {}", error_chain(&e)))?;
+        .map_err(EbpfError::AyaBtf)?;
 
     let mut ebpf = EbpfLoader::new()
         .btf(Some(&aya_btf))
         .override_global(CONFIG_GLOBAL, &config, true)
         .load(OBJECT)
-        .map_err(|e| {
-            explain(&format!(
-                "loading the eBPF object failed: {}",
-                error_chain(&e)
-            ))
-        })?;
+        .map_err(EbpfError::Load)?;
 
     let kinds: &[AttachKind] = match opts.attach {
         AttachMode::Auto => &[AttachKind::Btf, AttachKind::Raw],
@@ -264,16 +321,13 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
                 break;
             }
             Err(e) => {
-                tracing::debug!(kind = kind.as_str(), error = %e, "eBPF attach failed");
-                failures.push(format!("{}: {e}", kind.as_str()));
+                tracing::debug!(kind = kind.as_str(), error = %error_chain(&e), "eBPF attach failed");
+                failures.push((kind, e));
             }
         }
     }
     let Some((kind, program_id)) = attached else {
-        return Err(explain(&format!(
-            "attaching to sched_switch failed ({})",
-            failures.join("; ")
-        )));
+        return Err(EbpfError::Attach(failures));
     };
 
     match super::sys::switch_every_cpu_once() {
@@ -293,7 +347,7 @@ pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), String> {
 
     let take = |ebpf: &mut Ebpf, name: &str| {
         ebpf.take_map(name)
-            .ok_or_else(|| format!("the eBPF object has no map {name}"))
+            .ok_or_else(|| EbpfError::NoMap(name.to_owned()))
     };
     let maps = Maps::from_maps(
         take(&mut ebpf, CGROUP_CPU_MAP)?,
@@ -322,31 +376,43 @@ fn program_name(kind: AttachKind) -> &'static str {
 }
 
 /// Loads and attaches the program of `kind` to `sched_switch`; returns its kernel id.
-fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, kind: AttachKind) -> Result<u32, String> {
+fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, kind: AttachKind) -> Result<u32, EbpfError> {
     let name = program_name(kind);
+    let program_error = |source| EbpfError::Program {
+        program: name,
+        source,
+    };
     match (kind, ebpf.program_mut(name)) {
-        (AttachKind::Btf, Some(Program::BtfTracePoint(p))) => attach_btf(p, btf, "sched_switch"),
-        (AttachKind::Raw, Some(Program::RawTracePoint(p))) => attach_raw(p, "sched_switch"),
-        (_, None) => Err(format!("the eBPF object has no program {name}")),
-        _ => Err(format!("{name} has an unexpected program type")),
+        (AttachKind::Btf, Some(Program::BtfTracePoint(p))) => {
+            attach_btf(p, btf, "sched_switch").map_err(program_error)
+        }
+        (AttachKind::Raw, Some(Program::RawTracePoint(p))) => {
+            attach_raw(p, "sched_switch").map_err(program_error)
+        }
+        (_, None) => Err(EbpfError::NoProgram(name)),
+        _ => Err(EbpfError::ProgramType(name)),
     }
 }
 
-fn attach_btf(p: &mut BtfTracePoint, btf: &aya::Btf, tracepoint: &str) -> Result<u32, String> {
-    p.load(tracepoint, btf).map_err(|e| error_chain(&e))?;
-    p.attach().map_err(|e| error_chain(&e))?;
-    p.info().map(|i| i.id()).map_err(|e| error_chain(&e))
+fn attach_btf(
+    p: &mut BtfTracePoint,
+    btf: &aya::Btf,
+    tracepoint: &str,
+) -> Result<u32, aya::programs::ProgramError> {
+    p.load(tracepoint, btf)?;
+    p.attach()?;
+    Ok(p.info()?.id())
 }
 
-fn attach_raw(p: &mut RawTracePoint, tracepoint: &str) -> Result<u32, String> {
-    p.load().map_err(|e| error_chain(&e))?;
-    p.attach(tracepoint).map_err(|e| error_chain(&e))?;
-    p.info().map(|i| i.id()).map_err(|e| error_chain(&e))
+fn attach_raw(p: &mut RawTracePoint, tracepoint: &str) -> Result<u32, aya::programs::ProgramError> {
+    p.load()?;
+    p.attach(tracepoint)?;
+    Ok(p.info()?.id())
 }
 
 /// The maps of accounting programs another process (the daemon) has attached, found through
 /// the kernel's list of loaded programs. `None` when no such program is loaded.
-pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, String> {
+pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, EbpfError> {
     let mut best: Option<(std::time::SystemTime, u32, AttachKind, Vec<u32>)> = None;
     for info in loaded_programs().filter_map(Result::ok) {
         let kind = match info.name_as_str() {
@@ -374,14 +440,15 @@ pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, String> {
             continue;
         };
         if [CGROUP_CPU_MAP, CGROUP_PARENT_MAP, RUNNING_MAP, COUNTERS_MAP].contains(&name.as_str()) {
-            let data = MapData::from_id(id).map_err(|e| error_chain(&e))?;
-            found.insert(name, Map::from_map_data(data).map_err(|e| error_chain(&e))?);
+            let data = MapData::from_id(id).map_err(map_error(&name))?;
+            let map = Map::from_map_data(data).map_err(map_error(&name))?;
+            found.insert(name, map);
         }
     }
     let mut take = |name: &str| {
         found
             .remove(name)
-            .ok_or_else(|| format!("program {prog_id} has no map {name}"))
+            .ok_or_else(|| EbpfError::NoMap(format!("{name} (program {prog_id})")))
     };
     let maps = Maps::from_maps(
         take(CGROUP_CPU_MAP)?,

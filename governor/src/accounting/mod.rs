@@ -35,7 +35,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use ebpf::{AttachKind, AttachMode};
+pub use ebpf::{AttachKind, AttachMode, EbpfError};
 use governor_common::RunningTask;
 pub use governor_common::{CgroupCpuStats, ProgramCounters};
 
@@ -207,7 +207,8 @@ impl CpuAccounting {
                     map_error_logged: false,
                 }
             }
-            Err(reason) => {
+            Err(error) => {
+                let reason = ebpf::describe(&error);
                 let kind = cgroupfs::detect(&root);
                 let source = match kind {
                     CgroupFsKind::CpuStat => CpuSource::CpuStat,
@@ -251,7 +252,7 @@ impl CpuAccounting {
                     };
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, "cannot open the running programs' maps"),
+                Err(e) => tracing::debug!(error = %ebpf::describe(&e), "cannot open the running programs' maps"),
             }
         }
         CpuAccounting::open(cgroup_root, options)
@@ -330,7 +331,7 @@ impl CpuAccounting {
                 }
                 Err(e) => {
                     if !self.map_error_logged {
-                        tracing::warn!(error = %e, "cannot read the eBPF accounting maps");
+                        tracing::warn!(error = %ebpf::describe(&e), "cannot read the eBPF accounting maps");
                         self.map_error_logged = true;
                     }
                     Vec::new()
@@ -372,7 +373,7 @@ impl CpuAccounting {
         let root = self.root.clone();
         match &mut self.backend {
             Backend::Ebpf(b) => b.usage_by_cgroup(&root).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot read the eBPF accounting maps");
+                tracing::warn!(error = %ebpf::describe(&e), "cannot read the eBPF accounting maps");
                 Vec::new()
             }),
             Backend::CgroupFs(_) => Vec::new(),
@@ -402,29 +403,24 @@ fn disabled(options: &AccountingOptions) -> bool {
         || std::env::var_os(DISABLE_EBPF_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
-fn try_ebpf(root: &Path, options: &AccountingOptions) -> Result<EbpfBackend, String> {
+fn try_ebpf(root: &Path, options: &AccountingOptions) -> Result<EbpfBackend, EbpfError> {
     if options.disable_ebpf {
-        return Err("eBPF disabled by configuration".into());
+        return Err(EbpfError::Disabled("configuration".into()));
     }
     if let Some(v) = std::env::var_os(DISABLE_EBPF_ENV).filter(|v| !v.is_empty() && v != "0") {
-        return Err(format!(
-            "eBPF disabled by {DISABLE_EBPF_ENV}={}",
+        return Err(EbpfError::Disabled(format!(
+            "{DISABLE_EBPF_ENV}={}",
             v.to_string_lossy()
-        ));
+        )));
     }
     match sys::is_cgroup2(root) {
         Ok(true) => {}
-        Ok(false) => {
-            return Err(format!(
-                "{} is not a cgroup v2 mount (the programs key usage by v2 cgroup id)",
-                root.display()
-            ));
-        }
-        Err(e) => {
-            return Err(format!(
-                "cannot stat the cgroup root {}: {e}",
-                root.display()
-            ));
+        Ok(false) => return Err(EbpfError::NotCgroup2(root.to_path_buf())),
+        Err(source) => {
+            return Err(EbpfError::CgroupRoot {
+                path: root.to_path_buf(),
+                source,
+            });
         }
     }
     let (maps, loaded) = ebpf::load(&ebpf::LoadOptions {
@@ -460,7 +456,7 @@ impl EbpfBackend {
     /// Returns each id's own usage (the map's figures plus the charges pending on each CPU;
     /// retired totals not included) and the slices in flight. The pending charges of a removed
     /// cgroup reach the map (and so its ancestor) when that CPU next charges another cgroup.
-    fn collect(&mut self, root: &Path) -> Result<Collected, String> {
+    fn collect(&mut self, root: &Path) -> Result<Collected, EbpfError> {
         let mut snap = self.maps.snapshot()?;
         let mut in_flight = resolve_running(root, &snap.running, self.run_queue_wait);
         let pending = pending_parents(&snap.running);
@@ -496,7 +492,7 @@ impl EbpfBackend {
         Ok(Collected { own, in_flight })
     }
 
-    fn read(&mut self, root: &Path, groups: &[PathBuf]) -> Result<Vec<CpuReading>, String> {
+    fn read(&mut self, root: &Path, groups: &[PathBuf]) -> Result<Vec<CpuReading>, EbpfError> {
         let Collected { mut own, in_flight } = self.collect(root)?;
         for (&holder, &t) in &self.tree.retired {
             let e = own.entry(holder).or_default();
@@ -563,7 +559,7 @@ impl EbpfBackend {
         Ok(out)
     }
 
-    fn usage_by_cgroup(&mut self, root: &Path) -> Result<Vec<CgroupUsage>, String> {
+    fn usage_by_cgroup(&mut self, root: &Path) -> Result<Vec<CgroupUsage>, EbpfError> {
         let Collected { mut own, in_flight } = self.collect(root)?;
         add_in_flight(&mut own, &in_flight);
         let mut out: Vec<CgroupUsage> = own

@@ -1,10 +1,24 @@
 //! The raw system calls of CPU accounting (everything else goes through aya or std).
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+/// One CPU's `CgroupCpuStats` as the kernel copied it out of a per-CPU map (`bytes` holds at
+/// least the struct's size: per-CPU values are padded to 8 bytes).
+pub fn read_cpu_stats(bytes: &[u8]) -> governor_common::CgroupCpuStats {
+    assert!(
+        bytes.len() >= size_of::<governor_common::CgroupCpuStats>(),
+        "a per-CPU value shorter than CgroupCpuStats"
+    );
+    // SAFETY: `bytes` holds at least `size_of::<CgroupCpuStats>()` bytes (checked above), and
+    // every bit pattern is a valid `CgroupCpuStats` (plain `u64` fields, `Pod`); the read is
+    // unaligned, so the buffer's alignment does not matter.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) }
+}
 
 /// Whether `path` is on a cgroup v2 filesystem.
 pub fn is_cgroup2(path: &Path) -> io::Result<bool> {

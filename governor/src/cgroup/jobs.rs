@@ -160,7 +160,6 @@ impl CgroupFs {
         job: &JobCgroup,
         command: &mut Command,
     ) -> Result<(), CgroupError> {
-        use std::os::unix::process::CommandExt;
         let mut fds: Vec<OwnedFd> = Vec::new();
         for dir in self.job_dirs(job) {
             let path = dir.join("cgroup.procs");
@@ -183,18 +182,7 @@ impl CgroupFs {
                 })?;
             fds.push(file.into());
         }
-        // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-        // calls are allowed: it calls write(2) on descriptors opened above and builds an
-        // io::Error from an errno, neither of which allocates or takes a lock.
-        unsafe {
-            command.pre_exec(move || {
-                for fd in &fds {
-                    nix::unistd::write(fd, b"0")
-                        .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
-                }
-                Ok(())
-            });
-        }
+        crate::sys::write_before_exec(command, fds, b"0");
         Ok(())
     }
 

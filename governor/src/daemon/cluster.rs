@@ -934,13 +934,9 @@ fn follow_running(
     if entry.start_ticks.is_some_and(|s| s != start) {
         return None;
     }
-    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and unchanged for the
-    // AsyncFd's whole lifetime.
-    let pidfd = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| warn!(pid, error = %e.into_parts().1, "cannot follow a recovered job's process"))
-    .ok()?;
+    let pidfd = crate::sys::async_readable(pidfd)
+        .map_err(|e| warn!(pid, error = %e, "cannot follow a recovered job's process"))
+        .ok()?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Signal>();
     let (job_id, replica) = (entry.job_id.clone(), entry.replica);
     tokio::spawn(async move {

@@ -1,5 +1,6 @@
 //! Raw system interfaces other than cgroupfs (which only [`crate::cgroup`] writes): every
 //! `unsafe` libc call of the daemon outside the eBPF loader lives here.
+#![allow(unsafe_code)]
 
 pub mod proc_events;
 
@@ -27,6 +28,42 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
     }
     // SAFETY: a descriptor the kernel just returned, owned by no one else.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Registers `fd` with the tokio reactor for readability (a pidfd that becomes readable when its
+/// process ends, a netlink socket with messages waiting).
+pub fn async_readable(
+    fd: std::os::fd::OwnedFd,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
+    // refers to the same file for the AsyncFd's whole lifetime.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)
+}
+
+/// Makes `command`'s child write `bytes` to each of `files` between fork and exec (joining a
+/// cgroup through its already opened `cgroup.procs`: the job never runs a single instruction
+/// outside it).
+pub fn write_before_exec(
+    command: &mut std::process::Command,
+    files: Vec<std::os::fd::OwnedFd>,
+    bytes: &'static [u8],
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: it calls write(2) on descriptors opened before the fork and builds an
+    // io::Error from an errno, neither of which allocates or takes a lock.
+    unsafe {
+        command.pre_exec(move || {
+            for fd in &files {
+                nix::unistd::write(fd, bytes)
+                    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))?;
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Sends `signal` to the process of a pidfd (`pidfd_send_signal`): never to a process that

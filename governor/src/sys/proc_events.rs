@@ -10,7 +10,6 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 /// A process event relevant to discovery.
@@ -97,10 +96,7 @@ impl ProcEvents {
         if sent < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and unchanged for
-        // the AsyncFd's whole lifetime.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
+        let fd = super::async_readable(fd)?;
         Ok(ProcEvents {
             fd,
             buf: vec![0u8; 64 * 1024],
