@@ -3,9 +3,9 @@
 
 use std::hint::black_box;
 
-use governor_placement::{self as placement, ClusterView, JobRequest, JobView, NodeView};
-use governor_placement::queue::{Queue, QueuedJob};
 use criterion::{Criterion, criterion_group, criterion_main};
+use governor_placement::queue::{Queue, QueuedJob};
+use governor_placement::{self as placement, ClusterView, JobRequest, JobView, NodeView};
 use governor_policy::Category;
 
 fn cluster(nodes: usize) -> ClusterView {

@@ -121,7 +121,12 @@ impl FlowConParams {
                 self.threshold_lists = match value {
                     "nl_cl" => ThresholdLists::NewAndCompleting,
                     "nl_wl" => ThresholdLists::NewAndWatching,
-                    _ => return Err(ParamError::invalid(key, format!("threshold_lists is nl_cl or nl_wl, not {value:?}"))),
+                    _ => {
+                        return Err(ParamError::invalid(
+                            key,
+                            format!("threshold_lists is nl_cl or nl_wl, not {value:?}"),
+                        ));
+                    }
                 }
             }
             _ => return Err(ParamError::Unknown(key.to_owned())),
@@ -135,7 +140,10 @@ fn positive(key: &str, value: &str) -> Result<f64, ParamError> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(ParamError::invalid(key, format!("{key} must be a positive number, not {value}")))
+        Err(ParamError::invalid(
+            key,
+            format!("{key} must be a positive number, not {value}"),
+        ))
     }
 }
 

@@ -122,8 +122,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ParamError;
 use super::allocate::{Claim, allocate};
 use super::share::{ShareRequest, fair_shares, water_fill};
-use super::signal::{LossTracker, StageThresholds};
 use super::speedup::{PRIOR_PARALLEL_FRACTION, SpeedupFit, amdahl_speed};
+use super::stage::{LossTracker, StageThresholds};
 use super::{
     Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
@@ -214,7 +214,10 @@ impl GovernorParams {
             if v.is_finite() && v >= min && v <= max {
                 Ok(v)
             } else {
-                Err(ParamError::invalid(key, format!("{key} must be in [{min}, {max}], not {value}")))
+                Err(ParamError::invalid(
+                    key,
+                    format!("{key} must be in [{min}, {max}], not {value}"),
+                ))
             }
         };
         match key {
@@ -233,7 +236,12 @@ impl GovernorParams {
                 self.unknown = match value {
                     "attained" => UnknownWork::Attained,
                     "neutral" => UnknownWork::Neutral,
-                    _ => return Err(ParamError::invalid(key, format!("unknown is attained or neutral, not {value:?}"))),
+                    _ => {
+                        return Err(ParamError::invalid(
+                            key,
+                            format!("unknown is attained or neutral, not {value:?}"),
+                        ));
+                    }
                 }
             }
             "order" => {
@@ -241,9 +249,10 @@ impl GovernorParams {
                     "remaining" => RankBy::Remaining,
                     "fair_deadline" => RankBy::FairDeadline,
                     _ => {
-                        return Err(ParamError::invalid(key, format!(
-                            "order is remaining or fair_deadline, not {value:?}"
-                        )));
+                        return Err(ParamError::invalid(
+                            key,
+                            format!("order is remaining or fair_deadline, not {value:?}"),
+                        ));
                     }
                 }
             }

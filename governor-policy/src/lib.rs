@@ -28,9 +28,9 @@ pub mod fair;
 pub mod flowcon;
 pub mod governor;
 pub mod share;
-pub mod signal;
 pub mod specon;
 pub mod speedup;
+pub mod stage;
 
 /// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
 pub type Seconds = f64;

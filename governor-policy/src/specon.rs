@@ -81,7 +81,10 @@ impl SpeConParams {
             "interval" => {
                 let v: f64 = super::parse_param(key, value)?;
                 if !(v.is_finite() && v > 0.0) {
-                    return Err(ParamError::invalid(key, format!("interval must be positive, not {value}")));
+                    return Err(ParamError::invalid(
+                        key,
+                        format!("interval must be positive, not {value}"),
+                    ));
                 }
                 self.interval = v;
             }

@@ -20,9 +20,9 @@
 
 use super::ProgressError;
 use super::format::{Format, FormatChoice, Strength};
-use super::formats::custom::CustomFormat;
-use super::formats::{LineParser, Status, parser_for};
 use super::lines::clean_line;
+use super::parsers::custom::CustomFormat;
+use super::parsers::{LineParser, Status, parser_for};
 use super::record::RecordData;
 
 /// Records a weak format must produce before it is believed.

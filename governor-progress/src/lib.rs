@@ -5,7 +5,7 @@
 //! - [`lines`]: appended bytes to complete lines (`\n`, CRLF, `\r\r\n`, tqdm `\r` refreshes;
 //!   over-long lines skipped);
 //! - [`LogParser`] ([`detect`]): detects the format (or takes the one configured) and turns
-//!   lines into [`RecordData`]; one incremental parser per format lives in `formats/`;
+//!   lines into [`RecordData`]; one incremental parser per format lives in `parsers/`;
 //! - [`LogStream`]: splitter + parser for one file, numbering records and stamping them;
 //! - [`parse_bytes`] / [`parse_file`]: a whole file at once (`governor parse`, the simulator);
 //! - [`SignalTracker`] ([`signal`]): records to the job's progress signal E(t), with run
@@ -25,18 +25,18 @@ use std::time::SystemTime;
 
 pub mod detect;
 pub mod format;
-mod formats;
 pub mod json;
 pub mod lines;
 pub mod num;
+mod parsers;
 pub mod record;
 pub mod signal;
 pub mod watch;
 
 pub use detect::LogParser;
 pub use format::{Format, FormatChoice, UnknownFormatName};
-pub use formats::custom::CustomFormat;
 pub use lines::{LineSplitter, MAX_LINE_BYTES};
+pub use parsers::custom::CustomFormat;
 pub use record::{Metrics, Record, RecordData, Split};
 pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, summarize};
 pub use watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
@@ -383,7 +383,10 @@ mod tests {
         let c: ProgressConfig = toml::from_str(text).unwrap();
         assert_eq!(c.format, FormatChoice::Auto);
         assert_eq!(c.signal.metric.as_deref(), Some("val_loss"));
-        assert_eq!(c.signal.direction, Some(governor_policy::Direction::Minimise));
+        assert_eq!(
+            c.signal.direction,
+            Some(governor_policy::Direction::Minimise)
+        );
         assert_eq!(c.custom.as_ref().unwrap().split, Some(Split::Train));
         assert!(c.custom.as_ref().unwrap().validate().is_ok());
         assert_eq!(c.watch_spec().paths, c.paths);

@@ -12,9 +12,9 @@
 pub mod accounting;
 pub mod cgroup;
 pub mod cli;
-pub mod cluster;
 pub mod config;
 pub mod control;
+pub mod coordinator_client;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;

@@ -26,11 +26,11 @@ use serde_json::json;
 use sim::Scenario;
 use sim::cluster::{ClusterConfig, PolicySpec};
 use sim::compare::{PolicyOutcome, compare, summarise};
+use sim::curves;
 use sim::evaluate;
 use sim::node::NodeConfig;
 use sim::trace::{self, Arrival, Trace, TraceParams};
 use sim::workload::{WorkloadParams, generate};
-use sim::curves;
 
 /// govsim: run node policies on simulated training jobs.
 #[derive(Debug, Parser)]
@@ -471,7 +471,10 @@ fn compare_command(args: CompareArgs) -> Result<()> {
     let mut config = cluster_config(&args.cluster)?;
     config.record_timeline = args.plots.is_some();
     let names: Vec<String> = if args.policy.is_empty() {
-        sim::paper::COMPARED.iter().map(|s| (*s).to_owned()).collect()
+        sim::paper::COMPARED
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
     } else {
         args.policy.clone()
     };
@@ -500,7 +503,6 @@ fn compare_command(args: CompareArgs) -> Result<()> {
     }
     Ok(())
 }
-
 
 fn paper_command(args: PaperArgs) -> Result<()> {
     let seeds = args.seeds.as_deref().map(parse_seeds).transpose()?;

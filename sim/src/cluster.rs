@@ -41,9 +41,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use governor_placement::queue::{Queue, QueuedJob};
 use governor_placement::specon::{MigrationTarget, SpeCon};
 use governor_placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
-use governor_placement::queue::{Queue, QueuedJob};
 use governor_policy::share::{ShareRequest, water_fill};
 use governor_policy::{
     Category, CpuAllocation, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint, Usage,

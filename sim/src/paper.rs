@@ -332,10 +332,7 @@ impl PaperScenario {
 
     /// The policies run: [`COMPARED`] plus this scenario's extras.
     pub fn policies(&self) -> Vec<String> {
-        let mut p: Vec<String> = COMPARED
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+        let mut p: Vec<String> = COMPARED.iter().map(|s| (*s).to_owned()).collect();
         p.extend(self.extra_policies.iter().map(|s| (*s).to_owned()));
         p
     }

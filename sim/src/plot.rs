@@ -359,7 +359,6 @@ pub fn stacked_steps(title: &str, x_label: &str, panels: &[StepPanel]) -> String
     svg
 }
 
-
 /// Most workers drawn in the CPU-share plot.
 const PLOTTED_WORKERS: usize = 4;
 

@@ -16,7 +16,7 @@ use coordinator::cli::Client;
 use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
-use governor::cluster::TlsFiles;
+use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::Daemon;
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 

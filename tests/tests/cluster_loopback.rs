@@ -12,7 +12,7 @@ use coordinator::certs::{self, Kind};
 use coordinator::cli::Client;
 use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
-use governor::cluster::{
+use governor::coordinator_client::{
     AgentConfig, AgentStatus, Backoff, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport,
     RunState, TlsFiles,
 };
@@ -159,7 +159,8 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     eventually("the job running and progressing", async || {
         let jobs = govctl.jobs(false).await.unwrap();
         let j = jobs.iter().find(|j| j.id == job_id)?;
-        (j.status == JobStatus::Running && j.category == governor::policy::Category::Progressing).then_some(())
+        (j.status == JobStatus::Running && j.category == governor::policy::Category::Progressing)
+            .then_some(())
     })
     .await;
     assert_eq!(*a.started.borrow(), vec![job_id.clone()]);
@@ -399,7 +400,7 @@ async fn messages_much_larger_than_the_codec_buffers_cross_both_ways() {
                 format!("local-{i:04}"),
                 format!("a-rather-long-training-job-name-for-job-number-{i:04}"),
             );
-            j.origin = governor::cluster::JobOrigin::Local;
+            j.origin = governor::coordinator_client::JobOrigin::Local;
             j.message = "x".repeat(64);
             j.cpu_cores = 0.01;
             r.jobs.push(j);

@@ -198,10 +198,11 @@ impl Maps {
                 keys.iter()
                     .zip(values.chunks_exact(per_key))
                     .map(|(&id, per_cpu)| {
-                        let sum = per_cpu.chunks_exact(stride).fold(
-                            CgroupCpuStats::default(),
-                            |acc, v| acc.add(sys::read_cpu_stats(v)),
-                        );
+                        let sum = per_cpu
+                            .chunks_exact(stride)
+                            .fold(CgroupCpuStats::default(), |acc, v| {
+                                acc.add(sys::read_cpu_stats(v))
+                            });
                         (id, sum)
                     })
                     .collect(),

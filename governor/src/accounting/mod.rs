@@ -252,7 +252,9 @@ impl CpuAccounting {
                     };
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!(error = %ebpf::describe(&e), "cannot open the running programs' maps"),
+                Err(e) => {
+                    tracing::debug!(error = %ebpf::describe(&e), "cannot open the running programs' maps")
+                }
             }
         }
         CpuAccounting::open(cgroup_root, options)

@@ -6,9 +6,10 @@
 //! anything a crashed previous run left in place (state file), before any job is governed.
 //! Shutdown (SIGTERM, SIGINT, or an error in the loop) restores every file the daemon changed.
 
-pub mod cluster;
 pub mod core;
-mod discovery;
+mod job_sources;
+pub mod launcher;
+pub mod node_report;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,12 +20,14 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
 use self::core::{CoreSettings, CpuSource, NodeCore};
-use self::discovery::Discovery;
+use self::job_sources::Discovery;
 use crate::accounting::{AccountingOptions, CpuAccounting};
 use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
-use crate::cluster::{AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles};
 use crate::config::{CoordinatorConfig, DaemonConfig};
 use crate::control::{self, PendingRequest, Request, Response};
+use crate::coordinator_client::{
+    AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles,
+};
 use crate::policy::{self, NodeResources};
 use crate::progress::{WatchEvent, WatchEventKind, Watcher, WatcherHandle};
 use crate::sys::proc_events::{ProcEvent, ProcEvents};
@@ -124,7 +127,7 @@ fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Res
 fn agent_config(
     c: &CoordinatorConfig,
     node_name: &str,
-    capacity: crate::cluster::NodeCapacity,
+    capacity: crate::coordinator_client::NodeCapacity,
 ) -> AgentConfig {
     let mut agent = AgentConfig::new(c.address.clone(), node_name, capacity);
     if !c.insecure
@@ -501,7 +504,7 @@ async fn next_proc_events(
 /// The receiving ends of the cluster side, polled by the main loop.
 struct ClusterReceivers {
     commands: mpsc::Receiver<NodeCommand>,
-    exits: mpsc::UnboundedReceiver<cluster::JobExit>,
+    exits: mpsc::UnboundedReceiver<launcher::JobExit>,
     agent: watch::Receiver<AgentStatus>,
 }
 
@@ -513,8 +516,8 @@ async fn next_command(rx: &mut Option<mpsc::Receiver<NodeCommand>>) -> Option<No
 }
 
 async fn next_exit(
-    rx: &mut Option<mpsc::UnboundedReceiver<cluster::JobExit>>,
-) -> Option<cluster::JobExit> {
+    rx: &mut Option<mpsc::UnboundedReceiver<launcher::JobExit>>,
+) -> Option<launcher::JobExit> {
     match rx {
         Some(r) => r.recv().await,
         None => std::future::pending().await,
@@ -535,7 +538,7 @@ async fn agent_changed(
 struct ClusterSide {
     address: String,
     reports: watch::Sender<NodeReport>,
-    launcher: cluster::Launcher,
+    launcher: launcher::Launcher,
     gpus: crate::gpu::Gpus,
     /// Where the agent stands, for `governor status`.
     agent: AgentStatus,
@@ -552,7 +555,7 @@ impl ClusterSide {
     ) -> Result<(ClusterSide, ClusterReceivers)> {
         let gpus = crate::gpu::Gpus::open(&config.node.simulated_gpus);
         let inventory = gpus.inventory();
-        let capacity = cluster::node_capacity(&settings.resources, &inventory);
+        let capacity = node_report::node_capacity(&settings.resources, &inventory);
         let agent_config = agent_config(c, &settings.node_name, capacity);
         agent_config.validate().with_context(|| {
             format!(
@@ -560,13 +563,17 @@ impl ClusterSide {
                 c.address
             )
         })?;
-        let (launcher, exits) = cluster::Launcher::new(cluster::LauncherConfig {
+        let (launcher, exits) = launcher::Launcher::new(launcher::LauncherConfig {
             subtree: core.actuator().config().jobs_subtree.clone(),
             output_dir: c.job_output_dir.clone(),
             gpus: inventory.iter().map(|g| g.index).collect(),
             stop_grace: c.stop_grace,
             finished_retention: c.finished_retention,
-            journal: Some(config.state_file.with_file_name(cluster::JOURNAL_FILE_NAME)),
+            journal: Some(
+                config
+                    .state_file
+                    .with_file_name(launcher::JOURNAL_FILE_NAME),
+            ),
             // This very binary, even if an upgrade replaced or removed its file meanwhile.
             supervisor: Some(PathBuf::from("/proc/self/exe")),
         });
@@ -611,7 +618,7 @@ impl Shell {
         let state = self
             .cluster
             .as_ref()
-            .map(|c| cluster::describe_agent(&c.address, &c.agent, c.last_error.as_deref()));
+            .map(|c| node_report::describe_agent(&c.address, &c.agent, c.last_error.as_deref()));
         self.core.set_coordinator_state(state);
     }
 
@@ -636,7 +643,7 @@ impl Shell {
         c.launcher.poll(self.core.actuator().fs(), now);
         let status = self.core.status(now);
         let gpus = c.gpus.usage();
-        let report = cluster::node_report(&status, c.launcher.jobs(), &gpus);
+        let report = node_report::node_report(&status, c.launcher.jobs(), &gpus);
         c.reports.send_replace(report);
     }
 
@@ -649,7 +656,7 @@ impl Shell {
         match cmd {
             NodeCommand::Start(start) => {
                 let outcome = c.launcher.start(self.core.actuator().fs(), start);
-                if let cluster::StartOutcome::Started(started) = outcome {
+                if let launcher::StartOutcome::Started(started) = outcome {
                     self.govern_coordinator_job(now, &started.job_id, &started)
                         .await;
                     self.core.decide_and_apply(now);
@@ -668,9 +675,9 @@ impl Shell {
         &mut self,
         now: Instant,
         job_id: &str,
-        started: &cluster::StartedJob,
+        started: &launcher::StartedJob,
     ) {
-        match discovery::launched_job(&started.adopt) {
+        match job_sources::launched_job(&started.adopt) {
             Ok(mut found) => {
                 found.job.runtime = format!("coordinator job {job_id}");
                 found.job.spec.priority = started.priority;
@@ -700,7 +707,7 @@ impl Shell {
     }
 
     /// A coordinator job's main process ended.
-    async fn on_job_exit(&mut self, now: Instant, exit: cluster::JobExit) {
+    async fn on_job_exit(&mut self, now: Instant, exit: launcher::JobExit) {
         let Some(c) = self.cluster.as_mut() else {
             return;
         };
@@ -718,7 +725,7 @@ impl Shell {
         self.core.decide_and_apply(now);
     }
 
-    async fn start_jobs(&mut self, now: Instant, jobs: Vec<discovery::Found>) {
+    async fn start_jobs(&mut self, now: Instant, jobs: Vec<job_sources::Found>) {
         for found in jobs {
             let key = found.job.cgroup.to_string();
             let name = found.job.name.clone();
@@ -955,7 +962,7 @@ mod tests {
         let agent = agent_config(
             c,
             "node2",
-            crate::cluster::NodeCapacity::cpu_only(2.0, 1 << 30),
+            crate::coordinator_client::NodeCapacity::cpu_only(2.0, 1 << 30),
         );
         assert_eq!(
             agent.tls.unwrap().cert,
@@ -999,9 +1006,13 @@ mod tests {
         let c = config.coordinator.unwrap();
         assert!(c.insecure);
         assert!(
-            agent_config(&c, "n", crate::cluster::NodeCapacity::cpu_only(1.0, 1))
-                .tls
-                .is_none()
+            agent_config(
+                &c,
+                "n",
+                crate::coordinator_client::NodeCapacity::cpu_only(1.0, 1)
+            )
+            .tls
+            .is_none()
         );
     }
 }

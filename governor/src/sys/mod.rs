@@ -37,10 +37,8 @@ pub fn async_readable(
 ) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
     // refers to the same file for the AsyncFd's whole lifetime.
-    unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| e.into_parts().1)
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }
 
 /// Makes `command`'s child write `bytes` to each of `files` between fork and exec (joining a

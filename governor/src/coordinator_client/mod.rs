@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use governor::cluster::{AgentConfig, NodeAgent};
+//! use governor::coordinator_client::{AgentConfig, NodeAgent};
 //! use governor_proto::node::{NodeCapacity, NodeReport};
 //! let (report_tx, report_rx) = tokio::sync::watch::channel(NodeReport::default());
 //! let (command_tx, mut command_rx) = tokio::sync::mpsc::channel(64);
@@ -23,11 +23,11 @@
 
 use std::time::Duration;
 
-pub use governor_proto::node::{
-    GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest,
-    NodeCapacity, NodeCommand, NodeReport, RunState, StartJob, StopJob,
-};
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
+pub use governor_proto::node::{
+    GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest, NodeCapacity, NodeCommand,
+    NodeReport, RunState, StartJob, StopJob,
+};
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;
 pub use governor_proto::tls::TlsFiles;

@@ -1,0 +1,79 @@
+//! The launcher's journal: the coordinator's running jobs, written atomically beside the
+//! daemon's state file so that a restarted daemon knows them ([`super::recovery`]).
+
+use std::path::PathBuf;
+
+use super::Launcher;
+use crate::control::AdoptJob;
+
+/// What the journal keeps of a running job: enough to report it under its coordinator id and
+/// govern it again after a restart of the daemon.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(super) struct JournalEntry {
+    pub(super) job_id: String,
+    pub(super) replica: u32,
+    pub(super) name: String,
+    pub(super) gpu_indices: Vec<u32>,
+    pub(super) message: String,
+    pub(super) adopt: AdoptJob,
+    pub(super) maximise: bool,
+    pub(super) priority: i32,
+    /// The main process's start ([`crate::sys::process_start_ticks`]): a pid reused by another
+    /// process is not taken for the job.
+    pub(super) start_ticks: Option<u64>,
+    /// Where its supervisor records how it ended ([`crate::supervise::ExitRecord`]).
+    #[serde(default)]
+    pub(super) exit_file: Option<PathBuf>,
+}
+
+/// The journal file's content.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Journal {
+    pub(super) version: u32,
+    pub(super) jobs: Vec<JournalEntry>,
+}
+
+pub(super) const JOURNAL_VERSION: u32 = 1;
+
+/// The journal's file name, in the directory of the daemon's state file.
+pub const JOURNAL_FILE_NAME: &str = "coordinator-jobs.json";
+
+impl Launcher {
+    /// Write the running jobs to the journal (atomically: a crash leaves the old or the new
+    /// file). A failure is logged once; the jobs run on, only a restart would not know them.
+    pub(super) fn persist(&mut self) {
+        let Some(path) = self.config.journal.clone() else {
+            return;
+        };
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            jobs: self
+                .jobs
+                .values()
+                .filter(|l| !l.info.state.is_finished())
+                .filter_map(|l| l.record.clone())
+                .collect(),
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("json.tmp");
+            let text = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)
+        };
+        match write() {
+            Ok(()) => {
+                self.logged.remove("journal");
+            }
+            Err(e) => self.warn_once(
+                "journal".into(),
+                &format!(
+                    "cannot record the coordinator's jobs in {}: {e}; a restarted daemon would report them as local jobs",
+                    path.display()
+                ),
+            ),
+        }
+    }
+}

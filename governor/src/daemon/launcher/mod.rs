@@ -1,0 +1,584 @@
+//! Starts and stops the coordinator's jobs on this node.
+//!
+//! Path of a submitted job: `govctl submit` → coordinator placement → `NodeCommand::Start` on
+//! the node's session → [`Launcher::start`] creates `governor.slice/jobs/<name>-<id>`, starts the
+//! command inside it (under `governor supervise`, stdout/stderr to
+//! `<job_output_dir>/<group>.out`, `CUDA_VISIBLE_DEVICES` from the reserved GPUs) → the daemon
+//! governs it like a `governor run-job` job → the main process exits: the job is reported
+//! `exited` with its status, kept in the reports for `finished_retention`, and its cgroup
+//! removed.
+//!
+//! Running jobs are recorded in a journal ([`journal`]: `coordinator-jobs.json` beside the
+//! state file); a restarted daemon takes them back with [`Launcher::recover`] ([`recovery`])
+//! before discovery runs, so they stay the coordinator's jobs instead of turning into local
+//! ones.
+
+mod journal;
+mod recovery;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::cgroup::jobs::signal_child;
+use crate::cgroup::{CgroupFs, JobCgroup};
+use crate::control::AdoptJob;
+use crate::coordinator_client::{RunState, StartJob, StopJob};
+
+pub use journal::JOURNAL_FILE_NAME;
+use journal::JournalEntry;
+use recovery::take_exit_record;
+
+/// A job the coordinator started on this node, as reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoordinatorJob {
+    pub job_id: String,
+    pub replica: u32,
+    pub name: String,
+    /// Its cgroup (`/governor.slice/jobs/...`) once created.
+    pub cgroup: Option<String>,
+    pub state: RunState,
+    pub exit_code: Option<i32>,
+    pub message: String,
+    pub gpu_indices: Vec<u32>,
+}
+
+/// The end of a job's main process, from its waiting task.
+#[derive(Debug)]
+pub struct JobExit {
+    pub job_id: String,
+    pub replica: u32,
+    /// `Ok(None)`: it ended but its status is unknown (a job recovered after a restart of the
+    /// daemon is not the daemon's child, so it cannot be waited for).
+    pub status: std::io::Result<Option<ExitStatus>>,
+}
+
+/// What [`Launcher::start`] did.
+#[derive(Debug)]
+pub enum StartOutcome {
+    /// The job is known already (the coordinator resends unconfirmed starts): nothing done.
+    Duplicate,
+    /// It could not start; it is reported `failed` with the reason.
+    Failed(String),
+    /// Started: govern it like a `governor run-job` job.
+    Started(Box<StartedJob>),
+}
+
+/// A job the launcher started, for the daemon to govern.
+#[derive(Debug)]
+pub struct StartedJob {
+    /// The coordinator's id of the job.
+    pub job_id: String,
+    pub adopt: AdoptJob,
+    pub maximise: bool,
+    pub priority: i32,
+}
+
+/// Settings of the launcher.
+#[derive(Clone, Debug)]
+pub struct LauncherConfig {
+    /// Parent of the job cgroups (`governor.slice/jobs`).
+    pub subtree: PathBuf,
+    /// stdout/stderr files go here.
+    pub output_dir: PathBuf,
+    /// GPU indices the node has.
+    pub gpus: BTreeSet<u32>,
+    pub stop_grace: Duration,
+    pub finished_retention: Duration,
+    /// Where the running jobs are recorded (`coordinator-jobs.json` beside the daemon's state
+    /// file), so that a restarted daemon takes them back ([`Launcher::recover`]); `None`: not
+    /// recorded.
+    pub journal: Option<PathBuf>,
+    /// The `governor` binary, to start each job under `governor supervise` (the job's parent
+    /// for its whole life), so that its exit status is known even when it ends after a restart
+    /// of the daemon; `None`: the job is started directly (then such a status is lost).
+    pub supervisor: Option<PathBuf>,
+}
+
+struct Launched {
+    info: CoordinatorJob,
+    /// Recorded in the journal while the job runs.
+    record: Option<JournalEntry>,
+    /// Where its supervisor records how it ended (read and removed when it ends).
+    exit_file: Option<PathBuf>,
+    group: Option<JobCgroup>,
+    /// Sends signals to the main process through its waiting task (which knows whether it has
+    /// been reaped, so a signal never reaches a reused pid).
+    signals: Option<mpsc::UnboundedSender<Signal>>,
+    stop_reason: Option<String>,
+    /// SIGKILL is due then (a stop's grace period).
+    kill_at: Option<Instant>,
+    finished_at: Option<Instant>,
+}
+
+/// A job cgroup whose main process ended: stragglers get SIGTERM, then SIGKILL, then the group
+/// is removed.
+struct Teardown {
+    group: JobCgroup,
+    kill_at: Instant,
+    termed: bool,
+    killed: bool,
+}
+
+/// Starts and stops the coordinator's jobs and remembers their state for the reports.
+pub struct Launcher {
+    config: LauncherConfig,
+    jobs: BTreeMap<(String, u32), Launched>,
+    teardowns: Vec<Teardown>,
+    exits: mpsc::UnboundedSender<JobExit>,
+    /// Problems already logged (a resent bad command is logged once).
+    logged: HashSet<String>,
+}
+
+impl Launcher {
+    /// A launcher; job exits arrive on the returned channel (hand them to [`Self::on_exit`]).
+    pub fn new(config: LauncherConfig) -> (Launcher, mpsc::UnboundedReceiver<JobExit>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Launcher {
+                config,
+                jobs: BTreeMap::new(),
+                teardowns: Vec::new(),
+                exits: tx,
+                logged: HashSet::new(),
+            },
+            rx,
+        )
+    }
+
+    /// Every coordinator job still reported.
+    pub fn jobs(&self) -> impl Iterator<Item = &CoordinatorJob> {
+        self.jobs.values().map(|l| &l.info)
+    }
+
+    /// The coordinator job running in `cgroup`, if any.
+    pub fn job_in(&self, cgroup: &JobCgroup) -> Option<&CoordinatorJob> {
+        self.jobs
+            .values()
+            .find(|l| l.group.as_ref() == Some(cgroup))
+            .map(|l| &l.info)
+    }
+
+    fn warn_once(&mut self, key: String, message: &str) {
+        if self.logged.insert(key) {
+            warn!("{message}");
+        }
+    }
+
+    /// Start a job (idempotent per job id and replica). Must run inside a tokio runtime.
+    pub fn start(&mut self, fs: &CgroupFs, s: StartJob) -> StartOutcome {
+        let key = (s.job_id.clone(), s.replica);
+        if self.jobs.contains_key(&key) {
+            return StartOutcome::Duplicate;
+        }
+        let mut info = CoordinatorJob {
+            job_id: s.job_id.clone(),
+            replica: s.replica,
+            name: s.name.clone(),
+            cgroup: None,
+            state: RunState::Starting,
+            exit_code: None,
+            message: String::new(),
+            gpu_indices: s.gpu_indices.clone(),
+        };
+        let mut launched = Launched {
+            info: info.clone(),
+            record: None,
+            exit_file: None,
+            group: None,
+            signals: None,
+            stop_reason: None,
+            kill_at: None,
+            finished_at: None,
+        };
+        match self.spawn(fs, &s, &mut launched) {
+            Ok(started) => {
+                info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
+                launched.record = Some(JournalEntry {
+                    job_id: s.job_id.clone(),
+                    replica: s.replica,
+                    name: s.name.clone(),
+                    gpu_indices: s.gpu_indices.clone(),
+                    message: launched.info.message.clone(),
+                    adopt: started.adopt.clone(),
+                    maximise: started.maximise,
+                    priority: started.priority,
+                    start_ticks: crate::sys::process_start_ticks(started.adopt.pid),
+                    exit_file: launched.exit_file.clone(),
+                });
+                self.jobs.insert(key, launched);
+                self.persist();
+                StartOutcome::Started(Box::new(started))
+            }
+            Err(reason) => {
+                self.warn_once(
+                    format!("start:{}:{}", s.job_id, s.replica),
+                    &format!(
+                        "cannot start job {} ({}) for the coordinator: {reason}",
+                        s.job_id, s.name
+                    ),
+                );
+                if let Some(group) = launched.group.take() {
+                    let _ = fs.remove_job_group(&group);
+                }
+                info.state = RunState::Failed;
+                info.message = reason.clone();
+                launched.info = info;
+                launched.finished_at = Some(Instant::now());
+                self.jobs.insert(key, launched);
+                StartOutcome::Failed(reason)
+            }
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        fs: &CgroupFs,
+        s: &StartJob,
+        launched: &mut Launched,
+    ) -> Result<StartedJob, String> {
+        if s.argv.first().is_none_or(|p| p.trim().is_empty()) {
+            return Err("no program to run (argv is empty)".into());
+        }
+        if !Path::new(&s.log_path).is_absolute() {
+            return Err(format!("log path {:?} is not absolute", s.log_path));
+        }
+        let distinct: BTreeSet<u32> = s.gpu_indices.iter().copied().collect();
+        if distinct.len() != s.gpu_indices.len() {
+            return Err(format!("GPU list {:?} names a GPU twice", s.gpu_indices));
+        }
+        if let Some(missing) = distinct.iter().find(|g| !self.config.gpus.contains(g)) {
+            return Err(format!(
+                "GPU {missing} does not exist on this node (it has {:?})",
+                self.config.gpus
+            ));
+        }
+        let group_name = group_name(&s.name, &s.job_id, s.replica, s.replicas);
+        let group = fs
+            .create_job_group(&self.config.subtree, &group_name)
+            .map_err(|e| format!("cannot create the job's cgroup: {e}"))?;
+        launched.group = Some(group.clone());
+        launched.info.cgroup = Some(group.to_string());
+        std::fs::create_dir_all(&self.config.output_dir).map_err(|e| {
+            format!(
+                "cannot create the output directory {}: {e}",
+                self.config.output_dir.display()
+            )
+        })?;
+        let output_path = self.config.output_dir.join(format!("{group_name}.out"));
+        let output = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&output_path)
+            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
+        let errors = output
+            .try_clone()
+            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
+        let mut command = match &self.config.supervisor {
+            Some(governor) => {
+                let exit_file = self.config.output_dir.join(format!("{group_name}.exit"));
+                // A record left by an earlier run of the same job id is not this run's.
+                let _ = std::fs::remove_file(&exit_file);
+                let mut command = std::process::Command::new(governor);
+                command
+                    .arg("supervise")
+                    .arg("--status-file")
+                    .arg(&exit_file)
+                    .arg("--");
+                launched.exit_file = Some(exit_file);
+                command
+            }
+            None => std::process::Command::new(&s.argv[0]),
+        };
+        let program_args = if self.config.supervisor.is_some() {
+            &s.argv[..]
+        } else {
+            &s.argv[1..]
+        };
+        command
+            .args(program_args)
+            .envs(&s.env)
+            .env("GOVERNOR_LOG", &s.log_path)
+            .env("GOVERNOR_JOB", &s.name)
+            .stdin(std::process::Stdio::null())
+            .stdout(output)
+            .stderr(errors);
+        // Its own process group: a Ctrl-C meant for a foreground daemon must not reach the jobs.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        if !s.metric.is_empty() {
+            command.env("GOVERNOR_METRIC", &s.metric);
+        }
+        if !s.gpu_indices.is_empty() {
+            let list: Vec<String> = s.gpu_indices.iter().map(u32::to_string).collect();
+            command.env("CUDA_VISIBLE_DEVICES", list.join(","));
+        }
+        fs.prepare_command(&group, &mut command)
+            .map_err(|e| format!("cannot prepare the job to start in its cgroup: {e}"))?;
+        let mut child = tokio::process::Command::from(command)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))?;
+        let pid = child.id().unwrap_or(0);
+        let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<Signal>();
+        let exits = self.exits.clone();
+        let (job_id, replica) = (s.job_id.clone(), s.replica);
+        tokio::spawn(async move {
+            let status = loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    Some(sig) = sig_rx.recv() => {
+                        // `id()` is None once reaped: the pid is still ours while it is Some.
+                        if let Some(pid) = child.id() {
+                            let _ = signal_child(pid, sig);
+                        }
+                    }
+                }
+            };
+            let _ = exits.send(JobExit {
+                job_id,
+                replica,
+                status: status.map(Some),
+            });
+        });
+        launched.signals = Some(sig_tx);
+        launched.info.state = RunState::Running;
+        launched.info.message = format!("output in {}", output_path.display());
+        Ok(StartedJob {
+            job_id: s.job_id.clone(),
+            adopt: AdoptJob {
+                name: s.name.clone(),
+                cgroup: group.to_string(),
+                logs: vec![s.log_path.clone()],
+                metric: (!s.metric.is_empty()).then(|| s.metric.clone()),
+                format: None,
+                pid,
+                // `govctl submit --epochs N` passes GOVERNOR_EPOCHS, as for any job.
+                epochs: declared_epochs(&s.env),
+            },
+            maximise: s.maximise,
+            priority: s.priority,
+        })
+    }
+
+    /// Stop every replica of a job: SIGTERM to its cgroup and main process now, SIGKILL after
+    /// the grace period. An unknown or finished job is logged (once) and ignored.
+    pub fn stop(&mut self, fs: &CgroupFs, s: &StopJob, now: Instant) -> usize {
+        let grace = self.config.stop_grace;
+        let mut stopped = 0;
+        for ((id, _), l) in self.jobs.iter_mut() {
+            if *id != s.job_id || l.info.state.is_finished() || l.stop_reason.is_some() {
+                continue;
+            }
+            info!(job = %id, reason = %s.reason, grace = ?grace, "stopping a job on the coordinator's request");
+            l.stop_reason = Some(s.reason.clone());
+            l.kill_at = Some(now + grace);
+            signal_job(fs, l, Signal::SIGTERM);
+            stopped += 1;
+        }
+        if stopped == 0 {
+            let known = self.jobs.keys().any(|(id, _)| *id == s.job_id);
+            let what = if known {
+                "has already ended or is being stopped"
+            } else {
+                "is not running here"
+            };
+            self.warn_once(
+                format!("stop:{}", s.job_id),
+                &format!(
+                    "the coordinator asked to stop job {}, which {what}; ignored",
+                    s.job_id
+                ),
+            );
+        }
+        stopped
+    }
+
+    /// A job's main process ended. Returns its cgroup, which the daemon stops governing; the
+    /// launcher tears it down (stragglers signalled, group removed).
+    pub fn on_exit(&mut self, fs: &CgroupFs, exit: JobExit, now: Instant) -> Option<JobCgroup> {
+        let l = self.jobs.get_mut(&(exit.job_id.clone(), exit.replica))?;
+        use std::os::unix::process::ExitStatusExt;
+        let stopped = l.stop_reason.clone();
+        // The supervisor's record: the job's own status even when the daemon is not its
+        // supervisor's parent (recovered after a restart), and why a program did not start.
+        let record = l.exit_file.take().and_then(|file| take_exit_record(&file));
+        let status = match (&record, exit.status) {
+            (Some(r), Ok(_)) if r.status().is_some() => Ok(r.status()),
+            (_, status) => status,
+        };
+        let start_error = record.and_then(|r| r.error);
+        match (&status, stopped) {
+            (Ok(_), None) if start_error.is_some() => {
+                l.info.state = RunState::Failed;
+                l.info.exit_code = Some(127);
+                l.info.message = start_error.unwrap_or_default();
+            }
+            (Ok(None), None) => {
+                l.info.state = RunState::Exited;
+                l.info.exit_code = None;
+                l.info.message = "ended after the governor restarted; its exit status is unknown (it was not the restarted daemon's child)".into();
+            }
+            (Ok(None), Some(reason)) => {
+                l.info.state = RunState::Failed;
+                l.info.message = format!("stopped by the coordinator: {reason}");
+            }
+            (Ok(Some(status)), None) => {
+                l.info.state = RunState::Exited;
+                l.info.exit_code = Some(
+                    status
+                        .code()
+                        .or_else(|| status.signal().map(|s| 128 + s))
+                        .unwrap_or(-1),
+                );
+                if let Some(sig) = status.signal() {
+                    l.info.message = format!("killed by signal {sig}");
+                }
+            }
+            (Ok(Some(status)), Some(reason)) => {
+                l.info.state = RunState::Failed;
+                l.info.exit_code = status.code();
+                l.info.message = format!("stopped by the coordinator: {reason}");
+            }
+            (Err(e), _) => {
+                l.info.state = RunState::Failed;
+                l.info.message = format!("lost track of the process: {e}");
+            }
+        }
+        info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, "a coordinator job ended");
+        l.signals = None;
+        l.kill_at = None;
+        l.finished_at = Some(now);
+        l.record = None;
+        let group = l.group.clone();
+        self.persist();
+        let group = group?;
+        self.teardowns.push(Teardown {
+            group: group.clone(),
+            kill_at: now + self.config.stop_grace,
+            termed: false,
+            killed: false,
+        });
+        self.poll(fs, now);
+        Some(group)
+    }
+
+    /// Due work: SIGKILL after a stop's grace, teardown of ended jobs' cgroups, forgetting jobs
+    /// finished longer ago than the retention.
+    pub fn poll(&mut self, fs: &CgroupFs, now: Instant) {
+        for l in self.jobs.values_mut() {
+            if l.kill_at.is_some_and(|t| t <= now) {
+                warn!(job = %l.info.job_id, "the job did not stop within the grace period: SIGKILL");
+                l.kill_at = None;
+                signal_job(fs, l, Signal::SIGKILL);
+            }
+        }
+        self.teardowns.retain_mut(|t| {
+            if fs.procs(&t.group).is_empty() {
+                if let Err(e) = fs.remove_job_group(&t.group) {
+                    warn!(cgroup = %t.group, error = %e, "cannot remove a finished job's cgroup");
+                }
+                return false;
+            }
+            if !t.termed {
+                let _ = fs.signal_job_group(&t.group, Signal::SIGTERM);
+                t.termed = true;
+            } else if !t.killed && t.kill_at <= now {
+                let _ = fs.signal_job_group(&t.group, Signal::SIGKILL);
+                t.killed = true;
+            }
+            true
+        });
+        let retention = self.config.finished_retention;
+        self.jobs.retain(|_, l| {
+            l.finished_at
+                .is_none_or(|t| now.saturating_duration_since(t) < retention)
+        });
+    }
+
+    /// When [`Self::poll`] next has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let kills = self.jobs.values().filter_map(|l| l.kill_at);
+        let teardowns = self
+            .teardowns
+            .iter()
+            .filter(|t| !t.killed)
+            .map(|t| t.kill_at);
+        kills.chain(teardowns).min()
+    }
+
+    /// Whether a teardown waits for stragglers (poll it on every tick).
+    pub fn has_teardowns(&self) -> bool {
+        !self.teardowns.is_empty()
+    }
+}
+
+/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
+/// or a v1 hierarchy the cgroup may not list it).
+/// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
+/// same rule as for discovered jobs: a positive number, anything else ignored with a warning).
+fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
+    let value = env.get("GOVERNOR_EPOCHS")?;
+    let epochs = value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|e| e.is_finite() && *e > 0.0);
+    if epochs.is_none() {
+        warn!(value = %value, "GOVERNOR_EPOCHS is not a positive number; the job's remaining work stays unknown");
+    }
+    epochs
+}
+
+fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
+    if let Some(group) = &l.group
+        && let Err(e) = fs.signal_job_group(group, signal)
+    {
+        warn!(job = %l.info.job_id, error = %e, "cannot signal the job's cgroup");
+    }
+    if let Some(tx) = &l.signals {
+        let _ = tx.send(signal);
+    }
+}
+
+/// The cgroup directory name of a coordinator job: `<name>-<id>` (`-r<replica>` for a member
+/// of a multi-node job), made safe for a cgroup name.
+pub fn group_name(name: &str, job_id: &str, replica: u32, replicas: u32) -> String {
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.@".contains(c) {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect::<String>()
+            .trim_matches(|c| c == '.' || c == '-')
+            .to_owned()
+    };
+    let name: String = safe(name).chars().take(64).collect();
+    let id: String = safe(job_id).chars().take(48).collect();
+    let mut out = match (name.is_empty(), id.is_empty()) {
+        (true, true) => "job".to_owned(),
+        (true, false) => format!("job-{id}"),
+        (false, true) => name,
+        (false, false) => format!("{name}-{id}"),
+    };
+    if replicas > 1 {
+        out.push_str(&format!("-r{replica}"));
+    }
+    // `cgroup.procs-j1` would read as an interface file of the parent.
+    if crate::cgroup::jobs::validate_job_name(&out).is_err() {
+        out = format!("job-{out}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

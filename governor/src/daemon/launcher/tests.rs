@@ -1,0 +1,552 @@
+//! The launcher on a fake cgroup root: starts, stops, bad commands, restarts.
+
+use super::journal::{JOURNAL_VERSION, Journal};
+use super::*;
+use crate::cgroup::fake::FakeCgroupRoot;
+
+#[test]
+fn declared_epochs_must_be_a_positive_number() {
+    let env = |v: &str| BTreeMap::from([("GOVERNOR_EPOCHS".to_owned(), v.to_owned())]);
+    assert_eq!(declared_epochs(&env("12")), Some(12.0));
+    assert_eq!(declared_epochs(&env(" 2.5 ")), Some(2.5));
+    for bad in ["0", "-3", "NaN", "inf", "many", ""] {
+        assert_eq!(declared_epochs(&env(bad)), None, "{bad:?}");
+    }
+    assert_eq!(declared_epochs(&BTreeMap::new()), None);
+}
+
+#[test]
+fn group_names_are_safe_and_distinct_per_job() {
+    assert_eq!(group_name("resnet", "j1", 0, 1), "resnet-j1");
+    assert_eq!(
+        group_name("bert finetune/v2", "j12", 0, 1),
+        "bert-finetune-v2-j12"
+    );
+    assert_eq!(group_name("ddp", "j3", 2, 4), "ddp-j3-r2");
+    assert_eq!(group_name("..", "", 0, 1), "job");
+    assert_eq!(group_name("", "j4", 0, 1), "job-j4");
+    assert_eq!(group_name("cpu.max", "j5", 0, 1), "job-cpu.max-j5");
+    for name in [
+        group_name(&"x".repeat(300), &"y".repeat(300), 7, 8),
+        group_name("cgroup.procs", "j1", 0, 1),
+        group_name("memory.high", "j1", 0, 1),
+    ] {
+        crate::cgroup::jobs::validate_job_name(&name).unwrap_or_else(|e| panic!("{name:?}: {e}"));
+    }
+}
+
+// ---- the launcher, on a fake cgroup root ------------------------------------------------
+
+struct Bed {
+    dir: tempfile::TempDir,
+    fake: FakeCgroupRoot,
+    fs: CgroupFs,
+    launcher: Launcher,
+    exits: mpsc::UnboundedReceiver<JobExit>,
+}
+
+fn bed(stop_grace: Duration) -> Bed {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    let fake = FakeCgroupRoot::unified(&root);
+    let fs = CgroupFs::detect(&root).unwrap();
+    let (launcher, exits) = Launcher::new(LauncherConfig {
+        subtree: "governor.slice/jobs".into(),
+        output_dir: dir.path().join("out"),
+        gpus: [0, 1].into_iter().collect(),
+        stop_grace,
+        finished_retention: Duration::from_secs(60),
+        journal: Some(dir.path().join("run/coordinator-jobs.json")),
+        supervisor: None,
+    });
+    Bed {
+        dir,
+        fake,
+        fs,
+        launcher,
+        exits,
+    }
+}
+
+fn start_job(id: &str, name: &str, script: &str) -> StartJob {
+    StartJob {
+        job_id: id.into(),
+        replica: 0,
+        replicas: 1,
+        name: name.into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        log_path: "/tmp/train.log".into(),
+        metric: "loss".into(),
+        maximise: false,
+        gpu_indices: Vec::new(),
+        priority: 0,
+        env: [("GOVERNOR_JOB_ID".to_owned(), id.to_owned())].into(),
+        cores: None,
+        memory_bytes: None,
+    }
+}
+
+impl Bed {
+    /// The kernel creates a group's files on mkdir; on a fake root the test does.
+    fn prepare_group(&self, group: &str) {
+        self.fake.add_group(&format!("governor.slice/jobs/{group}"));
+    }
+    fn state(&self, id: &str) -> CoordinatorJob {
+        self.launcher
+            .jobs()
+            .find(|j| j.job_id == id)
+            .unwrap_or_else(|| panic!("{id} is not reported"))
+            .clone()
+    }
+    /// The daemon stops (the jobs run on) and starts again with the same configuration.
+    fn restart(&mut self) {
+        let config = self.launcher.config.clone();
+        let (launcher, exits) = Launcher::new(config);
+        self.launcher = launcher;
+        self.exits = exits;
+    }
+    fn journal(&self) -> Journal {
+        let path = self.dir.path().join("run/coordinator-jobs.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+    async fn next_exit(&mut self) -> JobExit {
+        tokio::time::timeout(Duration::from_secs(20), self.exits.recv())
+            .await
+            .expect("the job did not end within 20 s")
+            .expect("the exit channel is open")
+    }
+}
+
+#[tokio::test]
+async fn a_started_job_runs_in_its_cgroup_and_reports_its_exit_status() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.prepare_group("resnet-j1");
+    let mut s = start_job(
+        "j1",
+        "resnet",
+        "echo \"id=$GOVERNOR_JOB_ID log=$GOVERNOR_LOG gpus=$CUDA_VISIBLE_DEVICES\"; echo oops >&2; exit 3",
+    );
+    s.gpu_indices = vec![1, 0];
+    s.env.insert("GOVERNOR_EPOCHS".into(), "48".into());
+    let started = match bed.launcher.start(&bed.fs, s.clone()) {
+        StartOutcome::Started(started) => started,
+        other => panic!("not started: {other:?}"),
+    };
+    assert_eq!(started.adopt.cgroup, "/governor.slice/jobs/resnet-j1");
+    assert_eq!(started.adopt.logs, vec!["/tmp/train.log".to_owned()]);
+    assert_eq!(started.adopt.metric.as_deref(), Some("loss"));
+    assert_eq!(started.adopt.epochs, Some(48.0), "govctl submit --epochs");
+    assert!(started.adopt.pid > 0);
+    let job = bed.state("j1");
+    assert_eq!(job.state, RunState::Running);
+    assert_eq!(
+        job.cgroup.as_deref(),
+        Some("/governor.slice/jobs/resnet-j1")
+    );
+    assert_eq!(
+        bed.fake
+            .get("governor.slice/jobs/resnet-j1", "cgroup.procs"),
+        "0",
+        "the job joined its cgroup before exec"
+    );
+    assert!(
+        matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Duplicate),
+        "a resent start is ignored"
+    );
+
+    let exit = bed.next_exit().await;
+    let group = bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    assert_eq!(
+        group.map(|g| g.to_string()).as_deref(),
+        Some("/governor.slice/jobs/resnet-j1")
+    );
+    let job = bed.state("j1");
+    assert_eq!((job.state, job.exit_code), (RunState::Exited, Some(3)));
+    let output = std::fs::read_to_string(bed.dir.path().join("out/resnet-j1.out")).unwrap();
+    assert_eq!(
+        output, "id=j1 log=/tmp/train.log gpus=1,0\noops\n",
+        "stdout and stderr go to the output file; CUDA_VISIBLE_DEVICES lists the reserved GPUs"
+    );
+    assert!(
+        !bed.fake
+            .root()
+            .join("governor.slice/jobs/resnet-j1")
+            .exists(),
+        "the ended job's cgroup is removed"
+    );
+    // It stays in the reports for the retention period, then goes.
+    bed.launcher
+        .poll(&bed.fs, Instant::now() + Duration::from_secs(59));
+    assert_eq!(bed.launcher.jobs().count(), 1);
+    bed.launcher
+        .poll(&bed.fs, Instant::now() + Duration::from_secs(61));
+    assert_eq!(bed.launcher.jobs().count(), 0);
+}
+
+#[tokio::test]
+async fn bad_starts_are_reported_failed_and_leave_nothing_behind() {
+    let mut bed = bed(Duration::from_secs(5));
+    let mut s = start_job("j2", "needs-gpu", "true");
+    s.gpu_indices = vec![7];
+    match bed.launcher.start(&bed.fs, s) {
+        StartOutcome::Failed(reason) => {
+            assert!(reason.contains("GPU 7 does not exist"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let job = bed.state("j2");
+    assert_eq!(job.state, RunState::Failed);
+    assert!(job.message.contains("GPU 7"), "{}", job.message);
+    assert!(
+        !bed.fake
+            .root()
+            .join("governor.slice/jobs/needs-gpu-j2")
+            .exists()
+    );
+
+    bed.prepare_group("missing-j3");
+    let mut s = start_job("j3", "missing", "");
+    s.argv = vec!["/nonexistent/train".into()];
+    match bed.launcher.start(&bed.fs, s) {
+        StartOutcome::Failed(reason) => {
+            assert!(
+                reason.contains("cannot start \"/nonexistent/train\""),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !bed.fake
+            .root()
+            .join("governor.slice/jobs/missing-j3")
+            .exists(),
+        "the cgroup made for a job that could not start is removed"
+    );
+
+    let mut s = start_job("j4", "relative", "true");
+    s.log_path = "train.log".into();
+    assert!(
+        matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("not absolute"))
+    );
+    let mut s = start_job("j5", "empty", "true");
+    s.argv.clear();
+    assert!(
+        matches!(bed.launcher.start(&bed.fs, s), StartOutcome::Failed(r) if r.contains("argv is empty"))
+    );
+
+    // Stopping a job that is not here is not an error.
+    let stop = StopJob {
+        job_id: "j404".into(),
+        reason: "cancelled".into(),
+    };
+    assert_eq!(bed.launcher.stop(&bed.fs, &stop, Instant::now()), 0);
+    assert!(bed.exits.try_recv().is_err(), "nothing ran");
+}
+
+#[tokio::test]
+async fn stop_terminates_the_job_and_kills_it_after_the_grace_period() {
+    let mut bed = bed(Duration::from_millis(300));
+    bed.prepare_group("polite-j1");
+    bed.prepare_group("stubborn-j2");
+    let polite = start_job("j1", "polite", "exec sleep 30");
+    // Ignores SIGTERM: only SIGKILL after the grace period ends it.
+    let stubborn = start_job(
+        "j2",
+        "stubborn",
+        "trap '' TERM; while :; do sleep 0.05; done",
+    );
+    for s in [polite, stubborn] {
+        assert!(matches!(
+            bed.launcher.start(&bed.fs, s),
+            StartOutcome::Started(_)
+        ));
+    }
+    // Let the shell install its trap.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    for id in ["j1", "j2"] {
+        let stop = StopJob {
+            job_id: id.into(),
+            reason: "cancelled by admin".into(),
+        };
+        assert_eq!(bed.launcher.stop(&bed.fs, &stop, t0), 1);
+    }
+    assert_eq!(
+        bed.launcher.next_deadline(),
+        Some(t0 + Duration::from_millis(300))
+    );
+    let exit = bed.next_exit().await;
+    assert_eq!(exit.job_id, "j1", "SIGTERM ends the polite job at once");
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j1 = bed.state("j1");
+    assert_eq!(j1.state, RunState::Failed);
+    assert!(j1.message.contains("cancelled by admin"), "{}", j1.message);
+
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(
+        bed.exits.try_recv().is_err(),
+        "the stubborn job survived SIGTERM"
+    );
+    bed.launcher.poll(&bed.fs, Instant::now());
+    let exit = bed.next_exit().await;
+    assert_eq!(exit.job_id, "j2");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        exit.status.as_ref().unwrap().unwrap().signal(),
+        Some(libc::SIGKILL)
+    );
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    assert_eq!(bed.state("j2").state, RunState::Failed);
+    assert_eq!(bed.launcher.next_deadline(), None);
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_takes_back_the_running_jobs_and_reports_the_ended_ones() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.prepare_group("long-j1");
+    bed.prepare_group("short-j2");
+    let mut long = start_job("j1", "long", "exec sleep 60");
+    long.gpu_indices = vec![1];
+    long.priority = 3;
+    let StartOutcome::Started(started) = bed.launcher.start(&bed.fs, long.clone()) else {
+        panic!("long did not start")
+    };
+    let long_pid = started.adopt.pid;
+    let short = start_job("j2", "short", "sleep 0.3");
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, short),
+        StartOutcome::Started(_)
+    ));
+    let recorded: Vec<String> = bed
+        .journal()
+        .jobs
+        .iter()
+        .map(|e| e.job_id.clone())
+        .collect();
+    assert_eq!(recorded, ["j1", "j2"]);
+
+    // The daemon goes away; `short` ends while it is away (its old waiting task reaps it).
+    bed.restart();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let resumed = bed.launcher.recover(&bed.fs, Instant::now());
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0].job_id, "j1");
+    assert_eq!(resumed[0].adopt, started.adopt, "governed as before");
+    assert_eq!(resumed[0].priority, 3);
+    let j1 = bed.state("j1");
+    assert_eq!(j1.state, RunState::Running);
+    assert_eq!(j1.cgroup.as_deref(), Some("/governor.slice/jobs/long-j1"));
+    assert_eq!(j1.gpu_indices, vec![1]);
+    let j2 = bed.state("j2");
+    assert_eq!((j2.state, j2.exit_code), (RunState::Exited, None));
+    assert!(j2.message.contains("exit status is unknown"), "{j2:?}");
+    let recorded: Vec<String> = bed
+        .journal()
+        .jobs
+        .iter()
+        .map(|e| e.job_id.clone())
+        .collect();
+    assert_eq!(recorded, ["j1"], "only the running job stays recorded");
+    assert!(
+        matches!(bed.launcher.start(&bed.fs, long), StartOutcome::Duplicate),
+        "the coordinator's resent start does not start it twice"
+    );
+
+    // The coordinator cancels it: the signal goes through the pidfd, the end is noticed.
+    let stop = StopJob {
+        job_id: "j1".into(),
+        reason: "cancelled".into(),
+    };
+    assert_eq!(bed.launcher.stop(&bed.fs, &stop, Instant::now()), 1);
+    let exit = bed.next_exit().await;
+    assert_eq!((exit.job_id.as_str(), exit.replica), ("j1", 0));
+    assert!(matches!(exit.status, Ok(None)), "{:?}", exit.status);
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j1 = bed.state("j1");
+    assert_eq!(j1.state, RunState::Failed);
+    assert!(j1.message.contains("cancelled"), "{j1:?}");
+    assert!(bed.journal().jobs.is_empty());
+    assert!(
+        crate::sys::process_start_ticks(long_pid).is_none()
+            || std::fs::read_to_string(format!("/proc/{long_pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the job's process is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keeps_the_daemon_up() {
+    let mut bed = bed(Duration::from_secs(5));
+    let path = bed.dir.path().join("run/coordinator-jobs.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // This very test process under the job's pid, but with another start: a reused pid.
+    let me = std::process::id();
+    let entry = JournalEntry {
+        job_id: "j7".into(),
+        replica: 0,
+        name: "old".into(),
+        gpu_indices: Vec::new(),
+        message: String::new(),
+        adopt: AdoptJob {
+            name: "old".into(),
+            cgroup: "/governor.slice/jobs/old-j7".into(),
+            logs: vec!["/tmp/old.log".into()],
+            metric: None,
+            format: None,
+            pid: me,
+            epochs: None,
+        },
+        maximise: false,
+        priority: 0,
+        start_ticks: crate::sys::process_start_ticks(me).map(|t| t + 1),
+        exit_file: None,
+    };
+    let journal = Journal {
+        version: JOURNAL_VERSION,
+        jobs: vec![entry],
+    };
+    std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+    assert!(bed.launcher.recover(&bed.fs, Instant::now()).is_empty());
+    assert_eq!(bed.state("j7").state, RunState::Exited);
+
+    bed.restart();
+    std::fs::write(&path, b"{ not json").unwrap();
+    assert!(bed.launcher.recover(&bed.fs, Instant::now()).is_empty());
+    assert!(path.with_extension("json.bad").exists(), "set aside");
+    assert_eq!(bed.launcher.jobs().count(), 0);
+    // Nothing recorded: a later start writes a fresh journal.
+    bed.prepare_group("next-j8");
+    assert!(matches!(
+        bed.launcher
+            .start(&bed.fs, start_job("j8", "next", "sleep 0.1")),
+        StartOutcome::Started(_)
+    ));
+    assert_eq!(bed.journal().jobs.len(), 1);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+}
+
+fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path) -> JournalEntry {
+    JournalEntry {
+        job_id: id.into(),
+        replica: 0,
+        name: format!("job-{id}"),
+        gpu_indices: Vec::new(),
+        message: String::new(),
+        adopt: AdoptJob {
+            name: format!("job-{id}"),
+            cgroup: format!("/governor.slice/jobs/job-{id}"),
+            logs: vec!["/tmp/train.log".into()],
+            metric: None,
+            format: None,
+            pid,
+            epochs: None,
+        },
+        maximise: false,
+        priority: 0,
+        start_ticks,
+        exit_file: Some(exit_file.to_owned()),
+    }
+}
+
+/// The supervisor's records (written here by hand; `governor supervise` itself is tested
+/// through the binary in governor/tests/supervise.rs and the daemon in tests/cluster_daemon.rs)
+/// give a recovered job's real end: after it ended while no daemon ran, and when it ends
+/// under the restarted daemon, which is not its parent.
+#[tokio::test]
+async fn a_restarted_daemon_reports_the_exit_status_its_supervisor_recorded() {
+    use crate::supervise::ExitRecord;
+    let mut bed = bed(Duration::from_secs(5));
+    let out = bed.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let me = std::process::id();
+    let reused = crate::sys::process_start_ticks(me).map(|t| t + 1);
+    let (ended, failed, running) = (
+        out.join("job-j1.exit"),
+        out.join("job-j2.exit"),
+        out.join("job-j3.exit"),
+    );
+    ExitRecord {
+        code: Some(3),
+        ..ExitRecord::default()
+    }
+    .write(&ended)
+    .unwrap();
+    ExitRecord {
+        code: Some(127),
+        signal: None,
+        error: Some("cannot start /opt/missing: No such file or directory".into()),
+    }
+    .write(&failed)
+    .unwrap();
+    let precious = out.join("precious.txt");
+    std::fs::write(&precious, "not a record").unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let journal = Journal {
+        version: JOURNAL_VERSION,
+        jobs: vec![
+            journal_entry("j1", me, reused, &ended),
+            journal_entry("j2", me, reused, &failed),
+            // A damaged journal naming a file that is not a record: kept, status unknown.
+            journal_entry("j4", me, reused, &precious),
+            journal_entry(
+                "j3",
+                sleeper.id(),
+                crate::sys::process_start_ticks(sleeper.id()),
+                &running,
+            ),
+        ],
+    };
+    let path = bed.dir.path().join("run/coordinator-jobs.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+
+    let resumed = bed.launcher.recover(&bed.fs, Instant::now());
+    assert_eq!(resumed.len(), 1);
+    let j1 = bed.state("j1");
+    assert_eq!(
+        (j1.state, j1.exit_code),
+        (RunState::Exited, Some(3)),
+        "{j1:?}"
+    );
+    assert!(!j1.message.contains("unknown"), "{j1:?}");
+    let j2 = bed.state("j2");
+    assert_eq!(
+        (j2.state, j2.exit_code),
+        (RunState::Failed, Some(127)),
+        "{j2:?}"
+    );
+    assert!(j2.message.contains("/opt/missing"), "{j2:?}");
+    assert!(
+        !ended.exists() && !failed.exists(),
+        "records are removed once read"
+    );
+
+    // j3 runs on; it is killed by a signal, which its supervisor records.
+    assert_eq!(bed.state("j3").state, RunState::Running);
+    ExitRecord {
+        signal: Some(libc::SIGTERM),
+        ..ExitRecord::default()
+    }
+    .write(&running)
+    .unwrap();
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+    let exit = bed.next_exit().await;
+    assert!(
+        matches!(exit.status, Ok(None)),
+        "not our child: {:?}",
+        exit.status
+    );
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j3 = bed.state("j3");
+    assert_eq!(j3.exit_code, Some(128 + libc::SIGTERM), "{j3:?}");
+    assert!(j3.message.contains("signal 15"), "{j3:?}");
+    assert!(!running.exists());
+}
