@@ -347,8 +347,15 @@ impl Actor {
                 let _ = reply.send(r);
             }
             Msg::Stats(reply) => {
-                let (nodes, ready_nodes, jobs, queued_jobs, reports, placements, policy) =
-                    self.state.counters();
+                let crate::state::Counters {
+                    nodes,
+                    ready_nodes,
+                    jobs,
+                    queued_jobs,
+                    reports,
+                    placements,
+                    policy,
+                } = self.state.counters();
                 let (p50, p99, max) = self.latency.percentiles_ms();
                 let _ = reply.send(Stats {
                     uptime_s: self.started.elapsed().as_secs_f64(),

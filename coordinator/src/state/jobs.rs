@@ -1,0 +1,446 @@
+//! Job lifecycle and dispatch: submissions, cancellation, the queue's admission rounds, start
+//! commands, and each job's status from its members'.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use governor_proto::control::{
+    JobSpec, JobStatus, JobSummary, NodeStatus, PlacementDecision, PolicyInfo, PolicyState,
+};
+use governor_proto::node::{Category, NodeCommand, RunState, StartJob, StopJob};
+use tracing::{info, warn};
+
+use crate::placement::{self};
+use crate::queue::{QueuedJob, Seconds};
+
+use super::{ClusterState, ControlError, JobRecord, MemberRecord};
+
+impl ClusterState {
+    /// Recompute the status of every job with a member on `node`.
+    pub(super) fn refresh_jobs_on(&mut self, node: &str, now: Seconds) {
+        for id in self.jobs_on(node) {
+            self.refresh_job(&id, now);
+        }
+    }
+
+    /// Derive a job's status from its members and their nodes.
+    pub(super) fn refresh_job(&mut self, id: &str, now: Seconds) {
+        let Some(job) = self.jobs.get(id) else { return };
+        if job.status.is_finished() || job.status == JobStatus::Queued || job.is_local() {
+            return;
+        }
+        let node_down = job.members.iter().find_map(|m| {
+            let n = self.nodes.get(&m.node)?;
+            // A node that reconnected has not confirmed its jobs until its first report.
+            let unconfirmed = n.status != NodeStatus::Ready || (!n.synced && m.seen);
+            (unconfirmed && !m.state.is_finished()).then(|| (m.node.clone(), n.status))
+        });
+        let failed = job.members.iter().find(|m| {
+            m.state == RunState::Failed
+                || (m.state == RunState::Exited && m.exit_code.unwrap_or(0) != 0)
+        });
+        let all_exited_ok = job
+            .members
+            .iter()
+            .all(|m| m.state == RunState::Exited && m.exit_code.unwrap_or(0) == 0);
+        let all_running = job.members.iter().all(|m| m.state == RunState::Running);
+        let (status, message) = if let Some(m) = failed {
+            let what = match m.state {
+                RunState::Exited => format!("exited with status {}", m.exit_code.unwrap_or(-1)),
+                _ => format!(
+                    "failed: {}",
+                    if m.message.is_empty() {
+                        "no reason given"
+                    } else {
+                        &m.message
+                    }
+                ),
+            };
+            (
+                JobStatus::Failed,
+                if job.members.len() > 1 {
+                    format!(
+                        "member {} on node {} {what}; the other members were stopped",
+                        m.replica, m.node
+                    )
+                } else {
+                    format!("on node {} {what}", m.node)
+                },
+            )
+        } else if all_exited_ok {
+            // A node that restarted while the job ran takes it back but cannot learn its exit
+            // status (the job is no longer its child): completed, and said so.
+            let unknown = job.members.iter().find(|m| m.exit_code.is_none());
+            (
+                JobStatus::Completed,
+                match unknown {
+                    Some(m) => format!("on node {}: {}", m.node, m.message),
+                    None => String::new(),
+                },
+            )
+        } else if let Some((node, st)) = node_down {
+            (
+                JobStatus::Unknown,
+                match st {
+                    NodeStatus::Resyncing => {
+                        format!("waiting for node {node} to re-sync after a coordinator restart")
+                    }
+                    NodeStatus::Ready => {
+                        format!("node {node} reconnected; waiting for its first report")
+                    }
+                    NodeStatus::Lost => format!(
+                        "node {node} is lost (no report for over {:.0} s); the job may still run there",
+                        self.config.lost_after_s
+                    ),
+                },
+            )
+        } else if all_running {
+            (JobStatus::Running, String::new())
+        } else {
+            (JobStatus::Starting, String::new())
+        };
+        let job = self.jobs.get_mut(id).expect("checked above");
+        if job.status == status && job.message == message {
+            return;
+        }
+        info!(job = id, from = %job.status, to = %status, %message, "job status");
+        job.status = status;
+        job.message = message;
+        if status == JobStatus::Running && job.started_at.is_none() {
+            job.started_at = Some(now);
+        }
+        if status.is_finished() {
+            self.needs_dispatch = true;
+            job.finished_at = Some(now);
+            if status == JobStatus::Failed {
+                // All or nothing: stop the members still running.
+                for m in job.members.iter().filter(|m| !m.state.is_finished()) {
+                    self.outbox.push((
+                        m.node.clone(),
+                        NodeCommand::Stop(StopJob {
+                            job_id: job.id.clone(),
+                            reason: "another member of the job failed".into(),
+                        }),
+                    ));
+                }
+            }
+        }
+        self.dirty.jobs.insert(id.to_owned());
+    }
+
+    /// Time passes: lose silent nodes, time out starts, expire gangs, place what fits.
+    pub fn tick(&mut self, now: Seconds) {
+        let lost_after = self.config.lost_after_s;
+        let newly_lost: Vec<String> = self
+            .nodes
+            .values_mut()
+            .filter(|n| n.status != NodeStatus::Lost && now - n.last_seen > lost_after)
+            .map(|n| {
+                warn!(node = %n.record.name, silent_s = now - n.last_seen, "node lost");
+                n.status = NodeStatus::Lost;
+                n.session = None;
+                n.record.name.clone()
+            })
+            .collect();
+        for name in &newly_lost {
+            self.dirty.nodes.insert(name.clone());
+            self.refresh_jobs_on(name, now);
+            self.sync_view(name);
+        }
+        // Starts that never showed up on a node that reports.
+        let timeout = self.config.start_timeout_s;
+        let mut late = Vec::new();
+        for job in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.status == JobStatus::Starting)
+        {
+            for m in job.members.iter_mut() {
+                let ready = self
+                    .nodes
+                    .get(&m.node)
+                    .is_some_and(|n| n.status == NodeStatus::Ready);
+                if ready && !m.seen && m.state == RunState::Starting && now - m.placed_at > timeout
+                {
+                    m.state = RunState::Failed;
+                    m.message = format!("node {} did not start it within {timeout:.0} s", m.node);
+                    late.push(job.id.clone());
+                }
+            }
+        }
+        for id in late {
+            self.refresh_job(&id, now);
+        }
+        self.dispatch(now);
+    }
+
+    /// Queue a job and try to place it now.
+    pub fn submit(&mut self, now: Seconds, spec: JobSpec) -> JobSummary {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let id = format!("j{seq}");
+        let deadline = spec
+            .is_gang()
+            .then(|| now + spec.gang_timeout_s.unwrap_or(self.config.gang_timeout_s));
+        let job = JobRecord {
+            id: id.clone(),
+            name: spec.name.clone(),
+            spec: Some(spec),
+            status: JobStatus::Queued,
+            seq,
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            message: "waiting for its first placement round".into(),
+            members: Vec::new(),
+            category: Category::Unknown,
+            categories: Vec::new(),
+            progress: VecDeque::new(),
+            progress_step_s: 0.0,
+            placements: Vec::new(),
+            deadline,
+            migration_request: None,
+        };
+        info!(job = %id, name = %job.name, "job submitted");
+        self.queue.push(queued(&job));
+        self.jobs.insert(id.clone(), job);
+        self.dirty.jobs.insert(id.clone());
+        self.dirty.meta = true;
+        self.dispatch(now);
+        self.jobs[&id].summary()
+    }
+
+    /// Cancel a queued or running job.
+    pub fn cancel(&mut self, now: Seconds, id: &str) -> Result<JobSummary, ControlError> {
+        let job = self
+            .jobs
+            .get_mut(id)
+            .ok_or_else(|| ControlError::NoSuchJob { id: id.into() })?;
+        if job.is_local() {
+            return Err(ControlError::LocalJob {
+                id: id.into(),
+                node: job
+                    .members
+                    .first()
+                    .map(|m| m.node.clone())
+                    .unwrap_or_default(),
+            });
+        }
+        if job.status.is_finished() {
+            return Err(ControlError::AlreadyFinished {
+                id: id.into(),
+                status: job.status,
+            });
+        }
+        self.queue.remove(id);
+        for m in job.members.iter().filter(|m| !m.state.is_finished()) {
+            self.outbox.push((
+                m.node.clone(),
+                NodeCommand::Stop(StopJob {
+                    job_id: id.into(),
+                    reason: "cancelled with govctl".into(),
+                }),
+            ));
+        }
+        job.status = JobStatus::Cancelled;
+        job.message = "cancelled with govctl".into();
+        job.finished_at = Some(now);
+        self.dirty.jobs.insert(id.into());
+        let nodes: BTreeSet<String> = job.members.iter().map(|m| m.node.clone()).collect();
+        let summary = job.summary();
+        for n in nodes {
+            self.sync_view(&n);
+        }
+        self.dispatch(now);
+        Ok(summary)
+    }
+
+    /// Switch the placement policy; queued jobs are placed by the new one from now on.
+    pub fn set_policy(&mut self, now: Seconds, name: &str) -> Result<PolicyState, ControlError> {
+        self.policy = placement::by_name(name)?;
+        info!(policy = name, "placement policy set");
+        self.dirty.meta = true;
+        self.dispatch(now);
+        Ok(self.policy_state())
+    }
+
+    pub fn policy_state(&self) -> PolicyState {
+        PolicyState {
+            current: self.policy.name().to_owned(),
+            available: placement::POLICIES
+                .iter()
+                .map(|(name, summary)| PolicyInfo {
+                    name: (*name).into(),
+                    summary: (*summary).into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Place what fits if capacity may have freed since the last round (a job ended, a node
+    /// joined). Cheap when nothing happened, so it can follow every report.
+    pub fn dispatch_if_needed(&mut self, now: Seconds) -> usize {
+        if std::mem::take(&mut self.needs_dispatch) {
+            self.dispatch(now)
+        } else {
+            0
+        }
+    }
+
+    /// Place what fits. Returns how many jobs were admitted.
+    pub fn dispatch(&mut self, now: Seconds) -> usize {
+        if self.queue.is_empty() {
+            return 0;
+        }
+        let round = self.queue.admit(now, &mut self.view, self.policy.as_mut());
+        let policy = self.policy.name().to_owned();
+        for expired in round.expired {
+            if let Some(job) = self.jobs.get_mut(&expired.job.id) {
+                warn!(job = %job.id, reason = %expired.reason, "gang timed out");
+                job.status = JobStatus::Failed;
+                job.message = expired.reason;
+                job.finished_at = Some(now);
+                self.dirty.jobs.insert(job.id.clone());
+            }
+        }
+        for q in self.queue.iter() {
+            if let Some(job) = self.jobs.get_mut(&q.id)
+                && job.message != q.waiting_reason
+                && !q.waiting_reason.is_empty()
+            {
+                job.message = q.waiting_reason.clone();
+            }
+        }
+        let admitted = round.admitted.len();
+        for a in round.admitted {
+            let Some(job) = self.jobs.get_mut(&a.job.id) else {
+                continue;
+            };
+            job.status = JobStatus::Starting;
+            job.message = String::new();
+            job.members.clear();
+            for (replica, p) in a.members.iter().enumerate() {
+                let node = self.view.nodes[p.node].name.clone();
+                info!(job = %job.id, replica, node = %node, gpus = ?p.gpus, %policy, reason = %p.reason, "placed");
+                job.members.push(MemberRecord {
+                    replica: replica as u32,
+                    node: node.clone(),
+                    gpus: p.gpus.clone(),
+                    state: RunState::Starting,
+                    placed_at: now,
+                    seen: false,
+                    cpu_cores: 0.0,
+                    cpu_limit_cores: None,
+                    memory_bytes: 0,
+                    exit_code: None,
+                    message: String::new(),
+                });
+                job.placements.push(PlacementDecision {
+                    at_unix: now,
+                    policy: policy.clone(),
+                    replica: replica as u32,
+                    node,
+                    gpu_indices: p.gpus.clone(),
+                    reason: p.reason.clone(),
+                    candidates: p
+                        .candidates
+                        .iter()
+                        .map(|c| governor_proto::control::CandidateScore {
+                            node: c.node.clone(),
+                            score: c.score,
+                            note: c.note.clone(),
+                        })
+                        .collect(),
+                });
+            }
+            self.placements += a.members.len() as u64;
+            self.dirty.jobs.insert(a.job.id.clone());
+            let id = a.job.id.clone();
+            self.index_job(&id);
+            for replica in 0..a.members.len() as u32 {
+                if let Some(cmd) = self.start_command(&id, replica) {
+                    let node = self.jobs[&id].members[replica as usize].node.clone();
+                    if self.session_of(&node).is_some() {
+                        self.outbox.push((node, cmd));
+                    }
+                }
+            }
+        }
+        admitted
+    }
+
+    pub(super) fn start_command(&self, job_id: &str, replica: u32) -> Option<NodeCommand> {
+        let job = self.jobs.get(job_id)?;
+        let spec = job.spec.as_ref()?;
+        let member = job.members.iter().find(|m| m.replica == replica)?;
+        let mut env = spec.env.clone();
+        env.insert("GOVERNOR_JOB_ID".into(), job.id.clone());
+        env.insert("GOVERNOR_RANK".into(), replica.to_string());
+        env.insert("GOVERNOR_WORLD_SIZE".into(), spec.replicas.to_string());
+        if let Some(first) = job.members.first()
+            && let Some(n) = self.nodes.get(&first.node)
+        {
+            let host = n
+                .record
+                .address
+                .rsplit_once(':')
+                .map_or(n.record.address.as_str(), |(h, _)| h);
+            env.insert("GOVERNOR_MASTER_ADDR".into(), host.to_owned());
+        }
+        Some(NodeCommand::Start(StartJob {
+            job_id: job.id.clone(),
+            replica,
+            replicas: spec.replicas,
+            name: spec.name.clone(),
+            argv: spec.argv.clone(),
+            log_path: spec.log_path.clone(),
+            metric: spec.metric.clone(),
+            maximise: spec.maximise,
+            gpu_indices: member.gpus.clone(),
+            priority: spec.priority,
+            env,
+            cores: spec.cores,
+            memory_bytes: spec.memory_bytes,
+        }))
+    }
+
+    /// Record the nodes of a job's members in the index.
+    pub(super) fn index_job(&mut self, id: &str) {
+        let Some(job) = self.jobs.get(id) else { return };
+        for m in &job.members {
+            self.on_node
+                .entry(m.node.clone())
+                .or_default()
+                .insert(id.to_owned());
+        }
+    }
+
+    /// Ids of the unfinished jobs with a member on `node`, dropping stale index entries.
+    pub(super) fn jobs_on(&mut self, node: &str) -> Vec<String> {
+        let Some(ids) = self.on_node.get_mut(node) else {
+            return Vec::new();
+        };
+        let jobs = &self.jobs;
+        ids.retain(|id| {
+            jobs.get(id).is_some_and(|j| {
+                !j.status.is_finished() && j.members.iter().any(|m| m.node == node)
+            })
+        });
+        ids.iter().cloned().collect()
+    }
+}
+
+pub(super) fn queued(job: &JobRecord) -> QueuedJob {
+    let spec = job.spec.as_ref().expect("only submitted jobs are queued");
+    QueuedJob {
+        id: job.id.clone(),
+        priority: spec.priority,
+        seq: job.seq,
+        enqueued_at: job.submitted_at,
+        replicas: spec.replicas,
+        gpus: spec.gpus,
+        cores: spec.cores,
+        memory_bytes: spec.memory_bytes,
+        deadline: job.deadline,
+        waiting_reason: String::new(),
+    }
+}

@@ -1,0 +1,411 @@
+//! The coordinator's state machine: the node and job registry, the queue and the placement
+//! policy, driven by events stamped with the caller's clock.
+//!
+//! It does no I/O: the server feeds it registrations, reports, submissions and ticks, then sends
+//! the commands it leaves in the outbox ([`ClusterState::take_outbox`]) and persists the records it
+//! marks dirty ([`ClusterState::take_dirty`]). Everything here is therefore testable with a fake
+//! clock, and a restarted coordinator rebuilds the same state from its store
+//! ([`ClusterState::restore`]).
+//!
+//! Lifecycle of a submitted job: `queued` -> (admitted by the queue and the policy) `starting`
+//! -> (every member reported running) `running` -> `completed` / `failed`, or `cancelled`. When a
+//! member's node is lost the job is `unknown` until the node reports again. Jobs a node found by
+//! itself ("local" jobs) are listed too, under `NODE/ID`, and are never started or stopped by the
+//! coordinator.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use governor_proto::control::{
+    CategoryChange, JobMember, JobSpec, JobStatus, JobSummary, NodeStatus, PlacementDecision,
+    ProgressSample,
+};
+use governor_proto::node::{Category, NodeCapacity, NodeCommand, NodeReport, RunState};
+use serde::{Deserialize, Serialize};
+
+use crate::placement::{self, ClusterView, PlacementPolicy, UnknownPolicy};
+use crate::queue::{Queue, Seconds};
+
+mod jobs;
+mod nodes;
+mod queries;
+mod view;
+
+use jobs::queued;
+use nodes::local_id;
+pub use queries::Counters;
+
+/// Timeouts and sizes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StateConfig {
+    /// A node that has not reported for this long is lost (its jobs become `unknown`).
+    pub lost_after_s: f64,
+    /// A member placed on a node that has not reported it within this long has failed to start.
+    pub start_timeout_s: f64,
+    /// How often nodes should report.
+    pub report_interval_ms: u32,
+    /// Gangs (several members or GPUs) without their own timeout fail after waiting this long.
+    pub gang_timeout_s: f64,
+    /// Progress samples kept per job (the sparkline in `govctl job`). The history covers the
+    /// job's whole life: when it is full, every other sample goes and the spacing doubles.
+    pub progress_samples: usize,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            lost_after_s: 10.0,
+            start_timeout_s: 60.0,
+            report_interval_ms: 1000,
+            gang_timeout_s: 600.0,
+            progress_samples: 120,
+        }
+    }
+}
+
+/// What the store keeps about a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub capacity: NodeCapacity,
+    pub address: String,
+    pub agent_version: String,
+    pub registered_at: Seconds,
+}
+
+/// One member of a job: where it runs and how it is doing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub replica: u32,
+    pub node: String,
+    pub gpus: Vec<u32>,
+    pub state: RunState,
+    pub placed_at: Seconds,
+    /// A report has shown this member (so its absence later means it vanished).
+    #[serde(default)]
+    pub seen: bool,
+    /// Latest figures from its node.
+    #[serde(default)]
+    pub cpu_cores: f64,
+    #[serde(default)]
+    pub cpu_limit_cores: Option<f64>,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// What the store keeps about a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: String,
+    /// `None` for a job a node found by itself.
+    pub spec: Option<JobSpec>,
+    pub name: String,
+    pub status: JobStatus,
+    /// Submission order.
+    pub seq: u64,
+    pub submitted_at: Seconds,
+    pub started_at: Option<Seconds>,
+    pub finished_at: Option<Seconds>,
+    /// Why it waits, failed or is unknown.
+    pub message: String,
+    pub members: Vec<MemberRecord>,
+    pub category: Category,
+    pub categories: Vec<CategoryChange>,
+    pub progress: VecDeque<ProgressSample>,
+    /// Seconds between kept progress samples (0 until the history first fills up).
+    #[serde(default)]
+    pub progress_step_s: f64,
+    pub placements: Vec<PlacementDecision>,
+    /// Gangs: fail when not admitted by this time.
+    pub deadline: Option<Seconds>,
+    /// A node's policy asks for the job to be moved elsewhere (SpeCon's converged jobs). Kept
+    /// and shown; moving jobs (CRIU, framework checkpoints) is the next step.
+    #[serde(default)]
+    pub migration_request: Option<MigrationAsk>,
+}
+
+/// A node's request to move one of its jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationAsk {
+    pub node: String,
+    pub reason: String,
+    /// When the node first asked (this time).
+    pub since: Seconds,
+}
+
+impl JobRecord {
+    pub fn is_local(&self) -> bool {
+        self.spec.is_none()
+    }
+
+    fn replicas(&self) -> u32 {
+        self.spec.as_ref().map_or(1, |s| s.replicas)
+    }
+
+    fn summary(&self) -> JobSummary {
+        let spec = self.spec.as_ref();
+        JobSummary {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            status: self.status,
+            priority: spec.map_or(0, |s| s.priority),
+            gpus: spec.map_or_else(
+                || self.members.iter().map(|m| m.gpus.len() as u32).sum(),
+                |s| s.gpus,
+            ),
+            replicas: self.replicas(),
+            members: self
+                .members
+                .iter()
+                .map(|m| JobMember {
+                    replica: m.replica,
+                    node: m.node.clone(),
+                    gpu_indices: m.gpus.clone(),
+                    state: m.state,
+                })
+                .collect(),
+            category: self.category,
+            progress: self.progress.back().map(|p| p.value),
+            cpu_cores: self.members.iter().map(|m| m.cpu_cores).sum(),
+            cpu_limit_cores: self
+                .members
+                .iter()
+                .map(|m| m.cpu_limit_cores)
+                .sum::<Option<f64>>(),
+            memory_bytes: self.members.iter().map(|m| m.memory_bytes).sum(),
+            submitted_at_unix: self.submitted_at,
+            started_at_unix: self.started_at,
+            finished_at_unix: self.finished_at,
+            message: self.message.clone(),
+            local: self.is_local(),
+            migration_request: self
+                .migration_request
+                .as_ref()
+                .map(|m| format!("node {} asks: {}", m.node, m.reason)),
+        }
+    }
+}
+
+/// Persisted settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub policy: String,
+    pub next_seq: u64,
+}
+
+/// Records changed since the last [`ClusterState::take_dirty`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Dirty {
+    pub nodes: BTreeSet<String>,
+    pub jobs: BTreeSet<String>,
+    /// Jobs to delete from the store (local jobs that ended).
+    pub removed_jobs: BTreeSet<String>,
+    pub meta: bool,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.jobs.is_empty() && self.removed_jobs.is_empty() && !self.meta
+    }
+}
+
+/// A node as the state machine tracks it.
+#[derive(Clone, Debug)]
+struct Node {
+    record: NodeRecord,
+    status: NodeStatus,
+    /// The live session, if connected.
+    session: Option<u64>,
+    last_seen: Seconds,
+    report: NodeReport,
+    /// A report arrived in the current session (until then its jobs are not confirmed).
+    synced: bool,
+}
+
+/// Why a node's registration or report is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("node {node} has a newer session; this stream is stale (reconnect)")]
+    Stale { node: String },
+    #[error("node {node} is not registered: send a hello first")]
+    NotRegistered { node: String },
+}
+
+/// Why a control request is refused; the server maps each to a gRPC status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("no job {id}: `govctl jobs --all` lists the known jobs")]
+    NoSuchJob { id: String },
+    #[error("job {id} already {status}; nothing to cancel")]
+    AlreadyFinished { id: String, status: JobStatus },
+    #[error("job {id} is a local job of node {node}; stop it on that node")]
+    LocalJob { id: String, node: String },
+    #[error(transparent)]
+    UnknownPolicy(#[from] UnknownPolicy),
+}
+
+/// The coordinator's state.
+#[derive(Debug)]
+pub struct ClusterState {
+    config: StateConfig,
+    nodes: BTreeMap<String, Node>,
+    /// Placement view, nodes in name order (the same order as `nodes`).
+    view: ClusterView,
+    view_index: HashMap<String, usize>,
+    jobs: BTreeMap<String, JobRecord>,
+    /// Node -> ids of the jobs with a member there (may hold finished or moved jobs; see
+    /// [`ClusterState::jobs_on`]). Keeps per-report work proportional to the node's jobs.
+    on_node: HashMap<String, BTreeSet<String>>,
+    queue: Queue,
+    policy: Box<dyn PlacementPolicy>,
+    next_seq: u64,
+    next_session: u64,
+    outbox: Vec<(String, NodeCommand)>,
+    dirty: Dirty,
+    /// (job, replica) -> session in which a stop was last sent (so a stop is not resent every
+    /// report).
+    stops_sent: HashMap<(String, u32), u64>,
+    reports: u64,
+    placements: u64,
+    /// Capacity may have freed since the last admission round.
+    needs_dispatch: bool,
+}
+
+impl ClusterState {
+    /// A fresh coordinator.
+    pub fn new(config: StateConfig, policy: &str) -> Result<Self, UnknownPolicy> {
+        Ok(ClusterState {
+            config,
+            nodes: BTreeMap::new(),
+            view: ClusterView::default(),
+            view_index: HashMap::new(),
+            jobs: BTreeMap::new(),
+            on_node: HashMap::new(),
+            queue: Queue::new(),
+            policy: placement::by_name(policy)?,
+            next_seq: 1,
+            next_session: 1,
+            outbox: Vec::new(),
+            dirty: Dirty::default(),
+            stops_sent: HashMap::new(),
+            reports: 0,
+            placements: 0,
+            needs_dispatch: false,
+        })
+    }
+
+    /// A coordinator restarted at `now` from its store. Known nodes are `resyncing` until they
+    /// reconnect (or lost after the timeout); their unfinished jobs are `unknown` until then;
+    /// queued jobs keep their place.
+    pub fn restore(
+        config: StateConfig,
+        now: Seconds,
+        meta: Option<Meta>,
+        nodes: Vec<NodeRecord>,
+        jobs: Vec<JobRecord>,
+    ) -> Result<Self, UnknownPolicy> {
+        let meta = meta.unwrap_or(Meta {
+            policy: placement::DEFAULT_POLICY.into(),
+            next_seq: 1,
+        });
+        let mut s = ClusterState::new(config, &meta.policy)?;
+        s.next_seq = meta.next_seq;
+        for record in nodes {
+            s.nodes.insert(
+                record.name.clone(),
+                Node {
+                    record,
+                    status: NodeStatus::Resyncing,
+                    session: None,
+                    last_seen: now,
+                    report: NodeReport::default(),
+                    synced: false,
+                },
+            );
+        }
+        for mut job in jobs {
+            s.next_seq = s.next_seq.max(job.seq + 1);
+            if job.is_local() {
+                continue; // the node reports it again when it reconnects
+            }
+            match job.status {
+                JobStatus::Queued => s.queue.push(queued(&job)),
+                st if st.is_finished() => {}
+                _ => {
+                    job.status = JobStatus::Unknown;
+                    job.message =
+                        "the coordinator restarted; waiting for its node(s) to re-sync".into();
+                }
+            }
+            let id = job.id.clone();
+            s.jobs.insert(id.clone(), job);
+            s.index_job(&id);
+        }
+        s.rebuild_view();
+        Ok(s)
+    }
+
+    pub fn config(&self) -> &StateConfig {
+        &self.config
+    }
+
+    /// The placement view (for tests, the simulator and the benchmark).
+    pub fn view(&self) -> &ClusterView {
+        &self.view
+    }
+
+    /// Commands to send to nodes, in order.
+    pub fn take_outbox(&mut self) -> Vec<(String, NodeCommand)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Records to persist.
+    pub fn take_dirty(&mut self) -> Dirty {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Put back records whose save failed, to be saved with the next batch.
+    pub fn mark_dirty(&mut self, dirty: Dirty) {
+        self.dirty.nodes.extend(dirty.nodes);
+        self.dirty.jobs.extend(dirty.jobs);
+        self.dirty.removed_jobs.extend(dirty.removed_jobs);
+        self.dirty.meta |= dirty.meta;
+    }
+
+    pub fn node_record(&self, name: &str) -> Option<&NodeRecord> {
+        self.nodes.get(name).map(|n| &n.record)
+    }
+
+    pub fn job_record(&self, id: &str) -> Option<&JobRecord> {
+        self.jobs.get(id)
+    }
+
+    pub fn meta(&self) -> Meta {
+        Meta {
+            policy: self.policy.name().to_owned(),
+            next_seq: self.next_seq,
+        }
+    }
+
+    /// The session a node is connected with.
+    pub fn session_of(&self, node: &str) -> Option<u64> {
+        self.nodes.get(node).and_then(|n| n.session)
+    }
+
+    // ---- node events ----------------------------------------------------------------------
+
+    // ---- control --------------------------------------------------------------------------
+
+    // ---- queries --------------------------------------------------------------------------
+
+    // ---- the node -> jobs index ------------------------------------------------------------
+
+    // ---- the placement view ---------------------------------------------------------------
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,445 @@
+//! Node registration and reports: sessions, each report's jobs into the registry, migration
+//! requests, local jobs.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use governor_proto::control::{CategoryChange, JobStatus, NodeStatus, ProgressSample};
+use governor_proto::node::{
+    Category, Hello, JobOrigin, JobReport, NodeCommand, NodeReport, RunState, StopJob, Welcome,
+};
+use tracing::{info, warn};
+
+use crate::queue::Seconds;
+
+use super::{
+    ClusterState, Dirty, JobRecord, MemberRecord, MigrationAsk, Node, NodeRecord, SessionError,
+};
+
+impl ClusterState {
+    /// A node said hello on a new session. Starts the coordinator placed there and has not seen
+    /// reported are sent again (nodes ignore starts of jobs they already run).
+    pub fn register(&mut self, now: Seconds, hello: Hello, address: String) -> Welcome {
+        let session = self.next_session;
+        self.next_session += 1;
+        let name = hello.node_name.clone();
+        let record = NodeRecord {
+            name: name.clone(),
+            capacity: hello.capacity,
+            address,
+            agent_version: hello.agent_version,
+            registered_at: now,
+        };
+        match self.nodes.get_mut(&name) {
+            Some(node) => {
+                info!(node = %name, session, was = %node.status, "node re-registered");
+                node.record.capacity = record.capacity;
+                node.record.address = record.address;
+                node.record.agent_version = record.agent_version;
+                node.status = NodeStatus::Ready;
+                node.session = Some(session);
+                node.last_seen = now;
+                node.synced = false;
+            }
+            None => {
+                info!(node = %name, session, "node registered");
+                self.nodes.insert(
+                    name.clone(),
+                    Node {
+                        record,
+                        status: NodeStatus::Ready,
+                        session: Some(session),
+                        last_seen: now,
+                        report: NodeReport::default(),
+                        synced: false,
+                    },
+                );
+                self.insert_into_view(&name);
+            }
+        }
+        self.dirty.nodes.insert(name.clone());
+        self.needs_dispatch = true;
+        // Resend the starts this node has not confirmed.
+        let resend: Vec<(String, u32)> = self
+            .jobs_on(&name)
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| !j.is_local())
+            .flat_map(|j| {
+                j.members
+                    .iter()
+                    .filter(|m| m.node == name && !m.seen && m.state == RunState::Starting)
+                    .map(|m| (j.id.clone(), m.replica))
+            })
+            .collect();
+        for (job, replica) in resend {
+            if let Some(cmd) = self.start_command(&job, replica) {
+                self.outbox.push((name.clone(), cmd));
+            }
+        }
+        self.refresh_jobs_on(&name, now);
+        self.sync_view(&name);
+        Welcome {
+            session_id: session,
+            report_interval_ms: self.config.report_interval_ms,
+        }
+    }
+
+    /// A node's session ended (stream closed). The node stays known; it is lost if it does not
+    /// come back within the timeout.
+    pub fn disconnected(&mut self, node: &str, session: u64) {
+        if let Some(n) = self.nodes.get_mut(node)
+            && n.session == Some(session)
+        {
+            info!(node, session, "node disconnected");
+            n.session = None;
+            self.sync_view(node);
+        }
+    }
+
+    /// A node's report.
+    pub fn report(
+        &mut self,
+        now: Seconds,
+        node_name: &str,
+        session: u64,
+        report: NodeReport,
+    ) -> Result<(), SessionError> {
+        let node = self
+            .nodes
+            .get_mut(node_name)
+            .ok_or_else(|| SessionError::NotRegistered {
+                node: node_name.into(),
+            })?;
+        if node.session != Some(session) {
+            return Err(SessionError::Stale {
+                node: node_name.into(),
+            });
+        }
+        self.reports += 1;
+        if node.status != NodeStatus::Ready {
+            info!(node = node_name, was = %node.status, "node is back");
+            node.status = NodeStatus::Ready;
+            self.dirty.nodes.insert(node_name.into());
+        }
+        node.last_seen = now;
+        node.synced = true;
+        node.report = report;
+        let reported: Vec<JobReport> = node.report.jobs.clone();
+
+        let mut present: BTreeSet<(String, u32)> = BTreeSet::new();
+        for job in &reported {
+            match job.origin {
+                JobOrigin::Local => {
+                    let id = local_id(node_name, &job.job_id);
+                    present.insert((id.clone(), job.replica));
+                    self.update_local(now, node_name, &id, job);
+                }
+                JobOrigin::Coordinator => {
+                    present.insert((job.job_id.clone(), job.replica));
+                    self.update_member(now, node_name, session, job);
+                }
+            }
+        }
+        self.forget_vanished(now, node_name, &present);
+        self.note_migration_requests(now, node_name, &present);
+        self.refresh_jobs_on(node_name, now);
+        self.sync_view(node_name);
+        Ok(())
+    }
+
+    /// Record the node's migration requests on its jobs (and clear those it withdrew).
+    pub(super) fn note_migration_requests(
+        &mut self,
+        now: Seconds,
+        node_name: &str,
+        present: &BTreeSet<(String, u32)>,
+    ) {
+        let Some(node) = self.nodes.get(node_name) else {
+            return;
+        };
+        // Nearly every report asks for nothing: then only requests made earlier are cleared.
+        let origin: HashMap<&str, JobOrigin> = if node.report.migrations.is_empty() {
+            HashMap::new()
+        } else {
+            node.report
+                .jobs
+                .iter()
+                .map(|j| (j.job_id.as_str(), j.origin))
+                .collect()
+        };
+        let asked: HashMap<String, String> = node
+            .report
+            .migrations
+            .iter()
+            .filter_map(|m| {
+                let id = match origin.get(m.job_id.as_str())? {
+                    JobOrigin::Local => local_id(node_name, &m.job_id),
+                    JobOrigin::Coordinator => m.job_id.clone(),
+                };
+                Some((id, m.reason.clone()))
+            })
+            .collect();
+        let ids: BTreeSet<&String> = present.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            let Some(job) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            let from_here = job
+                .migration_request
+                .as_ref()
+                .is_some_and(|m| m.node == node_name);
+            let next = match asked.get(id) {
+                Some(_) if job.status.is_finished() => None,
+                Some(reason) => Some(MigrationAsk {
+                    node: node_name.to_owned(),
+                    reason: reason.clone(),
+                    since: job
+                        .migration_request
+                        .as_ref()
+                        .filter(|m| m.node == node_name)
+                        .map_or(now, |m| m.since),
+                }),
+                None if from_here => None,
+                None => continue,
+            };
+            if job.migration_request != next {
+                match &next {
+                    Some(m) if !from_here => {
+                        info!(node = node_name, job = %id, reason = %m.reason, "node asks to move a job elsewhere")
+                    }
+                    None => {
+                        info!(node = node_name, job = %id, "node no longer asks to move the job")
+                    }
+                    _ => {}
+                }
+                job.migration_request = next;
+                self.dirty.jobs.insert(id.clone());
+            }
+        }
+    }
+
+    pub(super) fn update_local(&mut self, now: Seconds, node: &str, id: &str, report: &JobReport) {
+        // Local jobs sort after the jobs submitted before they were found, without using up a
+        // submitted job's id.
+        let seq = self.next_seq;
+        let mut created = false;
+        let job = self.jobs.entry(id.to_owned()).or_insert_with(|| {
+            created = true;
+            info!(node, job = id, "local job found by a node");
+            JobRecord {
+                id: id.to_owned(),
+                spec: None,
+                name: report.name.clone(),
+                status: JobStatus::Running,
+                seq,
+                submitted_at: now,
+                started_at: Some(now),
+                finished_at: None,
+                message: String::new(),
+                members: vec![MemberRecord {
+                    replica: report.replica,
+                    node: node.to_owned(),
+                    gpus: report.gpu_indices.clone(),
+                    state: report.state,
+                    placed_at: now,
+                    seen: true,
+                    cpu_cores: 0.0,
+                    cpu_limit_cores: None,
+                    memory_bytes: 0,
+                    exit_code: None,
+                    message: String::new(),
+                }],
+                category: Category::Unknown,
+                categories: Vec::new(),
+                progress: VecDeque::new(),
+                progress_step_s: 0.0,
+                placements: Vec::new(),
+                deadline: None,
+                migration_request: None,
+            }
+        });
+        let limit = self.config.progress_samples;
+        if let Some(m) = job.members.first_mut() {
+            apply_report(m, report);
+            m.gpus = report.gpu_indices.clone();
+        }
+        track_progress(job, now, report, limit, &mut self.dirty);
+        job.status = match report.state {
+            RunState::Exited if report.exit_code.unwrap_or(0) == 0 => JobStatus::Completed,
+            RunState::Exited | RunState::Failed => JobStatus::Failed,
+            _ => JobStatus::Running,
+        };
+        if created {
+            self.index_job(id);
+        }
+    }
+
+    pub(super) fn update_member(
+        &mut self,
+        now: Seconds,
+        node: &str,
+        session: u64,
+        report: &JobReport,
+    ) {
+        let limit = self.config.progress_samples;
+        let Some(job) = self.jobs.get_mut(&report.job_id) else {
+            warn!(node, job = %report.job_id, "node reports a coordinator job this coordinator does not know; ignoring it");
+            return;
+        };
+        let Some(member) = job
+            .members
+            .iter_mut()
+            .find(|m| m.replica == report.replica && m.node == node)
+        else {
+            warn!(node, job = %report.job_id, replica = report.replica, "node reports a member placed elsewhere; ignoring it");
+            return;
+        };
+        // A job we consider over (cancelled, failed gang) that still runs there: stop it, once
+        // per session.
+        if job.status.is_finished() && !report.state.is_finished() {
+            let key = (job.id.clone(), report.replica);
+            if self.stops_sent.get(&key) != Some(&session) {
+                self.stops_sent.insert(key, session);
+                self.outbox.push((
+                    node.to_owned(),
+                    NodeCommand::Stop(StopJob {
+                        job_id: job.id.clone(),
+                        reason: format!("job is {}", job.status),
+                    }),
+                ));
+            }
+            return;
+        }
+        let was = member.state;
+        member.seen = true;
+        apply_report(member, report);
+        if was != member.state {
+            self.dirty.jobs.insert(job.id.clone());
+        }
+        if !report.message.is_empty() {
+            member.message = report.message.clone();
+        }
+        track_progress(job, now, report, limit, &mut self.dirty);
+    }
+
+    /// Members this node should have but did not report.
+    pub(super) fn forget_vanished(
+        &mut self,
+        now: Seconds,
+        node: &str,
+        present: &BTreeSet<(String, u32)>,
+    ) {
+        let mut ended_local = Vec::new();
+        for id in self.jobs_on(node) {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            for m in job.members.iter_mut().filter(|m| m.node == node) {
+                if present.contains(&(job.id.clone(), m.replica)) || m.state.is_finished() {
+                    continue;
+                }
+                if job.spec.is_none() {
+                    ended_local.push(job.id.clone());
+                } else if m.seen {
+                    m.state = RunState::Failed;
+                    m.message = format!(
+                        "vanished from node {node}'s reports (it ended while the coordinator could not see it, or the node restarted)"
+                    );
+                    self.dirty.jobs.insert(job.id.clone());
+                } else if now - m.placed_at > self.config.start_timeout_s {
+                    m.state = RunState::Failed;
+                    m.message = format!(
+                        "node {node} did not start it within {:.0} s",
+                        self.config.start_timeout_s
+                    );
+                    self.dirty.jobs.insert(job.id.clone());
+                }
+            }
+        }
+        for id in ended_local {
+            self.needs_dispatch = true;
+            self.jobs.remove(&id);
+            self.dirty.removed_jobs.insert(id);
+        }
+    }
+}
+
+/// The id a local job is listed under.
+pub(super) fn local_id(node: &str, job: &str) -> String {
+    format!("{node}/{job}")
+}
+
+pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
+    member.state = match report.state {
+        // The node has it; "starting" on the node is as good as running for placement.
+        RunState::Starting => RunState::Starting,
+        s => s,
+    };
+    member.cpu_cores = report.cpu_cores;
+    member.cpu_limit_cores = report.cpu_limit_cores;
+    member.memory_bytes = report.memory_bytes;
+    member.exit_code = report.exit_code;
+}
+
+/// Record category changes and progress samples. Replica 0 speaks for a gang.
+pub(super) fn track_progress(
+    job: &mut JobRecord,
+    now: Seconds,
+    report: &JobReport,
+    limit: usize,
+    dirty: &mut Dirty,
+) {
+    if report.replica != 0 {
+        return;
+    }
+    if report.category != job.category || job.categories.is_empty() {
+        if report.category != job.category {
+            info!(job = %job.id, from = %job.category, to = %report.category, "category");
+        }
+        job.category = report.category;
+        job.categories.push(CategoryChange {
+            at_unix: now,
+            category: report.category,
+        });
+        dirty.jobs.insert(job.id.clone());
+    }
+    if let Some(value) = report.progress {
+        record_progress(
+            job,
+            ProgressSample {
+                at_unix: now,
+                value,
+            },
+            limit,
+        );
+    }
+}
+
+/// Add a progress sample to a job's history, keeping at most `limit` samples spread evenly over
+/// the job's life (plus the newest, which always holds the latest value).
+///
+/// Samples arriving closer than the current spacing replace the newest one. When the history is
+/// full, every other sample is dropped and the spacing doubles, so memory stays bounded (a
+/// 10,000-node cluster reports 40,000 jobs a second) and `govctl job` still shows the curve from
+/// the start rather than the last few minutes.
+pub(super) fn record_progress(job: &mut JobRecord, sample: ProgressSample, limit: usize) {
+    let limit = limit.max(4);
+    let history = &mut job.progress;
+    let n = history.len();
+    if n >= 2 && sample.at_unix - history[n - 2].at_unix < job.progress_step_s {
+        history[n - 1] = sample;
+    } else {
+        history.push_back(sample);
+    }
+    if history.len() > limit {
+        let newest = history.pop_back();
+        let mut index = 0;
+        history.retain(|_| {
+            index += 1;
+            index % 2 == 1
+        });
+        history.extend(newest);
+        let span = history.back().map_or(0.0, |b| b.at_unix) - history[0].at_unix;
+        job.progress_step_s = (2.0 * job.progress_step_s).max(span / (history.len() - 1) as f64);
+    }
+}
