@@ -5,11 +5,11 @@
 //! a unit test keeps in sync with these types.
 
 use std::collections::BTreeMap;
-use std::fmt;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::policy::{Bounds, Direction};
 
@@ -275,7 +275,7 @@ impl JobConfig {
             ));
         }
         if let Some(e) = self.epochs
-            && !(e.is_finite() && e > 0.0)
+            && !governor_proto::job_env::valid_epochs(e)
         {
             return Err(invalid(format!("epochs = {e} must be a positive number")));
         }
@@ -427,73 +427,7 @@ pub fn load_job(path: &Path) -> Result<JobConfig, ConfigError> {
     Ok(job)
 }
 
-/// A byte count written as an integer or with a unit: `512MiB`, `2G`, `1.5GiB`, `65536`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ByteSize(pub u64);
-
-impl ByteSize {
-    /// Parse `512MiB`, `2G`, `1.5GiB`, `65536` (K/M/G/T are binary multiples, as in cgroupfs).
-    pub fn parse(s: &str) -> Result<ByteSize, String> {
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("{s:?} is not a size (examples: 65536, 512MiB, 2G)"))?;
-        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1,
-            "k" | "kb" | "kib" => 1 << 10,
-            "m" | "mb" | "mib" => 1 << 20,
-            "g" | "gb" | "gib" => 1 << 30,
-            "t" | "tb" | "tib" => 1 << 40,
-            other => {
-                return Err(format!(
-                    "unknown size unit {other:?} in {s:?} (use K, M, G or T)"
-                ));
-            }
-        };
-        let bytes = n * mult as f64;
-        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-            return Err(format!("{s:?} is out of range"));
-        }
-        Ok(ByteSize(bytes as u64))
-    }
-}
-
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(&str, u64); 4] = [
-            ("TiB", 1 << 40),
-            ("GiB", 1 << 30),
-            ("MiB", 1 << 20),
-            ("KiB", 1 << 10),
-        ];
-        for (name, size) in UNITS {
-            if self.0 >= size && self.0.is_multiple_of(size) {
-                return write!(f, "{}{name}", self.0 / size);
-            }
-        }
-        write!(f, "{}", self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(ByteSize(n)),
-            Raw::Text(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
-        }
-    }
-}
+pub use governor_proto::units::ByteSize;
 
 /// Durations in TOML as humantime strings (`"250ms"`, `"1s"`, `"2m"`).
 mod humantime_serde {

@@ -78,19 +78,8 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 }
 
 /// Human-readable byte count (binary units).
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b}B")
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
+fn human_bytes(b: u64) -> String {
+    governor_proto::units::ByteSize(b).human()
 }
 
 /// Render a node status as the table `governor status` prints.

@@ -14,8 +14,10 @@
 pub mod codec;
 pub mod control;
 mod error;
+pub mod job_env;
 pub mod node;
 pub mod tls;
+pub mod units;
 
 pub use error::InvalidMessage;
 

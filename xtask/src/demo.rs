@@ -16,9 +16,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::cmd;
-use crate::plot::{self, Panel, Series};
 use crate::setup;
 use crate::vm::{self, GuestSpec};
+use sim::plot::{self, Panel, Series};
 
 /// Arguments of `cargo xtask demo`.
 #[derive(Debug, clap::Args)]
@@ -293,7 +293,7 @@ fn summarise(run_dir: &Path, policy: &str, out_dir: &Path) -> Result<()> {
                 .collect(),
         },
     ];
-    let svg = plot::render(
+    let svg = plot::lines(
         &format!("Governor demo: policy {policy}"),
         "seconds since the daemon's first status",
         &panels,

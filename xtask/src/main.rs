@@ -6,7 +6,6 @@ mod bench_daemon;
 mod bench_ebpf;
 mod cmd;
 mod demo;
-mod plot;
 mod setup;
 mod test;
 mod vm;

@@ -6,7 +6,9 @@
 //! 2. `bpf-linker` built against the nightly toolchain's own LLVM into `target/tools`, rebuilt
 //!    when the nightly toolchain changes;
 //! 3. Debian packages: qemu-system-x86 (the VM), busybox-static (virtme-ng's initramfs), criu
-//!    (checkpoint/restore inside the VM), kmod (module loading in the guest);
+//!    (checkpoint/restore inside the VM), kmod (module loading in the guest), never removing a
+//!    package the machine has (apt `--no-remove`; QEMU is taken from the release of the qemu-*
+//!    packages already installed, e.g. bookworm-backports);
 //! 4. virtme-ng from PyPI into a project-local venv (`target/bed/venv`);
 //! 5. the Debian kernel image the VM boots (downloaded once, extracted under `target/bed/kernel`,
 //!    verified to boot).
@@ -176,6 +178,40 @@ fn package_installed(name: &str) -> bool {
         .unwrap_or(false)
 }
 
+fn installed_version(name: &str) -> Option<String> {
+    cmd::output(Command::new("dpkg-query").args(["-W", "-f=${Status}\t${Version}", name]))
+        .ok()
+        .and_then(|s| {
+            let (status, version) = s.trim().split_once('\t')?;
+            (status == "install ok installed").then(|| version.to_owned())
+        })
+}
+
+/// QEMU's packages must all come from one release: `qemu-system-x86` from bookworm beside a
+/// newer `qemu-utils` (this machine kind ships the bookworm-backports one) makes apt remove the
+/// user's package. When another QEMU package is installed at a version the configured sources
+/// do not offer, ask for `qemu-system-x86` at that same version from bookworm-backports
+/// (through a private sources list: /etc/apt is never changed).
+const QEMU_SIBLINGS: &[&str] = &["qemu-utils", "qemu-system-common", "qemu-block-extra"];
+const BACKPORTS_SOURCE: &str = "deb http://deb.debian.org/debian bookworm-backports main";
+
+/// apt options that add bookworm-backports for one call (its lists kept under target/bed/apt).
+fn backports_options() -> Result<Vec<String>> {
+    let dir = bed_dir().join("apt");
+    fs::create_dir_all(dir.join("lists/partial"))?;
+    let sources = dir.join("sources.list");
+    let system: String = ["/etc/apt/sources.list"]
+        .iter()
+        .filter_map(|p| fs::read_to_string(p).ok())
+        .collect();
+    fs::write(&sources, format!("{system}\n{BACKPORTS_SOURCE}\n"))?;
+    Ok(vec![
+        format!("-oDir::Etc::sourcelist={}", sources.display()),
+        // The system's other sources (sources.list.d) stay in use.
+        "-oAPT::Get::List-Cleanup=0".to_owned(),
+    ])
+}
+
 fn debian_packages() -> Result<()> {
     let missing: Vec<&str> = DEBIAN_PACKAGES
         .iter()
@@ -193,19 +229,70 @@ fn debian_packages() -> Result<()> {
             missing.join(" ")
         );
     }
-    cmd::run(
-        Command::new("apt-get")
-            .args(["update", "-q"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
+    // Pin qemu-system-x86 to the version of the QEMU the user already has, if it is not the one
+    // the configured sources would pick.
+    let qemu_pin = QEMU_SIBLINGS
+        .iter()
+        .find_map(|p| installed_version(p).map(|v| (*p, v)))
+        .filter(|(_, v)| v.contains("bpo"));
+    let mut args: Vec<String> = missing.iter().map(|p| (*p).to_owned()).collect();
+    let mut extra = Vec::new();
+    if let Some((sibling, version)) = &qemu_pin
+        && missing.contains(&"qemu-system-x86")
+    {
+        eprintln!(
+            "   {sibling} {version} is installed: taking qemu-system-x86 {version} from bookworm-backports to match it"
+        );
+        for a in &mut args {
+            if a == "qemu-system-x86" {
+                *a = format!("qemu-system-x86={version}");
+            }
+        }
+        extra = backports_options()?;
+    }
+    let apt = |verb: &[&str]| {
+        let mut c = Command::new("apt-get");
+        c.args(&extra)
+            .args(verb)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    cmd::run(&mut apt(&["update", "-q"]))
+        .context("apt-get update failed (is a Debian mirror reachable?)")?;
+    // `--no-remove`: apt stops rather than remove anything a user installed.
+    let install = cmd::run(
+        apt(&[
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "--no-remove",
+        ])
+        .args(&args),
+    );
+    if install.is_ok() {
+        return Ok(());
+    }
+    // Say what the install would have removed, and the choice.
+    let simulated =
+        cmd::output(apt(&["install", "-s", "-q", "--no-install-recommends"]).args(&args))
+            .unwrap_or_default();
+    let removals: Vec<&str> = simulated
+        .lines()
+        .filter_map(|l| l.strip_prefix("Remv "))
+        .collect();
+    if removals.is_empty() {
+        return install.with_context(|| format!("apt-get install {} failed", args.join(" ")));
+    }
+    bail!(
+        "installing {} would remove software already on this machine: {}. Setup never removes \
+         packages. Either install versions of {} that fit beside them yourself (for QEMU: the \
+         same release as the installed qemu-* packages) and rerun, or remove those packages \
+         yourself if you no longer need them",
+        args.join(" "),
+        removals.join("; "),
+        missing.join(", ")
     )
-    .context("apt-get update failed (is a Debian mirror reachable?)")?;
-    cmd::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-    .with_context(|| format!("apt-get install {} failed", missing.join(" ")))
 }
 
 fn virtme_ng() -> Result<PathBuf> {

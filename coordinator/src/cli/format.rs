@@ -53,13 +53,9 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
-/// Bytes as GiB or MiB.
+/// Bytes for a table, as `governor status` shows them.
 pub fn bytes(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.1}G", b as f64 / (1u64 << 30) as f64)
-    } else {
-        format!("{}M", b >> 20)
-    }
+    governor_proto::units::ByteSize(b).human()
 }
 
 fn category_short(c: Category) -> &'static str {

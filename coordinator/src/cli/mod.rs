@@ -177,7 +177,7 @@ pub struct SubmitArgs {
     pub env: Vec<(String, String)>,
     /// Total epochs of the run: the node's `governor` policy then knows how much work is left
     /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
-    #[arg(long, value_parser = parse_epochs)]
+    #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,
     /// The log file the job writes (absolute path on its node).
     #[arg(long)]
@@ -187,29 +187,8 @@ pub struct SubmitArgs {
     pub command: Vec<String>,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
-        _ => (s, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size like 4G, 512M or 1048576"))?;
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(format!("{s:?} is not a size"));
-    }
-    Ok((v * mult as f64) as u64)
-}
-
-fn parse_epochs(s: &str) -> Result<f64, String> {
-    s.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|e| e.is_finite() && *e > 0.0)
-        .ok_or_else(|| format!("{s:?} is not a positive number of epochs"))
+fn parse_bytes(s: &str) -> Result<u64, governor_proto::units::ByteSizeError> {
+    governor_proto::units::ByteSize::parse(s).map(|b| b.0)
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -413,7 +392,7 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Submit(a) => {
             let mut env: std::collections::BTreeMap<String, String> = a.env.into_iter().collect();
             if let Some(epochs) = a.epochs {
-                env.insert("GOVERNOR_EPOCHS".into(), epochs.to_string());
+                env.insert(governor_proto::job_env::EPOCHS.into(), epochs.to_string());
             }
             let spec = JobSpec {
                 name: a.name,
@@ -619,7 +598,12 @@ mod tests {
     fn sizes_and_env_are_checked() {
         assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
         assert_eq!(parse_bytes("100").unwrap(), 100);
-        assert!(parse_bytes("lots").unwrap_err().contains("not a size"));
+        assert!(
+            parse_bytes("lots")
+                .unwrap_err()
+                .to_string()
+                .contains("not a size")
+        );
         assert!(parse_env("NOEQUALS").is_err());
     }
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, VecDeque};
 use governor_proto::control::{
     JobSpec, JobStatus, JobSummary, NodeStatus, PlacementDecision, PolicyInfo, PolicyState,
 };
+use governor_proto::job_env;
 use governor_proto::node::{Category, NodeCommand, RunState, StartJob, StopJob};
 use tracing::{info, warn};
 
@@ -373,9 +374,9 @@ impl ClusterState {
         let spec = job.spec.as_ref()?;
         let member = job.members.iter().find(|m| m.replica == replica)?;
         let mut env = spec.env.clone();
-        env.insert("GOVERNOR_JOB_ID".into(), job.id.clone());
-        env.insert("GOVERNOR_RANK".into(), replica.to_string());
-        env.insert("GOVERNOR_WORLD_SIZE".into(), spec.replicas.to_string());
+        env.insert(job_env::JOB_ID.into(), job.id.clone());
+        env.insert(job_env::RANK.into(), replica.to_string());
+        env.insert(job_env::WORLD_SIZE.into(), spec.replicas.to_string());
         if let Some(first) = job.members.first()
             && let Some(n) = self.nodes.get(&first.node)
         {
@@ -384,7 +385,7 @@ impl ClusterState {
                 .address
                 .rsplit_once(':')
                 .map_or(n.record.address.as_str(), |(h, _)| h);
-            env.insert("GOVERNOR_MASTER_ADDR".into(), host.to_owned());
+            env.insert(job_env::MASTER_ADDR.into(), host.to_owned());
         }
         Some(NodeCommand::Start(StartJob {
             job_id: job.id.clone(),

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use governor_proto::job_env;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
@@ -37,7 +38,7 @@ pub struct RunJobArgs {
     pub format: Option<String>,
     /// Total epochs of the run: with the epoch its log reports, the governor learns how much
     /// work the job has left (also passed to the job as `GOVERNOR_EPOCHS`).
-    #[arg(long, value_parser = positive_epochs)]
+    #[arg(long, value_parser = job_env::parse_epochs)]
     pub epochs: Option<f64>,
     /// Control socket of the daemon.
     #[arg(long, default_value = "/run/governor/governor.sock")]
@@ -48,13 +49,6 @@ pub struct RunJobArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
-}
-
-fn positive_epochs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(e) if e.is_finite() && e > 0.0 => Ok(e),
-        _ => Err(format!("{s:?} is not a positive number of epochs")),
-    }
 }
 
 fn absolute(p: &str) -> String {
@@ -98,13 +92,13 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
-        .env("GOVERNOR_LOG", logs.join(":"))
-        .env("GOVERNOR_JOB", &args.name);
+        .env(job_env::LOG, logs.join(":"))
+        .env(job_env::JOB, &args.name);
     if let Some(m) = &args.metric {
-        command.env("GOVERNOR_METRIC", m);
+        command.env(job_env::METRIC, m);
     }
     if let Some(e) = args.epochs {
-        command.env("GOVERNOR_EPOCHS", e.to_string());
+        command.env(job_env::EPOCHS, e.to_string());
     }
     fs.prepare_command(&job, &mut command)
         .context("cannot prepare the job to start in its cgroup")?;

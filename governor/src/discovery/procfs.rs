@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 /// GOVERNOR_* variables in a bigger block would be an attack or a bug, not a training job).
 const MAX_ENVIRON_BYTES: u64 = 1 << 20;
 
+use governor_proto::job_env;
 /// Environment variables that mark a process as a training job.
-pub const ENV_LOG: &str = "GOVERNOR_LOG";
-pub const ENV_METRIC: &str = "GOVERNOR_METRIC";
-pub const ENV_JOB: &str = "GOVERNOR_JOB";
+pub use governor_proto::job_env::{JOB as ENV_JOB, LOG as ENV_LOG, METRIC as ENV_METRIC};
 
 /// What a job's environment says about it.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,7 +46,7 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
         };
         let value = value.trim();
         match key {
-            b"GOVERNOR_LOG" if !value.is_empty() => {
+            k if k == job_env::LOG.as_bytes() && !value.is_empty() => {
                 env.logs = value
                     .split(':')
                     .filter(|s| !s.is_empty())
@@ -55,13 +54,14 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
                     .collect();
                 found = !env.logs.is_empty();
             }
-            b"GOVERNOR_METRIC" if !value.is_empty() => env.metric = Some(value.to_owned()),
-            b"GOVERNOR_JOB" if !value.is_empty() => env.job = Some(value.to_owned()),
-            b"GOVERNOR_EPOCHS" => {
-                env.epochs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|e| e.is_finite() && *e > 0.0);
+            k if k == job_env::METRIC.as_bytes() && !value.is_empty() => {
+                env.metric = Some(value.to_owned())
+            }
+            k if k == job_env::JOB.as_bytes() && !value.is_empty() => {
+                env.job = Some(value.to_owned())
+            }
+            k if k == job_env::EPOCHS.as_bytes() => {
+                env.epochs = job_env::parse_epochs(value).ok();
             }
             _ => {}
         }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use governor_proto::job_env;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -304,15 +305,15 @@ impl Launcher {
         command
             .args(program_args)
             .envs(&s.env)
-            .env("GOVERNOR_LOG", &s.log_path)
-            .env("GOVERNOR_JOB", &s.name)
+            .env(job_env::LOG, &s.log_path)
+            .env(job_env::JOB, &s.name)
             .stdin(std::process::Stdio::null())
             .stdout(output)
             .stderr(errors);
         // Its own process group: a Ctrl-C meant for a foreground daemon must not reach the jobs.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if !s.metric.is_empty() {
-            command.env("GOVERNOR_METRIC", &s.metric);
+            command.env(job_env::METRIC, &s.metric);
         }
         if !s.gpu_indices.is_empty() {
             let list: Vec<String> = s.gpu_indices.iter().map(u32::to_string).collect();
@@ -518,23 +519,19 @@ impl Launcher {
     }
 }
 
-/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
-/// or a v1 hierarchy the cgroup may not list it).
 /// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
 /// same rule as for discovered jobs: a positive number, anything else ignored with a warning).
 fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
-    let value = env.get("GOVERNOR_EPOCHS")?;
-    let epochs = value
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|e| e.is_finite() && *e > 0.0);
+    let value = env.get(job_env::EPOCHS)?;
+    let epochs = job_env::parse_epochs(value).ok();
     if epochs.is_none() {
         warn!(value = %value, "GOVERNOR_EPOCHS is not a positive number; the job's remaining work stays unknown");
     }
     epochs
 }
 
+/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
+/// or a v1 hierarchy the cgroup may not list it).
 fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
     if let Some(group) = &l.group
         && let Err(e) = fs.signal_job_group(group, signal)
