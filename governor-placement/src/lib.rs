@@ -585,30 +585,30 @@ pub(crate) mod testing {
     //! Builders for hand-made cluster states.
     use super::*;
 
-    pub const GIB: u64 = 1 << 30;
+    pub(crate) const GIB: u64 = 1 << 30;
 
-    pub fn job(id: &str, category: Category) -> JobView {
+    pub(crate) fn job(id: &str, category: Category) -> JobView {
         JobView::running(id, category, 1.0)
     }
 
-    pub fn job_g(id: &str, category: Category, growth_efficiency: f64) -> JobView {
+    pub(crate) fn job_g(id: &str, category: Category, growth_efficiency: f64) -> JobView {
         JobView {
             growth_efficiency: Some(growth_efficiency),
             ..JobView::running(id, category, 1.0)
         }
     }
 
-    pub fn node(name: &str, jobs: Vec<JobView>) -> NodeView {
+    pub(crate) fn node(name: &str, jobs: Vec<JobView>) -> NodeView {
         let mut n = NodeView::new(name, 8.0, 32 * GIB);
         n.set_jobs(jobs);
         n
     }
 
-    pub fn cluster(nodes: Vec<NodeView>) -> ClusterView {
+    pub(crate) fn cluster(nodes: Vec<NodeView>) -> ClusterView {
         ClusterView { nodes }
     }
 
-    pub fn chosen(cluster: &ClusterView, p: &Placement) -> String {
+    pub(crate) fn chosen(cluster: &ClusterView, p: &Placement) -> String {
         cluster.nodes[p.node].name.clone()
     }
 }

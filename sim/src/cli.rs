@@ -279,7 +279,7 @@ struct SweepArgs {
 }
 
 /// Entry point of the binary.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Node(args) => run_node_command(args),

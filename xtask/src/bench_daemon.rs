@@ -36,7 +36,7 @@ use crate::cmd;
 
 /// Arguments of `cargo xtask bench-daemon`.
 #[derive(Debug, clap::Args)]
-pub struct BenchDaemonArgs {
+pub(crate) struct BenchDaemonArgs {
     /// Node policy the daemon runs (any name `governor daemon --policy` accepts).
     #[arg(long, default_value = "fair")]
     pub policy: String,
@@ -102,7 +102,7 @@ const ROOT_FILES: &[(&str, &str)] = &[
 
 const DIR_PREFIX: &str = "governor-bench-daemon-";
 
-pub fn run(args: &BenchDaemonArgs) -> Result<()> {
+pub(crate) fn run(args: &BenchDaemonArgs) -> Result<()> {
     ensure!(args.jobs > 0, "--jobs must be positive");
     ensure!(
         args.min_interval > 0.0 && args.max_interval >= args.min_interval,

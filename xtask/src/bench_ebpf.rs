@@ -21,7 +21,7 @@ use crate::vm;
 
 /// Arguments of `cargo xtask bench-ebpf`.
 #[derive(Debug, clap::Args)]
-pub struct BenchEbpfArgs {
+pub(crate) struct BenchEbpfArgs {
     /// Seconds of load per measurement.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -42,7 +42,7 @@ pub struct BenchEbpfArgs {
     pub no_host: bool,
 }
 
-pub fn run(args: &BenchEbpfArgs) -> Result<()> {
+pub(crate) fn run(args: &BenchEbpfArgs) -> Result<()> {
     let bed = setup::run()?;
     eprintln!("== building ebpf-bench (release)");
     cmd::run(cmd::cargo().args([

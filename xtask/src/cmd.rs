@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 /// The workspace root (parent of `xtask/`).
-pub fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
@@ -14,7 +14,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Cargo's target directory (honours CARGO_TARGET_DIR).
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) => {
             let d = PathBuf::from(d);
@@ -29,17 +29,17 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Where the tools the project installs live (bpf-linker, LLVM prefix): `target/tools`.
-pub fn tools_dir() -> PathBuf {
+pub(crate) fn tools_dir() -> PathBuf {
     target_dir().join("tools")
 }
 
 /// Where the VM bed keeps its venv, kernel and run directories: `target/bed`.
-pub fn bed_dir() -> PathBuf {
+pub(crate) fn bed_dir() -> PathBuf {
     target_dir().join("bed")
 }
 
 /// Describe a command for messages: program and arguments, shell-like.
-pub fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         let a = a.to_string_lossy();
@@ -54,7 +54,7 @@ pub fn describe(cmd: &Command) -> String {
 }
 
 /// Run a command with inherited stdio, echoing it first; fail with the command line on error.
-pub fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     let line = describe(cmd);
     eprintln!("  $ {line}");
     let status = cmd
@@ -67,7 +67,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Run a command and capture its stdout (stderr inherited); fail with the command line on error.
-pub fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let line = describe(cmd);
     let out = cmd
         .stderr(Stdio::inherit())
@@ -80,7 +80,7 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 }
 
 /// A `cargo` command using the same cargo that runs xtask.
-pub fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     // governor/build.rs links the eBPF object with the bpf-linker `setup` installs here.
@@ -93,7 +93,7 @@ pub fn cargo() -> Command {
 }
 
 /// Whether this process runs as root.
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -105,7 +105,7 @@ pub fn is_root() -> bool {
 }
 
 /// Free space, in GiB, on the file system that holds the target directory (`None` if unknown).
-pub fn target_free_gib() -> Option<f64> {
+pub(crate) fn target_free_gib() -> Option<f64> {
     let dir = target_dir();
     let _ = std::fs::create_dir_all(&dir);
     // `df` rather than statvfs: xtask holds no unsafe code.
@@ -122,7 +122,7 @@ pub fn target_free_gib() -> Option<f64> {
 
 /// Prints the free space under the target directory: CI's disk has run full before, and a
 /// figure per stage tells which stage used it.
-pub fn report_free_disk(stage: &str) {
+pub(crate) fn report_free_disk(stage: &str) {
     if let Some(gib) = target_free_gib() {
         eprintln!("   disk: {gib:.1} GiB free under the target directory ({stage})");
     }

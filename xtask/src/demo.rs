@@ -22,7 +22,7 @@ use sim::plot::{self, Panel, Series};
 
 /// Arguments of `cargo xtask demo`.
 #[derive(Debug, clap::Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Node policy to run the jobs under (`fair` runs them unmanaged, for comparison).
     #[arg(long, default_value = "governor")]
     pub policy: String,
@@ -44,7 +44,7 @@ const JOBS: [(&str, &str, &str, &str); 3] = [
     ("gpt-lightning", "lightning-csv", "metrics.csv", "0.03"),
 ];
 
-pub fn run(args: &DemoArgs) -> Result<()> {
+pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let bed = setup::run()?;
     eprintln!("== building the governor and the demo training job");
     cmd::run(cmd::cargo().args(["build", "-p", "governor", "--bin", "governor"]))?;

@@ -38,7 +38,7 @@ const KERNEL_META_PACKAGE: &str = "linux-image-amd64";
 
 /// What the other commands need from a completed set-up.
 #[derive(Debug, Clone)]
-pub struct Bed {
+pub(crate) struct Bed {
     /// `vng` in the project venv.
     pub vng: PathBuf,
     /// The kernel image to boot.
@@ -52,7 +52,7 @@ pub struct Bed {
 }
 
 /// Run every step; return the paths the bed needs.
-pub fn run() -> Result<Bed> {
+pub(crate) fn run() -> Result<Bed> {
     eprintln!(
         "== setup (idempotent; tools under {})",
         cmd::target_dir().display()

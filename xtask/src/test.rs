@@ -7,13 +7,13 @@ use crate::vm::{self, VmTestArgs};
 
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
-pub struct TestArgs {
+pub(crate) struct TestArgs {
     /// Skip the VM tests (quick local check; CI never uses this).
     #[arg(long)]
     pub no_vm: bool,
 }
 
-pub fn run(args: &TestArgs) -> Result<()> {
+pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let bed = crate::setup::run()?;
     let _ = bed;

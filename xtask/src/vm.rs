@@ -18,7 +18,7 @@ use crate::setup::{self, Bed};
 
 /// Arguments of `cargo xtask vm-test`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct VmTestArgs {
+pub(crate) struct VmTestArgs {
     /// Run only the tests whose name contains FILTER (libtest filter).
     pub filter: Option<String>,
     /// Boot N guests on one shared L2 segment (10.10.0.1 .. 10.10.0.N) and run the multi-node
@@ -31,7 +31,7 @@ pub struct VmTestArgs {
 }
 
 /// The guest's view: how to boot it.
-pub struct GuestSpec<'a> {
+pub(crate) struct GuestSpec<'a> {
     pub name: String,
     pub cpus: u32,
     pub memory: &'a str,
@@ -42,7 +42,7 @@ pub struct GuestSpec<'a> {
 }
 
 /// A fresh run directory `target/bed/runs/<tag>-<time>`, shared read-write with the guests.
-pub fn new_run_dir(tag: &str) -> Result<PathBuf> {
+pub(crate) fn new_run_dir(tag: &str) -> Result<PathBuf> {
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -55,7 +55,7 @@ pub fn new_run_dir(tag: &str) -> Result<PathBuf> {
 }
 
 /// Start one guest in the background; its console goes to `<run>/<name>.console`.
-pub fn spawn_guest(bed: &Bed, run_dir: &Path, spec: &GuestSpec<'_>) -> Result<Child> {
+pub(crate) fn spawn_guest(bed: &Bed, run_dir: &Path, spec: &GuestSpec<'_>) -> Result<Child> {
     use std::os::unix::process::CommandExt;
     let console = fs::File::create(run_dir.join(format!("{}.console", spec.name)))?;
     let mut c = Command::new(&bed.vng);
@@ -186,7 +186,7 @@ fn wait_guests(
 }
 
 /// Read a guest's exit status file; a missing file means the guest died before finishing.
-pub fn guest_rc(run_dir: &Path, name: &str) -> Result<i32> {
+pub(crate) fn guest_rc(run_dir: &Path, name: &str) -> Result<i32> {
     let path = run_dir.join(format!("{name}.rc"));
     let text = fs::read_to_string(&path).with_context(|| {
         format!("guest `{name}` powered off without writing {} (it crashed or was killed); its console is in {}", path.display(), run_dir.join(format!("{name}.console")).display())
@@ -198,7 +198,7 @@ pub fn guest_rc(run_dir: &Path, name: &str) -> Result<i32> {
 
 /// Shell prologue every guest script starts with: log to the run directory, load modules on
 /// demand, delegate the controllers the tests need.
-pub fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
+pub(crate) fn guest_prologue(bed: &Bed, run_dir: &Path, name: &str) -> String {
     format!(
         r#"#!/bin/sh
 set -u
@@ -221,23 +221,23 @@ export GOVERNOR_IN_VM=1 RUST_BACKTRACE=1
 }
 
 /// Write the epilogue that records the status; `trap` covers early exits.
-pub fn guest_epilogue() -> &'static str {
+pub(crate) fn guest_epilogue() -> &'static str {
     "trap - EXIT\necho \"$rc\" > \"$RUN/$NAME.rc\"\necho \"== guest $NAME done: rc=$rc after $(cut -d' ' -f1 /proc/uptime) s\"\n"
 }
 
 /// Wait for one guest while printing its log live.
-pub fn wait_with_log(child: &mut Child, log: &Path, timeout: Duration) -> Result<()> {
+pub(crate) fn wait_with_log(child: &mut Child, log: &Path, timeout: Duration) -> Result<()> {
     let mut follower = [LogFollower::new(log.to_owned(), "")];
     wait_guests(std::slice::from_mut(child), &mut follower, timeout)
 }
 
 /// Run one shell command in a fresh guest and return its stdout (used by `setup` to check boot).
-pub fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> {
+pub(crate) fn run_guest_command(bed: &Bed, tag: &str, command: &str) -> Result<String> {
     run_guest_command_for(bed, tag, command, Duration::from_secs(300))
 }
 
 /// [`run_guest_command`] with a time limit other than 5 minutes (benchmarks).
-pub fn run_guest_command_for(
+pub(crate) fn run_guest_command_for(
     bed: &Bed,
     tag: &str,
     command: &str,
@@ -275,7 +275,7 @@ pub fn run_guest_command_for(
 }
 
 /// Build the integration test binaries and the project's binaries; return the test executables.
-pub fn build_test_binaries() -> Result<Vec<PathBuf>> {
+pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
     eprintln!("== building the integration tests and binaries (host)");
     cmd::run(cmd::cargo().args([
         "build",
@@ -319,7 +319,7 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// `cargo xtask vm-test [FILTER] [--nodes N]`.
-pub fn run_vm_test(args: &VmTestArgs) -> Result<()> {
+pub(crate) fn run_vm_test(args: &VmTestArgs) -> Result<()> {
     let bed = setup::run()?;
     let exes = build_test_binaries()?;
     match args.nodes {

@@ -14,7 +14,7 @@ use crate::state::{ClusterState, ControlError, SessionError};
 use crate::store::Store;
 
 /// Seconds since the Unix epoch: the coordinator's clock (persisted times survive restarts).
-pub fn unix_now() -> f64 {
+pub(super) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -23,14 +23,14 @@ pub fn unix_now() -> f64 {
 /// One message to a node's session. Boxed: a session queue allocates its slots in blocks of
 /// 32, and 32 unboxed messages (with tonic's `Status`) took 7.7 KB per node, a fifth of the
 /// coordinator's memory per connected node (heaptrack of `cluster_load`).
-pub type SessionItem = Box<Result<pb::CoordinatorMessage, Status>>;
+pub(super) type SessionItem = Box<Result<pb::CoordinatorMessage, Status>>;
 
 /// The stream of messages to one node's session.
-pub type SessionTx = mpsc::Sender<SessionItem>;
+pub(super) type SessionTx = mpsc::Sender<SessionItem>;
 
 /// Capacity of a session's outgoing queue. Commands are rare; a node that lets this fill up is
 /// not reading its stream.
-pub const SESSION_QUEUE: usize = 256;
+pub(super) const SESSION_QUEUE: usize = 256;
 
 enum Msg {
     Hello {
@@ -201,7 +201,7 @@ impl Coordinator {
 }
 
 /// Start the actor.
-pub fn spawn(state: ClusterState, store: Store) -> Coordinator {
+pub(super) fn spawn(state: ClusterState, store: Store) -> Coordinator {
     let (tx, rx) = mpsc::channel(4096);
     tokio::spawn(Actor::new(state, store).run(rx));
     Coordinator { tx }

@@ -13,7 +13,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// A caller's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(super) enum Role {
     Node,
     Admin,
     /// A certificate of the cluster CA without a role we know.
@@ -22,7 +22,7 @@ pub enum Role {
 
 /// A verified caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
+pub(super) struct Identity {
     pub name: String,
     pub role: Role,
 }
@@ -39,7 +39,7 @@ impl std::fmt::Display for Identity {
 }
 
 /// Read the caller's identity from its certificate; `None` on a plain-text connection.
-pub fn identity<T>(request: &Request<T>) -> Option<Identity> {
+pub(super) fn identity<T>(request: &Request<T>) -> Option<Identity> {
     let certs = request.peer_certs()?;
     let der = certs.first()?;
     let (_, cert) = X509Certificate::from_der(der.as_ref()).ok()?;
@@ -63,7 +63,11 @@ pub fn identity<T>(request: &Request<T>) -> Option<Identity> {
 }
 
 /// On a TLS server, require an admin certificate.
-pub fn require_admin<T>(secure: bool, request: &Request<T>, action: &str) -> Result<(), Status> {
+pub(super) fn require_admin<T>(
+    secure: bool,
+    request: &Request<T>,
+    action: &str,
+) -> Result<(), Status> {
     if !secure {
         return Ok(());
     }
@@ -79,7 +83,11 @@ pub fn require_admin<T>(secure: bool, request: &Request<T>, action: &str) -> Res
 }
 
 /// On a TLS server, a node may only speak for itself.
-pub fn require_node(secure: bool, peer: Option<&Identity>, node: &str) -> Result<(), Status> {
+pub(super) fn require_node(
+    secure: bool,
+    peer: Option<&Identity>,
+    node: &str,
+) -> Result<(), Status> {
     if !secure {
         return Ok(());
     }

@@ -9,13 +9,13 @@ use super::actor::Coordinator;
 use super::auth;
 use crate::state::ControlError;
 
-pub struct ControlSvc {
+pub(super) struct ControlSvc {
     coordinator: Coordinator,
     secure: bool,
 }
 
 impl ControlSvc {
-    pub fn new(coordinator: Coordinator, secure: bool) -> Self {
+    pub(super) fn new(coordinator: Coordinator, secure: bool) -> Self {
         ControlSvc {
             coordinator,
             secure,

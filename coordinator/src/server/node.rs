@@ -15,13 +15,13 @@ use super::actor::{Coordinator, SESSION_QUEUE};
 use super::auth;
 use crate::state::SessionError;
 
-pub struct NodeSvc {
+pub(super) struct NodeSvc {
     coordinator: Coordinator,
     secure: bool,
 }
 
 impl NodeSvc {
-    pub fn new(coordinator: Coordinator, secure: bool) -> Self {
+    pub(super) fn new(coordinator: Coordinator, secure: bool) -> Self {
         NodeSvc {
             coordinator,
             secure,

@@ -8,7 +8,7 @@ use governor_progress::Record;
 /// The real training logs in `shared/fixtures/logs`, found by walking up from the crate: the
 /// lead's checkout (`/work/main/governor`) has it two levels up, a worktree
 /// (`/work/wt/<name>/governor`) three. `GOVERNOR_FIXTURES` overrides.
-pub fn fixtures_dir() -> PathBuf {
+pub(crate) fn fixtures_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("GOVERNOR_FIXTURES") {
         let dir = PathBuf::from(dir);
         assert!(
@@ -39,7 +39,7 @@ pub fn fixtures_dir() -> PathBuf {
 
 /// What a record says, comparable across runs (NaN equals NaN; no wall time).
 #[derive(Debug, PartialEq, Eq, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub index: u64,
     pub epoch: Option<u64>,
     pub step: Option<u64>,
@@ -47,7 +47,7 @@ pub struct Seen {
     pub metrics: Vec<(String, u64)>,
 }
 
-pub fn seen(records: &[Record]) -> Vec<Seen> {
+pub(crate) fn seen(records: &[Record]) -> Vec<Seen> {
     records
         .iter()
         .map(|r| Seen {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Which cgroupfs file the fallback reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CgroupFsKind {
+pub(super) enum CgroupFsKind {
     /// cgroup v2: `<group>/cpu.stat`, line `usage_usec`.
     CpuStat,
     /// cgroup v1: `<group>/cpuacct.usage` (nanoseconds).
@@ -18,7 +18,7 @@ pub enum CgroupFsKind {
 
 /// v2 if the root has `cgroup.controllers`; v1 if it (or its `cpuacct` hierarchy) has
 /// `cpuacct.usage`; v2 otherwise (reads then fail per group with a clear error).
-pub fn detect(root: &Path) -> CgroupFsKind {
+pub(super) fn detect(root: &Path) -> CgroupFsKind {
     if root.join("cgroup.controllers").exists() {
         CgroupFsKind::CpuStat
     } else if root.join("cpuacct.usage").exists() || root.join("cpuacct/cpuacct.usage").exists() {
@@ -30,7 +30,7 @@ pub fn detect(root: &Path) -> CgroupFsKind {
 
 /// Why a group's counter could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(super) enum ReadError {
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,
@@ -43,13 +43,17 @@ pub enum ReadError {
 
 impl ReadError {
     /// The group is gone (or never existed): not worth a warning.
-    pub fn is_not_found(&self) -> bool {
+    pub(super) fn is_not_found(&self) -> bool {
         matches!(self, ReadError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 }
 
 /// Cumulative CPU time of `group` in nanoseconds.
-pub fn read_usage_ns(kind: CgroupFsKind, root: &Path, group: &Path) -> Result<u64, ReadError> {
+pub(super) fn read_usage_ns(
+    kind: CgroupFsKind,
+    root: &Path,
+    group: &Path,
+) -> Result<u64, ReadError> {
     match kind {
         CgroupFsKind::CpuStat => {
             let path = group.join("cpu.stat");
@@ -102,7 +106,7 @@ fn cpuacct_file(root: &Path, group: &Path) -> PathBuf {
 }
 
 /// The value of `key` in a flat-keyed file (`key value` per line).
-pub fn parse_keyed(text: &str, key: &str) -> Option<u64> {
+pub(super) fn parse_keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let mut it = line.split_whitespace();
         (it.next()? == key).then(|| it.next()?.parse().ok())?
@@ -111,7 +115,7 @@ pub fn parse_keyed(text: &str, key: &str) -> Option<u64> {
 
 /// One cgroup directory in the index.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CgroupNode {
+pub(super) struct CgroupNode {
     pub path: PathBuf,
     /// Id of the parent directory (`None` for the root of the walk).
     pub parent: Option<u64>,
@@ -120,7 +124,7 @@ pub struct CgroupNode {
 /// cgroup v2 ids of every directory under a root, and back. On cgroup v2 the id the kernel uses
 /// (`bpf_get_current_cgroup_id`) is the inode number of the group's directory.
 #[derive(Clone, Debug, Default)]
-pub struct CgroupIndex {
+pub(super) struct CgroupIndex {
     by_id: HashMap<u64, CgroupNode>,
 }
 
@@ -129,7 +133,7 @@ const MAX_CGROUPS_WALKED: usize = 200_000;
 
 impl CgroupIndex {
     /// Walks every directory under `root` (the root included).
-    pub fn walk(root: &Path) -> io::Result<CgroupIndex> {
+    pub(super) fn walk(root: &Path) -> io::Result<CgroupIndex> {
         let root_id = fs::metadata(root)?.ino();
         let mut by_id = HashMap::new();
         by_id.insert(
@@ -171,7 +175,7 @@ impl CgroupIndex {
 
     /// Builds an index from (id, path, parent) triples (tests).
     #[cfg(test)]
-    pub fn from_nodes(nodes: &[(u64, &str, Option<u64>)]) -> CgroupIndex {
+    pub(super) fn from_nodes(nodes: &[(u64, &str, Option<u64>)]) -> CgroupIndex {
         CgroupIndex {
             by_id: nodes
                 .iter()
@@ -188,21 +192,21 @@ impl CgroupIndex {
         }
     }
 
-    pub fn get(&self, id: u64) -> Option<&CgroupNode> {
+    pub(super) fn get(&self, id: u64) -> Option<&CgroupNode> {
         self.by_id.get(&id)
     }
 
-    pub fn contains(&self, id: u64) -> bool {
+    pub(super) fn contains(&self, id: u64) -> bool {
         self.by_id.contains_key(&id)
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_id.len()
     }
 
     /// `id` and its ancestors in the index, nearest first.
-    pub fn ancestry(&self, id: u64) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn ancestry(&self, id: u64) -> impl Iterator<Item = u64> + '_ {
         let mut next = self.contains(id).then_some(id);
         let mut steps = 0;
         std::iter::from_fn(move || {

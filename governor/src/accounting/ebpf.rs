@@ -87,7 +87,7 @@ fn map_error(name: &str) -> impl FnOnce(MapError) -> EbpfError + '_ {
 }
 
 /// The error on one line with its sources, and the likely cause where operators often meet it.
-pub fn describe(e: &EbpfError) -> String {
+pub(super) fn describe(e: &EbpfError) -> String {
     explain(&error_chain(e))
 }
 
@@ -125,7 +125,7 @@ pub enum AttachMode {
 }
 
 /// Userspace handles on the programs' maps.
-pub struct Maps {
+pub(super) struct Maps {
     stats: PerCpuHashMap<MapData, u64, CgroupCpuStats>,
     /// The stats map's descriptor, for batched reads (`None`: the kernel has no batch lookup,
     /// entries are read one by one).
@@ -140,7 +140,7 @@ pub struct Maps {
 
 /// One read of the maps.
 #[derive(Debug, Default)]
-pub struct Snapshot {
+pub(super) struct Snapshot {
     /// Per cgroup id, summed over CPUs, without the slices in flight.
     pub stats: HashMap<u64, CgroupCpuStats>,
     /// The task on each CPU (read after `stats`).
@@ -173,7 +173,7 @@ impl Maps {
     /// twice: a slot read as "task X since its totals were T" means X's slice from T had not
     /// ended when the slots were read, so it was not in the counters read before; a slice that
     /// ends in between is missing from this read only (the next one has it).
-    pub fn snapshot(&self) -> Result<Snapshot, EbpfError> {
+    pub(super) fn snapshot(&self) -> Result<Snapshot, EbpfError> {
         let stats = match self.batched_stats() {
             Some(stats) => stats,
             None => self.stats_one_by_one()?,
@@ -228,17 +228,17 @@ impl Maps {
     }
 
     /// Cgroup ids that have an entry.
-    pub fn ids(&self) -> Vec<u64> {
+    pub(super) fn ids(&self) -> Vec<u64> {
         self.stats.keys().filter_map(Result::ok).collect()
     }
 
     /// The parent the programs recorded for a cgroup.
-    pub fn parent_of(&self, id: u64) -> Option<u64> {
+    pub(super) fn parent_of(&self, id: u64) -> Option<u64> {
         self.parents.get(&id, 0).ok()
     }
 
     /// Deletes the entries of a cgroup (gone ones).
-    pub fn remove(&mut self, id: u64) -> Result<(), EbpfError> {
+    pub(super) fn remove(&mut self, id: u64) -> Result<(), EbpfError> {
         let not_found = |r: Result<(), MapError>| match r {
             Err(MapError::KeyNotFound) => Ok(()),
             other => other,
@@ -248,7 +248,7 @@ impl Maps {
     }
 
     /// The programs' error counters, summed over CPUs.
-    pub fn counters(&self) -> Option<ProgramCounters> {
+    pub(super) fn counters(&self) -> Option<ProgramCounters> {
         let per_cpu = self.counters.get(&0, 0).ok()?;
         Some(
             per_cpu
@@ -264,14 +264,14 @@ impl Maps {
 
 /// What `load` needs to know.
 #[derive(Clone, Debug)]
-pub struct LoadOptions<'a> {
+pub(super) struct LoadOptions<'a> {
     pub attach: AttachMode,
     pub run_queue_wait: bool,
     pub btf_path: &'a Path,
 }
 
 /// Programs loaded and attached by this process; detached when dropped.
-pub struct Loaded {
+pub(super) struct Loaded {
     pub kind: AttachKind,
     pub run_queue_wait: bool,
     /// Kernel id of the attached program (for the kernel's run-time statistics).
@@ -283,7 +283,7 @@ pub struct Loaded {
 
 /// Loads the object and attaches the `sched_switch` program ([`describe`] says why not, for the
 /// operator).
-pub fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), EbpfError> {
+pub(super) fn load(opts: &LoadOptions<'_>) -> Result<(Maps, Loaded), EbpfError> {
     if OBJECT.is_empty() {
         return Err(EbpfError::NotBuilt);
     }
@@ -413,7 +413,7 @@ fn attach_raw(p: &mut RawTracePoint, tracepoint: &str) -> Result<u32, aya::progr
 
 /// The maps of accounting programs another process (the daemon) has attached, found through
 /// the kernel's list of loaded programs. `None` when no such program is loaded.
-pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, EbpfError> {
+pub(super) fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, EbpfError> {
     let mut best: Option<(std::time::SystemTime, u32, AttachKind, Vec<u32>)> = None;
     for info in loaded_programs().filter_map(Result::ok) {
         let kind = match info.name_as_str() {
@@ -461,7 +461,7 @@ pub fn open_running() -> Result<Option<(Maps, AttachKind, u32)>, EbpfError> {
 }
 
 /// An error and its sources on one line (aya's errors keep the errno in their sources).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(src) = cur {

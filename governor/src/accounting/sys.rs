@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// One CPU's `CgroupCpuStats` as the kernel copied it out of a per-CPU map (`bytes` holds at
 /// least the struct's size: per-CPU values are padded to 8 bytes).
-pub fn read_cpu_stats(bytes: &[u8]) -> governor_common::CgroupCpuStats {
+pub(super) fn read_cpu_stats(bytes: &[u8]) -> governor_common::CgroupCpuStats {
     assert!(
         bytes.len() >= size_of::<governor_common::CgroupCpuStats>(),
         "a per-CPU value shorter than CgroupCpuStats"
@@ -21,7 +21,7 @@ pub fn read_cpu_stats(bytes: &[u8]) -> governor_common::CgroupCpuStats {
 }
 
 /// Whether `path` is on a cgroup v2 filesystem.
-pub fn is_cgroup2(path: &Path) -> io::Result<bool> {
+pub(super) fn is_cgroup2(path: &Path) -> io::Result<bool> {
     let fs = nix::sys::statfs::statfs(path).map_err(io::Error::from)?;
     Ok(fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
 }
@@ -47,7 +47,7 @@ struct BatchAttr {
 /// instead of two syscalls per entry. `value_bytes` is the size of one entry's value as the
 /// kernel copies it out (for per-CPU maps: the value rounded up to 8 bytes, times the number of
 /// possible CPUs). Returns the keys and their values, back to back.
-pub fn lookup_batch_u64_keys(
+pub(super) fn lookup_batch_u64_keys(
     map: BorrowedFd<'_>,
     value_bytes: usize,
 ) -> io::Result<(Vec<u64>, Vec<u8>)> {
@@ -117,14 +117,14 @@ struct FileHandle {
 /// Answers "does the cgroup with this id still exist?" through file handles: a cgroup v2 id is
 /// the kernfs node id, which is also the payload of the file handle of its directory
 /// (`name_to_handle_at`/`open_by_handle_at`, as systemd and bpftool use it).
-pub struct CgroupHandles {
+pub(super) struct CgroupHandles {
     mount_fd: OwnedFd,
     handle_type: i32,
 }
 
 impl CgroupHandles {
     /// Learns the handle format from the root directory of the cgroup v2 mount.
-    pub fn open(root: &Path) -> io::Result<CgroupHandles> {
+    pub(super) fn open(root: &Path) -> io::Result<CgroupHandles> {
         let c_root = CString::new(root.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
         let mut handle = FileHandle {
@@ -172,7 +172,7 @@ impl CgroupHandles {
 
     /// `Some(true)` if cgroup `id` exists, `Some(false)` if it is gone, `None` if the kernel
     /// would not say (no permission, handles unsupported).
-    pub fn exists(&self, id: u64) -> Option<bool> {
+    pub(super) fn exists(&self, id: u64) -> Option<bool> {
         let mut handle = FileHandle {
             handle_bytes: 8,
             handle_type: self.handle_type,
@@ -200,7 +200,7 @@ impl CgroupHandles {
 
 /// Waits until `fd` is readable, `wake` is readable, or `timeout_ms` passes. Returns whether
 /// `wake` fired (the caller's signal to stop).
-pub fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) -> bool {
+pub(super) fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) -> bool {
     let mut fds = [
         libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -225,7 +225,7 @@ pub fn wait_readable(fd: BorrowedFd<'_>, wake: BorrowedFd<'_>, timeout_ms: i32) 
 /// training loop on an idle CPU) would be missing from the figures until the scheduler next
 /// preempts it. Returns the number of CPUs switched; CPUs outside the process's affinity mask
 /// keep their first slice unknown.
-pub fn switch_every_cpu_once() -> io::Result<usize> {
+pub(super) fn switch_every_cpu_once() -> io::Result<usize> {
     use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
     use nix::unistd::Pid;
     let allowed = sched_getaffinity(Pid::from_raw(0)).map_err(io::Error::from)?;

@@ -21,9 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use super::error::CgroupError;
 
-/// The default mount point of the cgroup hierarchies.
-pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
-
 /// Which cgroup layout the root holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -80,6 +80,6 @@ pub use fs::{CgroupFs, CgroupUsage, MemoryEvents};
 pub use guard::{
     GuardDecision, GuardInput, GuardState, GuardVerdict, MemoryGuardConfig, memory_guard,
 };
-pub use hierarchy::{Controller, DEFAULT_ROOT, Hierarchy, HierarchyKind, JobCgroup};
+pub use hierarchy::{Controller, Hierarchy, HierarchyKind, JobCgroup};
 pub use knob::{Knob, shares_to_weight, weight_to_shares};
 pub use state::{DEFAULT_STATE_FILE, StateEntry};

@@ -21,7 +21,7 @@ use crate::progress::{FormatChoice, SignalConfig, WatchSpec};
 use crate::sys::proc_events::ProcEvent;
 
 /// A job ready to be governed and the logs to follow for it.
-pub struct Found {
+pub(super) struct Found {
     pub job: NewJob,
     pub watch: WatchSpec,
 }
@@ -34,7 +34,7 @@ struct ProcessJob {
 }
 
 /// Discovery state.
-pub struct Discovery {
+pub(super) struct Discovery {
     config: DaemonConfig,
     line: CgroupLine<'static>,
     proc: ProcFs,
@@ -85,7 +85,7 @@ fn sanitize(name: &str) -> String {
 }
 
 impl Discovery {
-    pub fn new(config: DaemonConfig, kind: HierarchyKind) -> Discovery {
+    pub(super) fn new(config: DaemonConfig, kind: HierarchyKind) -> Discovery {
         Discovery {
             config,
             line: if kind.is_v2() {
@@ -102,7 +102,7 @@ impl Discovery {
     }
 
     /// The configuration in use.
-    pub fn config(&self) -> &DaemonConfig {
+    pub(super) fn config(&self) -> &DaemonConfig {
         &self.config
     }
 
@@ -124,7 +124,7 @@ impl Discovery {
     }
 
     /// Everything present at start-up.
-    pub fn initial(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn initial(&mut self, core: &NodeCore) -> Vec<Found> {
         self.load_declared();
         let mut found = self.pending_declared(core);
         found.extend(self.rescan(core));
@@ -132,7 +132,7 @@ impl Discovery {
     }
 
     /// Declared jobs not governed yet whose cgroup exists now.
-    pub fn pending_declared(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn pending_declared(&mut self, core: &NodeCore) -> Vec<Found> {
         let mut out = Vec::new();
         let declared: Vec<(PathBuf, JobConfig)> = self
             .declared
@@ -194,7 +194,7 @@ impl Discovery {
     }
 
     /// Full scan of /proc for `GOVERNOR_LOG` processes not yet governed.
-    pub fn rescan(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn rescan(&mut self, core: &NodeCore) -> Vec<Found> {
         if !self.config.discovery.environment {
             return Vec::new();
         }
@@ -209,7 +209,7 @@ impl Discovery {
     }
 
     /// New and finished jobs from process events.
-    pub fn on_proc_events(
+    pub(super) fn on_proc_events(
         &mut self,
         core: &NodeCore,
         events: &[ProcEvent],
@@ -246,7 +246,7 @@ impl Discovery {
     }
 
     /// Process-found and launched jobs whose cgroup has no process left (or is gone).
-    pub fn finished_jobs(&self, core: &NodeCore) -> Vec<JobCgroup> {
+    pub(super) fn finished_jobs(&self, core: &NodeCore) -> Vec<JobCgroup> {
         let mut out: Vec<JobCgroup> = self
             .process_jobs
             .keys()
@@ -380,7 +380,11 @@ impl Discovery {
 
     /// A job started by `governor run-job` in a cgroup it created. Discovery follows its
     /// processes and notices when none is left.
-    pub fn adopt_launched(&mut self, core: &NodeCore, job: &AdoptJob) -> Result<Found, String> {
+    pub(super) fn adopt_launched(
+        &mut self,
+        core: &NodeCore,
+        job: &AdoptJob,
+    ) -> Result<Found, String> {
         let found = launched_job(job)?;
         let cgroup = found.job.cgroup.clone();
         let entry = self.process_jobs.entry(cgroup.clone()).or_default();
@@ -395,7 +399,7 @@ impl Discovery {
 
 /// The job to govern for a process started in a cgroup of its own (by `governor run-job`, or
 /// by the daemon for the coordinator, which then follows the job's end itself).
-pub fn launched_job(job: &AdoptJob) -> Result<Found, String> {
+pub(super) fn launched_job(job: &AdoptJob) -> Result<Found, String> {
     let cgroup =
         job_cgroup(&job.cgroup).ok_or_else(|| format!("invalid cgroup path {:?}", job.cgroup))?;
     if job.logs.iter().any(|l| !super::is_absolute(l)) {
@@ -431,7 +435,7 @@ pub fn launched_job(job: &AdoptJob) -> Result<Found, String> {
 
 impl Discovery {
     /// New configuration: returns declared jobs to start and declared jobs whose file is gone.
-    pub fn reload(
+    pub(super) fn reload(
         &mut self,
         config: DaemonConfig,
         core: &NodeCore,
@@ -458,7 +462,7 @@ impl Discovery {
     }
 
     /// Forget a job that is no longer governed; remove its cgroup if the governor created it.
-    pub fn forget(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
+    pub(super) fn forget(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
         if let Some(job) = self.process_jobs.remove(cgroup) {
             for pid in &job.pids {
                 self.pid_index.remove(pid);
@@ -470,7 +474,7 @@ impl Discovery {
     }
 
     /// On shutdown: remove the (empty) cgroups the governor created for adopted jobs.
-    pub fn cleanup_adopted_groups(&self, core: &NodeCore) {
+    pub(super) fn cleanup_adopted_groups(&self, core: &NodeCore) {
         for (cgroup, job) in &self.process_jobs {
             if job.owned_group && core.actuator().fs().procs(cgroup).is_empty() {
                 let _ = core.actuator().fs().remove_job_group(cgroup);

@@ -512,11 +512,6 @@ impl Launcher {
             .map(|t| t.kill_at);
         kills.chain(teardowns).min()
     }
-
-    /// Whether a teardown waits for stragglers (poll it on every tick).
-    pub fn has_teardowns(&self) -> bool {
-        !self.teardowns.is_empty()
-    }
 }
 
 /// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
