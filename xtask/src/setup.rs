@@ -235,24 +235,36 @@ fn debian_packages() -> Result<()> {
         .iter()
         .find_map(|p| installed_version(p).map(|v| (*p, v)))
         .filter(|(_, v)| v.contains("bpo"));
-    let mut args: Vec<String> = missing.iter().map(|p| (*p).to_owned()).collect();
-    let mut extra = Vec::new();
+    // QEMU from backports goes in a call of its own (`-t bookworm-backports` would take
+    // every other package from there too).
+    let mut calls: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut plain: Vec<String> = missing.iter().map(|p| (*p).to_owned()).collect();
     if let Some((sibling, version)) = &qemu_pin
         && missing.contains(&"qemu-system-x86")
     {
         eprintln!(
             "   {sibling} {version} is installed: taking qemu-system-x86 {version} from bookworm-backports to match it"
         );
-        for a in &mut args {
-            if a == "qemu-system-x86" {
-                *a = format!("qemu-system-x86={version}");
-            }
-        }
-        extra = backports_options()?;
+        plain.retain(|p| p != "qemu-system-x86");
+        let mut extra = backports_options()?;
+        extra.extend(["-t".to_owned(), "bookworm-backports".to_owned()]);
+        calls.push((extra, vec![format!("qemu-system-x86={version}")]));
     }
+    if !plain.is_empty() {
+        calls.push((Vec::new(), plain));
+    }
+    for (extra, args) in calls {
+        install_packages(&extra, &args)?;
+    }
+    Ok(())
+}
+
+/// `apt-get install` that never removes a package: on a conflict it stops and names what would
+/// have gone.
+fn install_packages(extra: &[String], args: &[String]) -> Result<()> {
     let apt = |verb: &[&str]| {
         let mut c = Command::new("apt-get");
-        c.args(&extra)
+        c.args(extra)
             .args(verb)
             .env("DEBIAN_FRONTEND", "noninteractive");
         c
@@ -268,14 +280,14 @@ fn debian_packages() -> Result<()> {
             "--no-install-recommends",
             "--no-remove",
         ])
-        .args(&args),
+        .args(args),
     );
     if install.is_ok() {
         return Ok(());
     }
     // Say what the install would have removed, and the choice.
     let simulated =
-        cmd::output(apt(&["install", "-s", "-q", "--no-install-recommends"]).args(&args))
+        cmd::output(apt(&["install", "-s", "-q", "--no-install-recommends"]).args(args))
             .unwrap_or_default();
     let removals: Vec<&str> = simulated
         .lines()
@@ -291,7 +303,7 @@ fn debian_packages() -> Result<()> {
          yourself if you no longer need them",
         args.join(" "),
         removals.join("; "),
-        missing.join(", ")
+        args.join(", ")
     )
 }
 
