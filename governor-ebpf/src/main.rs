@@ -29,7 +29,9 @@
 // Built for the host (`cargo build --workspace`, clippy, rust-analyzer) the crate is an empty
 // binary: the programs, their panic handler and their license section exist only for BPF, so a
 // host build no longer collides with std's `panic_impl`. The daemon embeds the BPF build.
+// Its entry points are `pub` for the loader, which finds them by symbol name, not by path.
 #[cfg(target_arch = "bpf")]
+#[allow(unreachable_pub)]
 mod program;
 
 #[cfg(not(target_arch = "bpf"))]

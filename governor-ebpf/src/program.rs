@@ -191,7 +191,7 @@ fn flush<C: EbpfContext>(ctx: &C, cgroup_id: u64, parent_id: u64, add: &CgroupCp
                 return;
             }
             // Another CPU created the entry between the lookup and the insert: add to it.
-            Err(e) if e == -17 => continue, // EEXIST
+            Err(-17) => continue, // EEXIST
             Err(_) => {
                 if let Some(c) = counters() {
                     if c.stats_map_full == 0 {

@@ -334,12 +334,10 @@ impl ParamError {
 pub enum PolicySpecError {
     #[error(transparent)]
     Unknown(#[from] UnknownPolicy),
-    #[error("policy {policy}")]
-    Parameter {
-        policy: String,
-        #[source]
-        source: ParamError,
-    },
+    /// (The parameter's error is part of the message, not a source: it is this crate's own
+    /// detail, not a lower layer's failure.)
+    #[error("policy {policy}: {error}")]
+    Parameter { policy: String, error: ParamError },
 }
 
 /// Build a policy from a spec `NAME[:KEY=VALUE]...`, e.g. `flowcon:interval=30` or
@@ -354,16 +352,16 @@ pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
                 .map(|(k, v)| (k.trim(), v.trim()))
                 .ok_or_else(|| PolicySpecError::Parameter {
                     policy: name.to_owned(),
-                    source: ParamError::Syntax(kv.to_owned()),
+                    error: ParamError::Syntax(kv.to_owned()),
                 })
         })
         .collect::<Result<_, _>>()?;
     if params.is_empty() {
         return Ok(by_name(name)?);
     }
-    let bad = |source: ParamError| PolicySpecError::Parameter {
+    let bad = |error: ParamError| PolicySpecError::Parameter {
         policy: name.to_owned(),
-        source,
+        error,
     };
     match name {
         "flowcon" => {

@@ -464,8 +464,6 @@ fn finite_or_null(x: f64) -> serde_json::Value {
     if x.is_finite() { json!(x) } else { json!(null) }
 }
 
-/// The systems `govsim compare` runs by default.
-
 fn compare_command(args: CompareArgs) -> Result<()> {
     let trace = read_trace(&args.trace)?;
     let mut config = cluster_config(&args.cluster)?;

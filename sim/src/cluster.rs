@@ -1038,7 +1038,7 @@ impl Engine<'_> {
         }
         JobView {
             id: m.id.clone(),
-            category: rt.category.into(),
+            category: rt.category,
             pending: false,
             growth,
             growth_efficiency,

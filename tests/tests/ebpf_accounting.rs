@@ -177,12 +177,14 @@ fn host_counts_real_cpu_time(attach: AttachMode, expected: AttachKind) {
 }
 
 #[test]
-fn ebpf_host_raw_tracepoint_loads_attaches_and_counts_cpu_time() {
+#[ignore = "root-host: loads eBPF programs into the host kernel (root, BTF); `cargo xtask test` runs it where it can"]
+fn root_host_ebpf_raw_tracepoint_loads_attaches_and_counts_cpu_time() {
     host_counts_real_cpu_time(AttachMode::Raw, AttachKind::Raw);
 }
 
 #[test]
-fn ebpf_host_btf_tracepoint_is_preferred_and_counts_cpu_time() {
+#[ignore = "root-host: loads eBPF programs into the host kernel (root, BTF); `cargo xtask test` runs it where it can"]
+fn root_host_ebpf_btf_tracepoint_is_preferred_and_counts_cpu_time() {
     host_counts_real_cpu_time(AttachMode::Auto, AttachKind::Btf);
 }
 
@@ -251,7 +253,8 @@ fn ebpf_host_disabled_by_env_logs_one_line_with_the_reason() {
 }
 
 #[test]
-fn ebpf_host_kernel_log_records_reach_the_daemons_tracing() {
+#[ignore = "root-host: loads eBPF programs into the host kernel (root, BTF); `cargo xtask test` runs it where it can"]
+fn root_host_ebpf_kernel_log_records_reach_the_daemons_tracing() {
     let _alone = host_cpu_lock();
     let out = Command::new(governor_bin())
         .args([

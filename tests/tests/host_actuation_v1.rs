@@ -23,7 +23,8 @@ fn cpu_alloc(weight: u32, max_cores: Option<f64>) -> Allocation {
 }
 
 #[test]
-fn host_actuator_caps_cpu_through_cgroup_v1_and_recovers_after_a_crash() {
+#[ignore = "root-host: writes the host's cgroup v1 cpu controller (root, a hybrid or v1 host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_actuator_caps_cpu_and_recovers_after_a_crash() {
     let hierarchy = Hierarchy::detect("/sys/fs/cgroup").expect("cannot detect /sys/fs/cgroup");
     assert_eq!(
         hierarchy.kind(),

@@ -1,5 +1,7 @@
 //! `cargo xtask test`: everything CI runs, in order, stopping at the first failure.
 
+use std::path::Path;
+
 use anyhow::Result;
 
 use crate::cmd;
@@ -13,6 +15,78 @@ pub(crate) struct TestArgs {
     pub no_vm: bool,
 }
 
+/// Clippy on the eBPF programs as they are built: nightly, `bpfel-unknown-none`, `core` only
+/// (in a target directory of its own: the build's RUSTFLAGS differ).
+fn ebpf_clippy() -> std::process::Command {
+    let mut c = std::process::Command::new("rustup");
+    c.args([
+        "run",
+        "nightly",
+        "cargo",
+        "clippy",
+        "-p",
+        "governor-ebpf",
+        "--release",
+    ])
+    .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+    .arg("--target-dir")
+    .arg(cmd::target_dir().join("ebpf-clippy"))
+    .args(["--", "-D", "warnings"])
+    .current_dir(cmd::workspace_root());
+    // The outer (stable) cargo's settings must not leak into the nightly run.
+    for key in [
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+    ] {
+        c.env_remove(key);
+    }
+    c
+}
+
+/// The host tests that need root and the host's own kernel (`#[ignore = "root-host: ..."]`,
+/// named `root_host_*`): each group runs where its precondition holds, and the output says which
+/// ran and which could not.
+fn privileged_host_tests() -> Result<()> {
+    let root = cmd::is_root();
+    let v1_cpu = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists();
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    let groups = [
+        (
+            "root_host_ebpf_",
+            "eBPF programs loaded into the host kernel",
+            root && btf,
+            "needs root and /sys/kernel/btf/vmlinux",
+        ),
+        (
+            "root_host_v1_",
+            "the host's cgroup v1 cpu controller",
+            root && v1_cpu,
+            "needs root and a cgroup v1 cpu controller at /sys/fs/cgroup/cpu (a hybrid host)",
+        ),
+    ];
+    for (prefix, what, can, why_not) in groups {
+        if can {
+            eprintln!("== privileged host tests: {what} ({prefix}*)");
+            cmd::run(cmd::cargo().args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "governor-ebpf",
+                "--",
+                "--ignored",
+                prefix,
+            ]))?;
+        } else {
+            eprintln!("== privileged host tests NOT RUN: {what} ({prefix}*): {why_not}");
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let bed = crate::setup::run()?;
@@ -24,16 +98,17 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     cmd::run(cmd::cargo().args([
         "clippy",
         "--workspace",
-        "--exclude",
-        "governor-ebpf",
         "--all-targets",
         "--",
         "-D",
         "warnings",
     ]))?;
+    eprintln!("== cargo clippy -D warnings (the eBPF crate, for its BPF target)");
+    cmd::run(&mut ebpf_clippy())?;
     cmd::report_free_disk("after clippy");
-    eprintln!("== unit and host tests");
+    eprintln!("== unit and host tests (need neither root nor a particular cgroup layout)");
     cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "governor-ebpf"]))?;
+    privileged_host_tests()?;
     cmd::report_free_disk("after host tests");
     if args.no_vm {
         eprintln!("== VM tests skipped (--no-vm)");
@@ -42,11 +117,13 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
             filter: None,
             nodes: None,
             timeout_minutes: 45,
+            unprivileged: false,
         })?;
         vm::run_vm_test(&VmTestArgs {
             filter: None,
             nodes: Some(3),
             timeout_minutes: 30,
+            unprivileged: false,
         })?;
     }
     cmd::report_free_disk("at the end");

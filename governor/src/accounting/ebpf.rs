@@ -588,7 +588,8 @@ mod tests {
 
     /// Needs root (it loads the program), like the host tests of `tests/`.
     #[test]
-    fn batched_reads_match_entry_by_entry_reads() {
+    #[ignore = "root-host: loads eBPF programs into the host kernel (root, BTF); `cargo xtask test` runs it where it can"]
+    fn root_host_ebpf_batched_reads_match_entry_by_entry_reads() {
         let btf = std::path::PathBuf::from(super::super::KERNEL_BTF);
         let (mut maps, _loaded) = load(&LoadOptions {
             attach: AttachMode::Auto,
