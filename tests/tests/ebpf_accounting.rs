@@ -22,8 +22,15 @@ use governor_integration_tests::{
     Burner, CGROUP2_ROOT, TestCgroup, enable_controllers, read_keyed, require_vm,
 };
 
-/// The host's cgroup v2 mount (hybrid layout).
-const HOST_V2: &str = "/sys/fs/cgroup/unified";
+/// The host's cgroup v2 mount: `/sys/fs/cgroup/unified` on a hybrid host (the development
+/// machines), `/sys/fs/cgroup` on a unified one.
+fn host_v2() -> &'static str {
+    if Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists() {
+        "/sys/fs/cgroup/unified"
+    } else {
+        "/sys/fs/cgroup"
+    }
+}
 
 /// The `governor` binary: `$GOVERNOR_BIN_DIR/governor` in the VM, else the one cargo built
 /// next to this test (`cargo test --workspace` and `cargo xtask test` build it; after
@@ -122,10 +129,11 @@ fn machine_busy_seconds() -> f64 {
 
 fn host_counts_real_cpu_time(attach: AttachMode, expected: AttachKind) {
     let _alone = host_cpu_lock();
-    let root = Path::new(HOST_V2);
+    let root = Path::new(host_v2());
     assert!(
         root.join("cgroup.controllers").exists(),
-        "prerequisite missing: no cgroup v2 hierarchy at {HOST_V2} (the development machines mount it there)"
+        "prerequisite missing: no cgroup v2 hierarchy at {} (the development machines mount it there)",
+        host_v2()
     );
     let mut acct = open_ebpf(root, attach);
     assert_eq!(acct.attach_kind(), Some(expected));
@@ -193,7 +201,7 @@ fn ebpf_host_fallback_is_taken_and_reported_when_loading_fails() {
     // No kernel BTF: the programs cannot be told where the task's fields are.
     let missing = tempfile::tempdir().unwrap().path().join("no-vmlinux");
     let mut acct = CpuAccounting::open(
-        Path::new(HOST_V2),
+        Path::new(host_v2()),
         &AccountingOptions {
             btf_path: missing.clone(),
             ..AccountingOptions::default()
@@ -207,7 +215,7 @@ fn ebpf_host_fallback_is_taken_and_reported_when_loading_fails() {
     );
     assert!(acct.describe().starts_with("cpu.stat (eBPF unavailable: "));
     // The fallback still accounts: the root group's cpu.stat grows while this thread spins.
-    let groups = vec![PathBuf::from(HOST_V2)];
+    let groups = vec![PathBuf::from(host_v2())];
     let _alone = host_cpu_lock();
     let before = acct.read(&groups)[0].cpu_seconds_total;
     spin(Duration::from_millis(300));
@@ -229,7 +237,7 @@ fn ebpf_host_disabled_by_env_logs_one_line_with_the_reason() {
             "top",
             "--once",
             "--cgroup-root",
-            HOST_V2,
+            host_v2(),
         ])
         .env("GOVERNOR_DISABLE_EBPF", "1")
         .stdin(Stdio::null())
@@ -266,7 +274,7 @@ fn root_host_ebpf_kernel_log_records_reach_the_daemons_tracing() {
             "--interval",
             "200ms",
             "--cgroup-root",
-            HOST_V2,
+            host_v2(),
         ])
         .stdin(Stdio::null())
         .output()

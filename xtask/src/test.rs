@@ -62,6 +62,12 @@ fn privileged_host_tests() -> Result<()> {
             "needs root and /sys/kernel/btf/vmlinux",
         ),
         (
+            "root_host_proc_",
+            "the kernel's process connector (netlink)",
+            root,
+            "needs root (CAP_NET_ADMIN)",
+        ),
+        (
             "root_host_v1_",
             "the host's cgroup v1 cpu controller",
             root && v1_cpu,

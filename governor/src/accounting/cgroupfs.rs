@@ -153,9 +153,15 @@ impl CgroupIndex {
                 if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                     continue;
                 }
+                // The inode as stat(2) gives it, like every other id lookup: on cgroupfs the
+                // directory entry's d_ino is the same number, but not on every filesystem
+                // (overlayfs), and the ids must agree wherever the tree is.
+                let Ok(id) = entry.metadata().map(|m| m.ino()) else {
+                    continue;
+                };
                 let path = entry.path();
                 by_id.insert(
-                    entry.ino(),
+                    id,
                     CgroupNode {
                         path: path.clone(),
                         parent: Some(dir_id),
@@ -167,7 +173,7 @@ impl CgroupIndex {
                         root.display()
                     )));
                 }
-                stack.push((path, entry.ino()));
+                stack.push((path, id));
             }
         }
         Ok(CgroupIndex { by_id })
