@@ -278,8 +278,22 @@ struct JobState {
     demand_limit: Option<f64>,
     /// Fewest cores any plan since the last usage sample expected it to get.
     min_expected_cores: Option<f64>,
+    /// When `demand_limit` was last learnt: it is dropped after [`DEMAND_PROBE`] seconds, so a
+    /// job whose demand grew is offered its share again even where no wait is measured.
+    demand_limit_at: Option<Seconds>,
+    /// Cumulative CPU wait at the latest usage sample (unmet demand), where measured.
+    last_wait: Option<f64>,
     tracker: LossTracker,
 }
+
+/// A demand limit learnt from usage is forgotten after this many seconds (the probe): a job
+/// that was quiet (loading data, waiting for a file, compiling) and then needs CPU is offered
+/// its share again within it, even on a node that cannot measure CPU wait.
+pub const DEMAND_PROBE: Seconds = 2.0;
+
+/// Waiting for a CPU for more than this fraction of an interval is unmet demand: the job could
+/// use more than it got, so no demand limit holds it.
+pub const UNMET_DEMAND: f64 = 0.1;
 
 impl JobState {
     fn parallel_fraction(&self) -> f64 {
@@ -788,6 +802,8 @@ impl NodePolicy for Governor {
                 demand_seen: 0.0,
                 demand_limit: None,
                 min_expected_cores: None,
+                demand_limit_at: None,
+                last_wait: None,
                 tracker: LossTracker::new(
                     spec.direction,
                     self.params.smoothing,
@@ -837,12 +853,22 @@ impl NodePolicy for Governor {
                 let cores = (usage.cpu_seconds - cpu0).max(0.0) / dt;
                 job.recent_cores = cores;
                 job.demand_seen = job.demand_seen.max(cores);
-                // Clearly less than every plan of the interval offered it: it cannot use more
-                // than it ever has.
-                if let Some(offered) = job.min_expected_cores
+                // The kernel's own signal of unmet demand: its tasks waited for a CPU.
+                let waited = match (usage.cpu_wait_seconds, job.last_wait) {
+                    (Some(w), Some(w0)) => Some((w - w0).max(0.0) / dt),
+                    _ => None,
+                };
+                if waited.is_some_and(|w| w > UNMET_DEMAND) {
+                    // It wants more than it got: whatever it used says nothing of its demand.
+                    job.demand_limit = None;
+                    job.demand_limit_at = None;
+                } else if let Some(offered) = job.min_expected_cores
                     && cores < 0.9 * offered
                 {
+                    // Clearly less than every plan of the interval offered it, without waiting:
+                    // it cannot use more than it ever has, for now (see DEMAND_PROBE).
                     job.demand_limit = Some(job.demand_seen);
+                    job.demand_limit_at = Some(now);
                 }
                 if let Some(limit) = job.demand_limit
                     && job.demand_seen > limit
@@ -851,6 +877,7 @@ impl NodePolicy for Governor {
                 }
             }
         }
+        job.last_wait = usage.cpu_wait_seconds;
         job.last_usage = Some((now, usage.cpu_seconds));
         job.min_expected_cores = None;
         job.cpu_seconds = job.cpu_seconds.max(usage.cpu_seconds);
@@ -878,15 +905,32 @@ impl NodePolicy for Governor {
 
     fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan {
         self.cores = node.cores;
+        // Demand limits are provisional: after the probe the job is offered its share again.
+        for job in self.jobs.values_mut() {
+            if job
+                .demand_limit_at
+                .is_some_and(|at| now - at >= DEMAND_PROBE)
+            {
+                job.demand_limit = None;
+                job.demand_limit_at = None;
+            }
+        }
         self.advance_virtual(now);
-        let targets = self.targets(now);
-        let total: f64 = targets.values().sum::<f64>().max(1e-9);
         let m = self.jobs.len() as f64;
+        // Every job keeps at least its floor of the node against everyone, whatever its demand
+        // limit or rank said: a job that becomes runnable gets it at once.
+        let floor_cores = self.params.floor.clamp(0.0, 1.0) * self.cores / m.max(1.0);
+        let targets: BTreeMap<JobId, f64> = self
+            .targets(now)
+            .into_iter()
+            .map(|(id, t)| (id, t.max(floor_cores)))
+            .collect();
+        let total: f64 = targets.values().sum::<f64>().max(1e-9);
         let ids: Vec<JobId> = self.jobs.keys().cloned().collect();
         let weights: Vec<u32> = ids
             .iter()
             .map(|id| {
-                (targets.get(id).copied().unwrap_or(0.0) / total * 100.0 * m)
+                (targets.get(id).copied().unwrap_or(0.0).max(floor_cores) / total * 100.0 * m)
                     .round()
                     .clamp(1.0, 10000.0) as u32
             })
@@ -1605,6 +1649,99 @@ mod tests {
             ("nope", "1"),
         ] {
             assert!(params.set(k, v).is_err(), "{k}={v} accepted");
+        }
+    }
+
+    /// The kernel's share of `cores` under the plan's weights, each job using at most its
+    /// `demand`.
+    fn kernel_shares(
+        plan: &Plan,
+        cores: f64,
+        demand: &BTreeMap<JobId, f64>,
+    ) -> BTreeMap<JobId, f64> {
+        let ids: Vec<JobId> = plan.allocations.keys().cloned().collect();
+        let requests: Vec<ShareRequest> = ids
+            .iter()
+            .map(|i| ShareRequest {
+                weight: plan.allocations[i].cpu.weight,
+                max_cores: plan.allocations[i].cpu.max_cores,
+                demand: demand[i],
+            })
+            .collect();
+        ids.into_iter().zip(water_fill(cores, &requests)).collect()
+    }
+
+    /// Three jobs of unknown size on 2 cores, all learning; `quiet` uses no CPU for its first
+    /// 10 s (loading data), then wants 2 cores. Returns its share of the node each second after
+    /// it became busy, with or without a measured CPU wait.
+    fn quiet_job_shares(measure_wait: bool) -> Vec<f64> {
+        let mut p = Governor::default();
+        let jobs = ["busy1", "busy2", "quiet"];
+        for j in jobs {
+            p.job_added(0.0, &JobSpec::new(j));
+        }
+        let mut cpu: BTreeMap<JobId, f64> = jobs.iter().map(|j| (id(j), 0.0)).collect();
+        let mut wait: BTreeMap<JobId, f64> = cpu.clone();
+        let mut after = Vec::new();
+        let mut plan = p.decide(0.0, &node(2.0));
+        for step in 1..=20 {
+            let now = step as f64;
+            let demand: BTreeMap<JobId, f64> = jobs
+                .iter()
+                .map(|j| {
+                    (
+                        id(j),
+                        if *j == "quiet" && now <= 10.0 {
+                            0.0
+                        } else {
+                            2.0
+                        },
+                    )
+                })
+                .collect();
+            let got = kernel_shares(&plan, 2.0, &demand);
+            for j in jobs {
+                *cpu.get_mut(&id(j)).unwrap() += got[&id(j)];
+                *wait.get_mut(&id(j)).unwrap() += (demand[&id(j)].min(2.0) - got[&id(j)]).max(0.0);
+                p.usage(
+                    now,
+                    &id(j),
+                    Usage {
+                        at: now,
+                        cpu_seconds: cpu[&id(j)],
+                        cpu_wait_seconds: measure_wait.then(|| wait[&id(j)]),
+                        ..Usage::default()
+                    },
+                );
+            }
+            if now > 10.0 {
+                after.push(got[&id("quiet")]);
+            }
+            plan = p.decide(now, &node(2.0));
+        }
+        after
+    }
+
+    #[test]
+    fn a_job_that_was_quiet_gets_its_floor_at_once_and_its_fair_share_within_two_seconds() {
+        let fair = 2.0 / 3.0;
+        let floor = GovernorParams::default().floor * fair;
+        for measure_wait in [true, false] {
+            let shares = quiet_job_shares(measure_wait);
+            // The first second it wants CPU it runs on the plan made while it was quiet.
+            assert!(
+                shares[0] >= floor * 0.99,
+                "wait measured: {measure_wait}: {:.3} cores in its first busy second, floor {floor:.3}",
+                shares[0]
+            );
+            // Within 2 s (the probe), and for good: its fair share.
+            for (s, got) in shares.iter().enumerate().skip(2) {
+                assert!(
+                    *got >= 0.95 * fair,
+                    "wait measured: {measure_wait}: {got:.3} cores {}s after it became busy (fair {fair:.3}): {shares:?}",
+                    s + 1
+                );
+            }
         }
     }
 }

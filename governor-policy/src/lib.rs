@@ -27,6 +27,7 @@ pub mod allocate;
 pub mod fair;
 pub mod flowcon;
 pub mod governor;
+pub mod quality;
 pub mod share;
 pub mod specon;
 pub mod speedup;
@@ -120,6 +121,11 @@ pub struct Usage {
     pub memory_bytes: u64,
     /// Cumulative count of memory pressure events (cgroup v2 `memory.events` high + max).
     pub memory_pressure_events: u64,
+    /// Cumulative seconds the job's tasks were runnable but waiting for a CPU (its unmet
+    /// demand: cgroup v2 `cpu.pressure`, the run delay of its threads on v1, or eBPF's run-queue
+    /// wait), where the node measures it. It may fall when a thread exits: use its growth,
+    /// floored at 0.
+    pub cpu_wait_seconds: Option<f64>,
 }
 
 /// The node's capacity a policy divides.

@@ -788,6 +788,7 @@ impl Engine<'_> {
                     cpu_seconds: self.rt[j].cpu,
                     memory_bytes: self.jobs[j].model.memory_bytes,
                     memory_pressure_events: 0,
+                    cpu_wait_seconds: None,
                 };
                 self.workers[w].policy.usage(t, &self.ids[j], usage);
             }

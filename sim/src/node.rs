@@ -397,6 +397,7 @@ pub fn run_node(
                             cpu_seconds: live[i].cpu,
                             memory_bytes: jobs[i].memory_bytes,
                             memory_pressure_events: 0,
+                            cpu_wait_seconds: None,
                         },
                     );
                 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Which cgroupfs file the fallback reads.

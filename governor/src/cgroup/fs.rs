@@ -55,6 +55,11 @@ pub struct CgroupUsage {
     pub memory_current: Option<u64>,
     /// Memory pressure counters.
     pub memory_events: Option<MemoryEvents>,
+    /// Time the group's tasks spent runnable but waiting for a CPU, in microseconds: its unmet
+    /// CPU demand. v2 `cpu.pressure` ("some" total, where the kernel keeps pressure stall
+    /// information), else the sum of the run delay in `/proc/<tid>/schedstat` over the group's
+    /// threads (which can fall when a thread exits: consumers use its growth, floored at 0).
+    pub cpu_wait_usec: Option<u64>,
 }
 
 /// Reads and writes cgroup files under one hierarchy. Cheap to clone.
@@ -62,6 +67,8 @@ pub struct CgroupUsage {
 pub struct CgroupFs {
     hierarchy: Hierarchy,
     page_size: u64,
+    /// Where `/proc` is (per-thread run delay); tests point it at a fake.
+    proc_root: PathBuf,
     /// v1: the controller hierarchies a job group created by the governor joins.
     job_controllers: Vec<Controller>,
 }
@@ -72,6 +79,7 @@ impl CgroupFs {
         CgroupFs {
             hierarchy,
             page_size: page_size(),
+            proc_root: PathBuf::from("/proc"),
             job_controllers: vec![
                 Controller::Cpu,
                 Controller::CpuAcct,
@@ -79,6 +87,12 @@ impl CgroupFs {
                 Controller::Pids,
             ],
         }
+    }
+
+    /// Reads per-thread scheduler statistics under `root` instead of `/proc` (tests).
+    pub fn with_proc_root(mut self, root: impl Into<PathBuf>) -> CgroupFs {
+        self.proc_root = root.into();
+        self
     }
 
     /// cgroup v1: the controller hierarchies in which job groups are created, joined and removed
@@ -261,7 +275,40 @@ impl CgroupFs {
             usage.memory_current = Some(current);
             usage.memory_events = Some(events);
         }
+        usage.cpu_wait_usec = self.cpu_wait_usec(job);
         Ok(usage)
+    }
+
+    /// See [`CgroupUsage::cpu_wait_usec`]. `None` when neither source can be read.
+    pub fn cpu_wait_usec(&self, job: &JobCgroup) -> Option<u64> {
+        if self.hierarchy.kind().is_v2()
+            && let Ok(Some((_, text))) = self.read_optional(job, Controller::Cpu, "cpu.pressure")
+            && let Some(total) = parse_pressure_some_total(&text)
+        {
+            return Some(total);
+        }
+        // v1 lists every thread in `tasks`, v2 in `cgroup.threads`.
+        let file = if self.hierarchy.kind().is_v2() {
+            "cgroup.threads"
+        } else {
+            "tasks"
+        };
+        let (_, threads) = self.read_optional(job, Controller::Cpu, file).ok()??;
+        let mut total_ns: u64 = 0;
+        for tid in threads.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            let Ok(stat) = std::fs::read_to_string(self.proc_root.join(format!("{tid}/schedstat")))
+            else {
+                continue; // exited meanwhile
+            };
+            if let Some(delay) = stat
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                total_ns = total_ns.saturating_add(delay);
+            }
+        }
+        Some(total_ns / 1000)
     }
 
     /// Memory charged to `job` and its pressure counters (what the memory guard needs), `None`
@@ -330,6 +377,16 @@ impl CgroupFs {
     pub fn kind(&self) -> HierarchyKind {
         self.hierarchy.kind()
     }
+}
+
+/// The `total=` of the `some` line of a PSI file (`cpu.pressure`), in microseconds.
+fn parse_pressure_some_total(text: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with("some "))?
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
 }
 
 /// Read a whole cgroup file: `open`, `read` until end of file, `close`. Unlike
@@ -480,6 +537,7 @@ mod tests {
                     oom: 4,
                     oom_kill: 5
                 }),
+                cpu_wait_usec: None,
             }
         );
     }
@@ -634,5 +692,39 @@ mod tests {
         let err = write_file(&dir.path().join("cpu.max"), "max 100000").unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(!dir.path().join("cpu.max").exists());
+    }
+
+    #[test]
+    fn cpu_wait_comes_from_pressure_on_v2_and_from_the_threads_run_delay_otherwise() {
+        // v2 with pressure stall information: the "some" total.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeCgroupRoot::unified(dir.path());
+        fake.add_group("a");
+        fake.set(
+            "a",
+            "cpu.pressure",
+            "some avg10=1.00 avg60=0.50 avg300=0.10 total=4200\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        );
+        let fs = CgroupFs::detect(dir.path()).unwrap();
+        assert_eq!(fs.cpu_wait_usec(&job("/a")), Some(4200));
+
+        // Without it (v1, or PSI off): the run delay of every thread, from /proc/<tid>/schedstat.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeCgroupRoot::hybrid(dir.path());
+        fake.add_group("b");
+        let proc = dir.path().join("proc");
+        for (tid, delay_ns) in [(11, 3_000_000u64), (12, 500_000)] {
+            std::fs::create_dir_all(proc.join(tid.to_string())).unwrap();
+            std::fs::write(
+                proc.join(format!("{tid}/schedstat")),
+                format!("123456789 {delay_ns} 42\n"),
+            )
+            .unwrap();
+        }
+        // 13 has exited: skipped.
+        let cpu_dir = dir.path().join("cpu/b");
+        std::fs::write(cpu_dir.join("tasks"), "11\n12\n13\n").unwrap();
+        let fs = CgroupFs::detect(dir.path()).unwrap().with_proc_root(&proc);
+        assert_eq!(fs.cpu_wait_usec(&job("/b")), Some(3_500));
     }
 }

@@ -19,7 +19,9 @@ use crate::policy::{
     Allocation, Category, CpuAllocation, JobSpec, MemoryAllocation, NodePolicy, NodeResources,
     Plan, ProgressPoint, Usage,
 };
-use crate::progress::{Format, Record, SignalConfig, SignalTracker, SignalUpdate};
+use crate::progress::{
+    Format, Record, SignalConfig, SignalTracker, SignalUpdate, WatchEvent, WatchEventKind,
+};
 use crate::status::{JobStatus, NodeStatus};
 
 /// How a job came to be governed.
@@ -101,8 +103,14 @@ pub trait CpuSource {
     fn note(&self) -> Option<String> {
         None
     }
-    /// Cumulative CPU seconds of each group (None where unreadable).
+    /// Cumulative CPU seconds of each group (None where unreadable, or where the group's own
+    /// cgroupfs counters, which the daemon reads anyway, are the source).
     fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>>;
+    /// Cumulative seconds each group's tasks waited for a CPU, where this source measures it
+    /// (eBPF run-queue wait); `None` leaves it to the group's cgroupfs figures.
+    fn wait_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
+        vec![None; groups.len()]
+    }
 }
 
 /// Outcome of one decision round, for logs and benchmarks.
@@ -113,6 +121,8 @@ pub struct RoundStats {
     pub applied: usize,
     pub files_written: usize,
     pub errors: usize,
+    /// What the round cost: the policy's plan and the actuator's writes.
+    pub took: Duration,
 }
 
 /// Static settings of the core.
@@ -364,9 +374,12 @@ impl NodeCore {
         let t = self.secs(now);
         let groups: Vec<JobCgroup> = self.jobs.keys().cloned().collect();
         let cpu_seconds = cpu.cpu_seconds(&groups);
+        let wait_seconds = cpu.wait_seconds(&groups);
         // `groups` are the table's keys in order: walk the table alongside (a lookup per job
         // compares paths component by component).
-        for ((cgroup, entry), cpu_s) in self.jobs.iter_mut().zip(cpu_seconds) {
+        for (((cgroup, entry), cpu_s), wait_s) in
+            self.jobs.iter_mut().zip(cpu_seconds).zip(wait_seconds)
+        {
             let usage = match self.actuator.usage(cgroup) {
                 Ok(u) => Some(u),
                 Err(e) if e.is_gone() => None,
@@ -406,6 +419,12 @@ impl NodeCore {
                         cpu_seconds: c,
                         memory_bytes: memory,
                         memory_pressure_events: pressure,
+                        cpu_wait_seconds: wait_s.or_else(|| {
+                            usage
+                                .as_ref()
+                                .and_then(|u| u.cpu_wait_usec)
+                                .map(|us| us as f64 / 1e6)
+                        }),
                     },
                 );
             }
@@ -422,7 +441,9 @@ impl NodeCore {
     /// between). On a small node a decision takes tens of microseconds, so every record is
     /// acted on at once; with 1,000 jobs one takes ~3 ms and records arrive ~180 times a second,
     /// so they are batched every ~400 ms instead of costing 60% of a core.
-    pub fn on_progress_moved(&mut self, now: Instant) {
+    /// Returns the decision's figures when it decided now (`None`: batched, see
+    /// [`Self::on_wakeup`]).
+    pub fn on_progress_moved(&mut self, now: Instant) -> Option<RoundStats> {
         let budget = decision_budget(self.jobs.len());
         let earliest = self
             .last_decision
@@ -430,11 +451,44 @@ impl NodeCore {
         match earliest {
             Some(t) if t > now => {
                 self.next_decision_at = Some(self.next_decision_at.map_or(t, |n| n.min(t)));
+                None
             }
-            _ => {
-                self.decide_and_apply(now);
-            }
+            _ => Some(self.decide_and_apply(now)),
         }
+    }
+
+    /// The control loop's handling of one event of the log watcher: a record goes to its job's
+    /// signal and, when it moved the signal, to a decision (at once, or batched within the
+    /// decision budget: [`Self::on_progress_moved`]); a problem is shown in status. Returns the
+    /// decision's figures when it decided now. (The daemon and the decision-latency benchmark
+    /// both call this.)
+    pub fn on_watch_event(&mut self, now: Instant, ev: &WatchEvent) -> Option<RoundStats> {
+        let Ok(cgroup) = JobCgroup::new(&*ev.key) else {
+            return None;
+        };
+        match &ev.kind {
+            WatchEventKind::Record(record) => {
+                if self.on_record(now, &cgroup, record) {
+                    return self.on_progress_moved(now);
+                }
+                None
+            }
+            WatchEventKind::Problem(message) => {
+                self.on_log_problem(&cgroup, message.clone());
+                None
+            }
+            WatchEventKind::Format(_)
+            | WatchEventKind::Opened
+            | WatchEventKind::Truncated
+            | WatchEventKind::Closed => None,
+        }
+    }
+
+    /// The control loop's wake-up at [`Self::next_wakeup`]: writes the actuator held back,
+    /// then the decision when one is due (returning its figures).
+    pub fn on_wakeup(&mut self, now: Instant) -> Option<RoundStats> {
+        self.poll_actuator(now);
+        self.decision_due(now).then(|| self.decide_and_apply(now))
     }
 
     pub fn decision_due(&self, now: Instant) -> bool {
@@ -451,8 +505,9 @@ impl NodeCore {
     /// them when [`Self::next_wakeup`] says they are due.
     pub fn decide_and_apply(&mut self, now: Instant) -> RoundStats {
         let started = Instant::now();
-        let stats = self.decide_and_apply_inner(now);
+        let mut stats = self.decide_and_apply_inner(now);
         let took = started.elapsed();
+        stats.took = took;
         self.last_decision = Some((now, took));
         // The policy's own next decision time stays within the budget too (the governor policy
         // asks every second; with 1,000 jobs a decision takes ~2 ms).

@@ -29,7 +29,7 @@ use crate::coordinator_client::{
     AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles,
 };
 use crate::policy::{self, NodeResources};
-use crate::progress::{WatchEvent, WatchEventKind, Watcher, WatcherHandle};
+use crate::progress::{WatchEvent, Watcher, WatcherHandle};
 use crate::sys::proc_events::{ProcEvent, ProcEvents};
 
 /// Command-line options of `governor daemon`.
@@ -200,6 +200,8 @@ pub fn host_name() -> String {
 /// load (see [`crate::accounting`]).
 struct AccountedCpu {
     accounting: CpuAccounting,
+    /// Run-queue wait of the groups of the last `cpu_seconds` read (eBPF only).
+    last_waits: Vec<Option<f64>>,
 }
 
 impl CpuSource for AccountedCpu {
@@ -218,14 +220,30 @@ impl CpuSource for AccountedCpu {
         }
         let paths: Vec<PathBuf> = groups.iter().map(|g| g.relative().to_path_buf()).collect();
         let readings = self.accounting.read(&paths);
-        let by_path: std::collections::HashMap<&Path, f64> = readings
+        let by_path: std::collections::HashMap<&Path, (f64, Option<f64>)> = readings
             .iter()
-            .map(|r| (r.path.as_path(), r.cpu_seconds_total))
+            .map(|r| {
+                (
+                    r.path.as_path(),
+                    (r.cpu_seconds_total, r.run_queue_wait_seconds),
+                )
+            })
             .collect();
-        paths
+        let found: Vec<Option<(f64, Option<f64>)>> = paths
             .iter()
             .map(|p| by_path.get(p.as_path()).copied())
-            .collect()
+            .collect();
+        self.last_waits = found.iter().map(|f| f.and_then(|(_, w)| w)).collect();
+        found.iter().map(|f| f.map(|(c, _)| c)).collect()
+    }
+    fn wait_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
+        // From the read `cpu_seconds` just made for the same groups.
+        let waits = std::mem::take(&mut self.last_waits);
+        if waits.len() == groups.len() {
+            waits
+        } else {
+            vec![None; groups.len()]
+        }
     }
 }
 
@@ -261,6 +279,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     // is logged once and shown by `governor status`.
     let mut cpu: Box<dyn CpuSource> = Box::new(AccountedCpu {
         accounting: CpuAccounting::open(&config.cgroup_root, &AccountingOptions::default()),
+        last_waits: Vec::new(),
     });
     core.set_cpu_source(cpu.name(), cpu.note());
     info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
@@ -377,10 +396,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             _ = rescan.tick() => shell.rescan(Instant::now()).await,
             _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
-                shell.core.poll_actuator(now);
-                if shell.core.decision_due(now) {
-                    shell.core.decide_and_apply(now);
-                }
+                shell.core.on_wakeup(now);
                 if let Some(c) = shell.cluster.as_mut() {
                     c.launcher.poll(shell.core.actuator().fs(), now);
                 }
@@ -748,23 +764,9 @@ impl Shell {
     }
 
     fn on_watch_event(&mut self, now: Instant, ev: WatchEvent) {
-        let Ok(cgroup) = JobCgroup::new(&*ev.key) else {
-            return;
-        };
-        match ev.kind {
-            WatchEventKind::Record(record) => {
-                if self.core.on_record(now, &cgroup, &record) {
-                    // Sub-second reaction: decide as soon as the signal moves (batched when
-                    // decisions would cost more than their CPU budget).
-                    self.core.on_progress_moved(now);
-                }
-            }
-            WatchEventKind::Problem(message) => self.core.on_log_problem(&cgroup, message),
-            WatchEventKind::Format(_)
-            | WatchEventKind::Opened
-            | WatchEventKind::Truncated
-            | WatchEventKind::Closed => {}
-        }
+        // Sub-second reaction: decide as soon as the signal moves (batched when decisions
+        // would cost more than their CPU budget).
+        self.core.on_watch_event(now, &ev);
     }
 
     async fn on_proc_events(&mut self, now: Instant, events: &[ProcEvent]) {

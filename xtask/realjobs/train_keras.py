@@ -1,0 +1,158 @@
+"""A real Keras (TensorFlow, CPU) training job for Governor's real-job benchmark and demo.
+
+It trains a small network on data that ships with scikit-learn or is generated locally (the
+benchmark machines reach only the package registries, so nothing is downloaded), logs every epoch
+with Keras's own ``CSVLogger`` (the ``keras_csv`` format Governor parses), and writes a summary
+JSON at exit (its CPU time, epochs done, how it ended).
+
+Tasks (``--task``), chosen for different convergence speeds:
+  digits      MLP on sklearn's 8x8 digits (1,797 images): learns fast, plateaus early.
+  digits_cnn  small CNN on the digits upsampled to 16x16: slower epochs, plateaus mid-run.
+  teacher     MLP regressing a fixed random "teacher" network's output on synthetic inputs:
+              the loss keeps falling slowly for most of the run.
+
+Quiet phases, as real jobs have them: ``--quiet-start S`` sleeps before the data is prepared
+(waiting for a data set or a node), ``--pause EPOCH:S`` sleeps S seconds after that epoch
+(a checkpoint upload, a shard fetch). SIGINT ends training at the end of the current batch and
+the job exits 0 with its log complete (what Governor's finish-at-convergence sends).
+"""
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+STARTED = time.time()
+parser = argparse.ArgumentParser()
+parser.add_argument("--task", default="digits")
+parser.add_argument("--epochs", type=int, default=30)
+parser.add_argument("--lr", type=float, default=1e-3)
+parser.add_argument("--batch", type=int, default=64)
+parser.add_argument("--width", type=int, default=256)
+parser.add_argument("--samples", type=int, default=6000)
+parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF default)")
+parser.add_argument("--seed", type=int, default=1)
+parser.add_argument("--log", required=True)
+parser.add_argument("--summary", default="")
+parser.add_argument("--quiet-start", type=float, default=0.0)
+parser.add_argument("--pause", default="", help="EPOCH:SECONDS")
+args = parser.parse_args()
+
+if args.quiet_start > 0:
+    time.sleep(args.quiet_start)
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+if args.threads > 0:
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(1, args.threads // 2))
+keras.utils.set_random_seed(args.seed)
+rng = np.random.default_rng(args.seed)
+
+
+def digits(upsample):
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = x.astype("float32") / 16.0
+    # Light augmentation to a few thousand samples: noisy copies of the originals.
+    reps = max(1, args.samples // len(x))
+    x = np.concatenate([x + rng.normal(0, 0.15, x.shape).astype("float32") for _ in range(reps)])
+    y = np.concatenate([y] * reps)
+    if upsample:
+        x = x.reshape(-1, 8, 8, 1).repeat(2, axis=1).repeat(2, axis=2)
+    return x, keras.utils.to_categorical(y, 10)
+
+
+def teacher():
+    d = 32
+    x = rng.normal(size=(args.samples, d)).astype("float32")
+    w1 = rng.normal(size=(d, 64)) / np.sqrt(d)
+    w2 = rng.normal(size=(64, 1)) / 8.0
+    y = (np.tanh(x @ w1) @ w2).astype("float32") + rng.normal(0, 0.02, (args.samples, 1)).astype("float32")
+    return x, y
+
+
+if args.task == "digits":
+    x, y = digits(False)
+    model = keras.Sequential([
+        keras.Input((64,)),
+        keras.layers.Dense(args.width, activation="relu"),
+        keras.layers.Dense(args.width, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    loss = "categorical_crossentropy"
+elif args.task == "digits_cnn":
+    x, y = digits(True)
+    model = keras.Sequential([
+        keras.Input((16, 16, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(args.width, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    loss = "categorical_crossentropy"
+elif args.task == "teacher":
+    x, y = teacher()
+    model = keras.Sequential([
+        keras.Input((x.shape[1],)),
+        keras.layers.Dense(args.width, activation="tanh"),
+        keras.layers.Dense(args.width, activation="tanh"),
+        keras.layers.Dense(1),
+    ])
+    loss = "mse"
+else:
+    sys.exit(f"unknown task {args.task}")
+
+model.compile(optimizer=keras.optimizers.Adam(args.lr), loss=loss)
+
+stop = {"asked": False}
+
+
+class Control(keras.callbacks.Callback):
+    """Ends training cleanly on SIGINT; sleeps where --pause says."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if stop["asked"]:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if args.pause:
+            at, secs = args.pause.split(":")
+            if epoch + 1 == int(at):
+                time.sleep(float(secs))
+
+
+def on_sigint(signum, frame):
+    stop["asked"] = True
+
+
+signal.signal(signal.SIGINT, on_sigint)
+history = model.fit(
+    x,
+    y,
+    epochs=args.epochs,
+    batch_size=args.batch,
+    validation_split=0.2,
+    verbose=0,
+    callbacks=[keras.callbacks.CSVLogger(args.log), Control()],
+)
+if args.summary:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(args.summary, "w") as f:
+        json.dump(
+            {
+                "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                "epochs_done": len(history.history.get("loss", [])),
+                "stopped_early": stop["asked"],
+                "wall_seconds": time.time() - STARTED,
+            },
+            f,
+        )
