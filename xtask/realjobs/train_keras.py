@@ -36,6 +36,7 @@ parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads 
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--log", required=True)
 parser.add_argument("--summary", default="")
+parser.add_argument("--times", default="", help="side file: 'epoch unix_time loss val_loss' per epoch")
 parser.add_argument("--quiet-start", type=float, default=0.0)
 parser.add_argument("--pause", default="", help="EPOCH:SECONDS")
 args = parser.parse_args()
@@ -124,6 +125,10 @@ class Control(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
+        if times is not None:
+            logs = logs or {}
+            times.write(f"{epoch + 1} {time.time():.3f} {logs.get('loss', float('nan'))} {logs.get('val_loss', float('nan'))}\n")
+            times.flush()
         if args.pause:
             at, secs = args.pause.split(":")
             if epoch + 1 == int(at):
@@ -135,6 +140,7 @@ def on_sigint(signum, frame):
 
 
 signal.signal(signal.SIGINT, on_sigint)
+times = open(args.times, "a", buffering=1) if args.times else None
 history = model.fit(
     x,
     y,

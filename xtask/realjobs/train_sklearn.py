@@ -23,6 +23,7 @@ parser.add_argument("--lr", type=float, default=1e-3)
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--log", required=True)
 parser.add_argument("--summary", default="")
+parser.add_argument("--times", default="", help="side file: 'epoch unix_time loss val_loss' per epoch")
 parser.add_argument("--quiet-start", type=float, default=0.0)
 parser.add_argument("--pause", default="")
 args = parser.parse_args()
@@ -59,6 +60,7 @@ xt, yt, xv, yv = x[:split], y[:split], x[split:], y[split:]
 stop = {"asked": False}
 signal.signal(signal.SIGINT, lambda s, f: stop.update(asked=True))
 done = 0
+times = open(args.times, "a", buffering=1) if args.times else None
 with open(args.log, "a", buffering=1) as log:
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(xt))
@@ -73,6 +75,8 @@ with open(args.log, "a", buffering=1) as log:
         else:
             val = mean_squared_error(yv, model.predict(xv))
         log.write(f"epoch {epoch}/{args.epochs}, loss {model.loss_:.6f}, val_loss {val:.6f}\n")
+        if times is not None:
+            times.write(f"{epoch} {time.time():.3f} {model.loss_} {val}\n")
         done = epoch
         if args.pause:
             at, secs = args.pause.split(":")

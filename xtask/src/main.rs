@@ -4,6 +4,7 @@
 
 mod bench_daemon;
 mod bench_ebpf;
+mod bench_real;
 mod cmd;
 mod demo;
 mod setup;
@@ -36,6 +37,9 @@ enum Command {
     BenchDaemon(bench_daemon::BenchDaemonArgs),
     /// Overhead of the eBPF CPU accounting (ns/event, events/s) and its read cost, host and VM.
     BenchEbpf(bench_ebpf::BenchEbpfArgs),
+    /// Real training processes (TensorFlow/Keras, scikit-learn) on this machine's cores: each
+    /// policy against fair on the same arrivals, repeated; JCT, time to quality, CPU, plots.
+    BenchReal(bench_real::BenchRealArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::BenchDaemon(args) => bench_daemon::run(&args),
         Command::BenchEbpf(args) => bench_ebpf::run(&args),
+        Command::BenchReal(args) => bench_real::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
