@@ -23,8 +23,12 @@
 //!   container is assigned to this worker").
 //! - Jobs the node has not categorised yet (and jobs the coordinator placed that no report has
 //!   shown yet) are in NL: Algorithm 2 inserts every new container into NL, and Section 6 says
-//!   the manager counts the incoming container in NL until the next report. Their G is unknown
-//!   and counts as 0 in D_NL.
+//!   the manager counts the incoming container in NL until the next report, "assuming that it
+//!   would be a fast growing one". Their G is not measured yet; counting it as 0 would make a
+//!   node whose jobs all just started score ~0, the minimum, and every arrival until the next
+//!   report would pile onto it (the failure fixed for ProCon, where a job without epoch data
+//!   counted as 0 remaining). We count such a job as fast growing: the largest G measured among
+//!   the NL jobs of the candidate nodes (0 when none is measured anywhere).
 //! - G is the node's per-CPU growth efficiency (the node reports G for CPU, the resource it
 //!   governs). Different jobs' G are in different units (loss per core-second vs accuracy per
 //!   core-second); the paper sums them anyway and so do we.
@@ -39,33 +43,61 @@ use governor_policy::Category;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FlowCon;
 
-/// The worker's lists as Algorithm 4 sees them: (|NL|, D_NL, |WL|, D_WL, |CL|, D_CL).
-pub fn lists(node: &super::NodeView) -> (usize, f64, usize, f64, usize, f64) {
-    let (mut nl, mut dnl, mut wl, mut dwl, mut cl, mut dcl) = (0, 0.0, 0, 0.0, 0, 0.0);
-    for j in &node.jobs {
-        let g = j.growth_efficiency.unwrap_or(0.0);
-        match j.category {
-            Category::Unknown | Category::Progressing => {
-                nl += 1;
-                dnl += g;
-            }
-            Category::Watching => {
-                wl += 1;
-                dwl += g;
-            }
-            Category::Converged => {
-                cl += 1;
-                dcl += g;
-            }
-        }
-    }
-    (nl, dnl, wl, dwl, cl, dcl)
+/// A worker's lists as Algorithm 4 sees them: sizes and sums of growth efficiency.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Lists {
+    pub nl: usize,
+    pub d_nl: f64,
+    pub wl: usize,
+    pub d_wl: f64,
+    pub cl: usize,
+    pub d_cl: f64,
 }
 
-/// Algorithm 4, line 10.
-pub fn score(node: &super::NodeView) -> f64 {
-    let (nl, dnl, wl, dwl, cl, dcl) = lists(node);
-    (nl as f64 + 1.0) * dnl + wl as f64 * dwl + cl as f64 * dcl
+impl Lists {
+    /// The lists of `node`, counting a job whose G is not measured yet as `assumed_g`.
+    pub fn of(node: &super::NodeView, assumed_g: f64) -> Lists {
+        let mut l = Lists::default();
+        for j in &node.jobs {
+            let g = j.growth_efficiency.unwrap_or(assumed_g);
+            match j.category {
+                Category::Unknown | Category::Progressing => {
+                    l.nl += 1;
+                    l.d_nl += g;
+                }
+                Category::Watching => {
+                    l.wl += 1;
+                    l.d_wl += g;
+                }
+                Category::Converged => {
+                    l.cl += 1;
+                    l.d_cl += g;
+                }
+            }
+        }
+        l
+    }
+
+    /// Algorithm 4, line 10: `(|NL| + 1)·D_NL + |WL|·D_WL + |CL|·D_CL`.
+    pub fn score(&self) -> f64 {
+        (self.nl as f64 + 1.0) * self.d_nl + self.wl as f64 * self.d_wl + self.cl as f64 * self.d_cl
+    }
+}
+
+/// The G an unmeasured job is assumed to have ("fast growing"): the largest G measured among
+/// the NL jobs of `nodes`.
+pub fn assumed_growth<'a>(nodes: impl Iterator<Item = &'a super::NodeView>) -> f64 {
+    nodes
+        .flat_map(|n| &n.jobs)
+        .filter(|j| matches!(j.category, Category::Unknown | Category::Progressing))
+        .filter_map(|j| j.growth_efficiency)
+        .filter(|g| g.is_finite())
+        .fold(0.0, f64::max)
+}
+
+/// Algorithm 4, line 10, with unmeasured jobs counted as `assumed_g`.
+pub fn score(node: &super::NodeView, assumed_g: f64) -> f64 {
+    Lists::of(node, assumed_g).score()
 }
 
 impl PlacementPolicy for FlowCon {
@@ -101,14 +133,18 @@ impl PlacementPolicy for FlowCon {
                 },
             ));
         }
+        let assumed = assumed_growth(feasible.iter().map(|&i| &cluster.nodes[i]));
         Ok(choose_min(
             cluster,
             job,
             &feasible,
-            score,
+            |n| score(n, assumed),
             |n| {
-                let (nl, dnl, wl, dwl, cl, dcl) = lists(n);
-                format!("NL {nl} (D {dnl:.3}), WL {wl} (D {dwl:.3}), CL {cl} (D {dcl:.3})")
+                let l = Lists::of(n, assumed);
+                format!(
+                    "NL {} (D {:.3}), WL {} (D {:.3}), CL {} (D {:.3})",
+                    l.nl, l.d_nl, l.wl, l.d_wl, l.cl, l.d_cl
+                )
             },
             |n, s| {
                 format!(
@@ -175,7 +211,7 @@ mod tests {
                 vec![job_g("f", Watching, 0.3), job_g("g", Watching, 0.2)],
             ),
         ]);
-        let scores: Vec<f64> = c.nodes.iter().map(score).collect();
+        let scores: Vec<f64> = c.nodes.iter().map(|n| score(n, 0.4)).collect();
         for (got, want) in scores.iter().zip([0.9, 0.8, 1.0]) {
             assert!((got - want).abs() < 1e-9, "scores {scores:?}");
         }
@@ -212,5 +248,23 @@ mod tests {
             chosen(&c, &FlowCon.place(&c, &JobRequest::new("n", 0)).unwrap()),
             "w1"
         );
+    }
+
+    #[test]
+    fn jobs_not_measured_yet_count_as_fast_growing_so_arrivals_do_not_pile_up() {
+        // w1's jobs all just started (no G yet), w2's learn at 0.3 and 0.1. Counted as 0, w1
+        // would score 0 and take every arrival until the next report; counted as fast growing
+        // (the largest NL G, 0.3), w1 scores (2+1)*0.6 = 1.8 and w2 (2+1)*0.4 = 1.2.
+        let req = JobRequest::new("x", 0);
+        let c = cluster(vec![
+            node("w1", vec![job("a", Unknown), JobView::pending("p", &req)]),
+            node(
+                "w2",
+                vec![job_g("b", Progressing, 0.3), job_g("c", Progressing, 0.1)],
+            ),
+        ]);
+        assert!((assumed_growth(c.nodes.iter()) - 0.3).abs() < 1e-12);
+        let p = FlowCon.place(&c, &JobRequest::new("new", 0)).unwrap();
+        assert_eq!(chosen(&c, &p), "w2");
     }
 }

@@ -19,20 +19,26 @@
 //! or left: Algorithm 2 puts a new job in NL with `L = 1`, forgets a departed one, resets `itval`
 //! to its initial value and runs the evaluation). An evaluation is:
 //! 1. measure `G` for every job that has logged a new value since it was last measured;
-//! 2. Algorithm 3 (threshold `α`): all jobs in CL → `α = -1` (Algorithm 1 deactivated, free
-//!    competition); a single job → `α = G/2`; otherwise `α = (mean G over NL + mean G over CL)/2`,
-//!    where the mean of a list with no measured job counts as 0;
+//! 2. Algorithm 3 (threshold `α`), when a listener fired (a job arrived or left): all jobs in CL
+//!    → `α = -1` (Algorithm 1 deactivated, free competition); a single job → `α = G/2`;
+//!    otherwise `α = (mean G over NL + mean G over CL)/2`, where the mean of a list with no
+//!    measured job counts as 0. Between listener events `α` stays as it was (see below);
 //! 3. Algorithm 1 (lists), unless `α = -1`, for every job measured in step 1: `G ≥ α` → NL;
 //!    `G < α` moves NL → WL and WL → CL; a CL job with `G < α` stays in CL;
-//! 4. Algorithm 1 (limits): if every job is in CL, every limit is 1 and `itval` doubles
-//!    (exponential back-off); otherwise a CL job gets `max(G/ΣG, 1/n)`, a WL job keeps its limit
-//!    and an NL job gets `G/ΣG`, where `n` is the number of jobs and `ΣG` sums every job's latest
-//!    `G`.
+//! 4. Algorithm 1 (limits): if every job is in CL, `α = -1`, every limit is 1 and `itval`
+//!    doubles (exponential back-off: the free-competition stage, left only when a job arrives);
+//!    otherwise a CL job gets `max(G/ΣG, cl_floor)`, a WL job keeps its limit and an NL job gets
+//!    1 (`nl_uncapped`, the prose) or `G/ΣG` (the pseudocode), where `ΣG` sums every job's
+//!    latest `G`.
 //!
-//! A limit `L` is written as `cpu.max = L × cores` (`L = 1` → no cap, "max"); `cpu.weight` stays
-//! at the kernel default. FlowCon's limits are Docker's `--cpus`, i.e. CFS quota: a hard cap.
-//! Memory is left alone (the paper's evaluation manages CPU only). Operator [`Bounds`] win over
-//! the algorithm.
+//! A limit is *soft*, as the paper says twice (§5.1: "soft limits, which means that even if the
+//! container cannot maximize its own resource, the unused option will be utilized by others";
+//! §6.4: "the unused resource will not waste"): it is written as a `cpu.weight` proportional to
+//! `L` (the limits of the node's jobs, normalised so that the weights average 100), never as a
+//! cap, so a core a job leaves idle goes to the others. `hard_limits = true` writes
+//! `cpu.max = L × cores` instead (Docker's `--cpus`, which the paper names as its mechanism:
+//! a hard cap, kept for comparison). Memory is left alone (the paper's evaluation manages CPU
+//! only). Operator [`Bounds`] win over the algorithm.
 //!
 //! # Where the paper is ambiguous, and the reading taken
 //!
@@ -50,13 +56,22 @@
 //! - **Algorithm 1, line 17** doubles `itval` inside the per-container loop; the prose says the
 //!   interval doubles. We double once per evaluation, capped at [`FlowConParams::max_interval`]
 //!   (the paper has no cap; the cap only bounds how stale limits can get between listener events).
-//! - **Algorithm 1, line 22**: the lower bound `1/|c_id|` is read as one over the number of jobs on
-//!   the node: a completing job is never capped below its equal share.
+//! - **Algorithm 1, line 22**: the lower bound `1/|c_id|`, read as one over the number of jobs,
+//!   would keep every completing job at its equal share, so FlowCon could never take CPU from a
+//!   converged job; the paper's own runs show completing jobs far below it (Job-8 at ~3% beside
+//!   two others, §6.4). We read it as the small lower bound the prose describes ("to prevent
+//!   abnormal behavior caused by limited resources"): `cl_floor`, 5% of the node.
+//! - **When `α` is computed.** Recomputed at every evaluation from the current lists, the last NL
+//!   job always has `G ≥ α` (it is part of the NL mean), so the free-competition stage of
+//!   Algorithm 3 could never be reached, yet the paper reports FlowCon in it for 31-62% of its
+//!   60-job runs. §5.4 runs Algorithm 3 "when a new container joins this worker": we compute `α`
+//!   on listener events (arrivals and departures) and keep it between them, so the jobs' decaying
+//!   `G` fall below it one by one until all are in CL.
 //! - **Algorithm 1, line 24** ("limits in WL remain unchanged") is taken literally: a watched job
 //!   keeps whatever limit it had, including 1.
-//! - **Line 26** gives an NL job `G/ΣG` although the prose says NL jobs get *more* resources; we
-//!   follow the pseudocode (a fast job's share of the total efficiency is large). When `ΣG = 0`
-//!   there is no information to divide by and an NL job gets 1.
+//! - **Line 26** gives an NL job `G/ΣG` although the prose says NL jobs get *more* resources and
+//!   §6.3 sets an NL job's "resource limit to 1, allowing for the maximum resource"; we follow the
+//!   prose and the experiment (`nl_uncapped = true`; `false` gives the pseudocode's `G/ΣG`).
 //! - **Jobs without a new value since the last evaluation** (their log interval is longer than
 //!   `itval`) cannot have `G` computed; they keep their list and limit, and their latest `G` still
 //!   counts in `ΣG`. Reading "no new value" as `G = 0` would demote every job that logs less often
@@ -93,9 +108,13 @@ pub struct FlowConParams {
     pub max_interval: Seconds,
     /// Which lists set the threshold (Algorithm 3). Default: NL and CL (the prose).
     pub threshold_lists: ThresholdLists,
-    /// Leave NL jobs uncapped (the prose: "allocate more resources to containers in NL")
-    /// instead of capping them at `G/ΣG` (line 26). Default false (the pseudocode).
+    /// NL jobs get the full node (the prose: "allocate more resources to containers in NL";
+    /// §6.3: "resource limit to 1") instead of `G/ΣG` (line 26). Default true.
     pub nl_uncapped: bool,
+    /// The lower bound of a CL job's limit, a fraction of the node. Default 0.05.
+    pub cl_floor: f64,
+    /// Write limits as `cpu.max` caps (Docker `--cpus`) instead of soft weights. Default false.
+    pub hard_limits: bool,
 }
 
 impl Default for FlowConParams {
@@ -104,7 +123,9 @@ impl Default for FlowConParams {
             interval: 10.0,
             max_interval: 320.0,
             threshold_lists: ThresholdLists::default(),
-            nl_uncapped: false,
+            nl_uncapped: true,
+            cl_floor: 0.05,
+            hard_limits: false,
         }
     }
 }
@@ -117,6 +138,17 @@ impl FlowConParams {
             "interval" => self.interval = positive(key, value)?,
             "max_interval" => self.max_interval = positive(key, value)?,
             "nl_uncapped" => self.nl_uncapped = super::parse_param(key, value)?,
+            "hard_limits" => self.hard_limits = super::parse_param(key, value)?,
+            "cl_floor" => {
+                let v: f64 = super::parse_param(key, value)?;
+                if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                    return Err(ParamError::invalid(
+                        key,
+                        format!("cl_floor must be in (0, 1], not {value}"),
+                    ));
+                }
+                self.cl_floor = v;
+            }
             "threshold_lists" => {
                 self.threshold_lists = match value {
                     "nl_cl" => ThresholdLists::NewAndCompleting,
@@ -213,6 +245,8 @@ pub struct FlowCon {
     jobs: BTreeMap<JobId, JobState>,
     /// Current threshold; -1 deactivates Algorithm 1.
     alpha: f64,
+    /// `alpha` was computed from measured growth (before that, every evaluation computes it).
+    alpha_set: bool,
     itval: Seconds,
     /// When the next periodic evaluation is due (None: at the next decide).
     next_run_at: Option<Seconds>,
@@ -233,6 +267,7 @@ impl FlowCon {
             params,
             jobs: BTreeMap::new(),
             alpha: 0.0,
+            alpha_set: false,
             itval: params.interval,
             next_run_at: None,
             listener_fired: false,
@@ -266,10 +301,13 @@ impl FlowCon {
         self.listener_fired = true;
     }
 
-    /// One evaluation: measurement, Algorithm 3, Algorithm 1.
+    /// One evaluation: measurement, Algorithm 3 (on listener events), Algorithm 1.
     fn evaluate(&mut self, now: Seconds) {
         self.measure();
-        self.alpha = self.adaptive_threshold();
+        if self.listener_fired || !self.alpha_set {
+            self.alpha = self.adaptive_threshold();
+            self.alpha_set = self.jobs.values().any(|j| j.fresh_growth.is_some());
+        }
         if self.alpha != -1.0 {
             self.categorise();
         }
@@ -349,23 +387,28 @@ impl FlowCon {
     /// Algorithm 1, lines 14-26.
     fn set_limits(&mut self) {
         if self.jobs.values().all(|j| j.list == List::Completing) {
+            // Free competition (Algorithm 3, line 3): α = -1 until a job arrives.
             for job in self.jobs.values_mut() {
                 job.limit = 1.0;
             }
             if !self.jobs.is_empty() {
+                self.alpha = -1.0;
                 self.itval = (self.itval * 2.0).min(self.params.max_interval);
             }
             return;
         }
-        let n = self.jobs.len() as f64;
         let total: f64 = self.jobs.values().filter_map(|j| j.growth).sum();
+        let cl_floor = self.params.cl_floor;
         for job in self.jobs.values_mut() {
+            if job.list == List::New && self.params.nl_uncapped {
+                job.limit = 1.0;
+                continue;
+            }
             let Some(g) = job.growth else { continue };
             let share = if total > 0.0 { g / total } else { 1.0 };
             match job.list {
-                List::Completing => job.limit = share.max(1.0 / n).min(1.0),
+                List::Completing => job.limit = share.max(cl_floor).min(1.0),
                 List::Watching => {}
-                List::New if self.params.nl_uncapped => job.limit = 1.0,
                 List::New => job.limit = share.clamp(f64::MIN_POSITIVE, 1.0),
             }
         }
@@ -373,13 +416,25 @@ impl FlowCon {
 
     fn allocations(&self) -> BTreeMap<JobId, Allocation> {
         let cores = self.cores_seen;
+        let n = self.jobs.len() as f64;
+        let total_limit: f64 = self.jobs.values().map(|j| j.limit).sum::<f64>().max(1e-9);
         self.jobs
             .iter()
             .map(|(id, job)| {
-                let cap = if job.limit >= 1.0 || cores <= 0.0 {
-                    None
+                let (weight, cap) = if self.params.hard_limits {
+                    let cap = if job.limit >= 1.0 || cores <= 0.0 {
+                        None
+                    } else {
+                        Some(job.limit * cores)
+                    };
+                    (100, cap)
                 } else {
-                    Some(job.limit * cores)
+                    // Soft: a weight proportional to the limit; the kernel gives a core a job
+                    // leaves idle to the others.
+                    let w = (job.limit / total_limit * 100.0 * n)
+                        .round()
+                        .clamp(1.0, 10_000.0);
+                    (w as u32, None)
                 };
                 let reason = match job.growth {
                     Some(g) => format!(
@@ -399,7 +454,7 @@ impl FlowCon {
                     Allocation {
                         category: job.list.category(),
                         cpu: CpuAllocation {
-                            weight: 100,
+                            weight,
                             max_cores: clamp_cores(cap, &job.bounds),
                         },
                         memory: MemoryAllocation::default(),
@@ -570,17 +625,17 @@ mod tests {
         assert!((p.alpha() - 0.0625).abs() < 1e-12, "alpha {}", p.alpha());
         assert_eq!(list_of(&p, "a"), List::New);
         assert_eq!(list_of(&p, "b"), List::Watching, "NL -> WL");
-        // Round 2: same growths. α = (0.2 + 0)/2 = 0.1 (b is in WL, not counted). b: WL -> CL.
+        // Round 2: same growths. No job arrived or left: α stays 0.0625. b: WL -> CL.
         observe(&mut p, 20.0, "a", 2.0, 40.0);
         observe(&mut p, 20.0, "b", 8.0, 40.0);
         p.decide(20.0, &NODE);
-        assert!((p.alpha() - 0.1).abs() < 1e-12);
+        assert!((p.alpha() - 0.0625).abs() < 1e-12);
         assert_eq!(list_of(&p, "b"), List::Completing, "WL -> CL");
-        // Round 3: b still slow: stays in CL. α = (0.2 + 0.05)/2 = 0.125.
+        // Round 3: b still slow: stays in CL.
         observe(&mut p, 30.0, "a", -2.0, 60.0);
         observe(&mut p, 30.0, "b", 7.0, 60.0);
         p.decide(30.0, &NODE);
-        assert!((p.alpha() - 0.125).abs() < 1e-12);
+        assert!((p.alpha() - 0.0625).abs() < 1e-12);
         assert_eq!(list_of(&p, "b"), List::Completing, "CL stays CL");
         // Round 4: b speeds up (G=0.3 ≥ α): back to NL.
         observe(&mut p, 40.0, "a", -6.0, 80.0);
@@ -603,15 +658,17 @@ mod tests {
         observe(&mut p, 10.0, "a", 6.0, 20.0);
         observe(&mut p, 10.0, "b", 9.0, 20.0);
         p.decide(10.0, &NODE); // b -> WL
+        // An arrival: Algorithm 3 runs again.
+        p.job_added(15.0, &JobSpec::new("c"));
         observe(&mut p, 20.0, "a", 2.0, 40.0);
         observe(&mut p, 20.0, "b", 8.0, 40.0);
         p.decide(20.0, &NODE);
-        // NL mean 0.2, WL mean 0.05 (b measured while in WL) -> 0.125.
+        // NL mean 0.2 (c not measured yet), WL mean 0.05 (b measured while in WL) -> 0.125.
         assert!((p.alpha() - 0.125).abs() < 1e-12, "alpha {}", p.alpha());
     }
 
     #[test]
-    fn completing_job_is_capped_at_its_growth_share_but_not_below_an_equal_share() {
+    fn completing_job_gets_its_growth_share_but_not_below_the_floor_as_a_soft_weight() {
         let mut p = FlowCon::default();
         for j in ["a", "b", "c", "d"] {
             p.job_added(0.0, &JobSpec::new(j));
@@ -634,14 +691,39 @@ mod tests {
             p.decide(t, &NODE);
         }
         assert_eq!(list_of(&p, "d"), List::Completing);
-        // d: G/ΣG = 0.01/0.91 ≈ 1.1% < 1/4 -> lower bound 25% of 4 cores = 1 core.
-        assert!((p.limit(&id("d")).unwrap() - 0.25).abs() < 1e-12);
+        // d: G/ΣG = 0.01/0.91 ≈ 1.1% < the 5% floor.
+        assert!((p.limit(&id("d")).unwrap() - 0.05).abs() < 1e-12);
+        // NL jobs get the whole node (the prose and §6.3).
+        assert_eq!(p.limit(&id("a")), Some(1.0));
+        // Soft limits: weights proportional to the limits (averaging 100), no cap.
         let plan = p.decide(20.0, &NODE);
-        assert_eq!(plan.allocations[&id("d")].cpu.max_cores, Some(1.0));
-        // NL jobs get G/ΣG = 0.3/0.91 of the node.
+        let (a, d) = (
+            &plan.allocations[&id("a")].cpu,
+            &plan.allocations[&id("d")].cpu,
+        );
+        assert_eq!((a.weight, a.max_cores), (131, None)); // 1 / 3.05 × 400
+        assert_eq!((d.weight, d.max_cores), (7, None)); // 0.05 / 3.05 × 400
+    }
+
+    #[test]
+    fn pseudocode_reading_caps_nl_jobs_at_their_growth_share_with_hard_limits() {
+        let mut p = FlowCon::new(FlowConParams {
+            nl_uncapped: false,
+            hard_limits: true,
+            ..FlowConParams::default()
+        });
+        for j in ["a", "b"] {
+            p.job_added(0.0, &JobSpec::new(j));
+            observe(&mut p, 0.0, j, 10.0, 0.0);
+        }
+        p.decide(0.0, &NODE);
+        observe(&mut p, 10.0, "a", 6.0, 20.0); // G = 0.2
+        observe(&mut p, 10.0, "b", 7.0, 20.0); // G = 0.15
+        let plan = p.decide(10.0, &NODE);
         let a = p.limit(&id("a")).unwrap();
-        assert!((a - 0.3 / 0.91).abs() < 1e-12, "a limit {a}");
+        assert!((a - 0.2 / 0.35).abs() < 1e-12, "a limit {a}");
         assert_eq!(plan.allocations[&id("a")].cpu.max_cores, Some(a * 4.0));
+        assert_eq!(plan.allocations[&id("a")].cpu.weight, 100);
     }
 
     #[test]
@@ -656,17 +738,14 @@ mod tests {
         // α = (0 + 0.05)/2 = 0.025: a (WL, G<α) -> CL, b (CL, G ≥ α) -> NL.
         assert_eq!(list_of(&p, "b"), List::New);
         assert_eq!(list_of(&p, "a"), List::Completing);
-        // b's share 0.05/0.055 ≈ 0.91; a's max(0.09, 0.5) = 0.5.
-        assert!((p.limit(&id("a")).unwrap() - 0.5).abs() < 1e-12);
-        assert!((p.limit(&id("b")).unwrap() - 0.05 / 0.055).abs() < 1e-12);
+        // a's share 0.005/0.055 ≈ 9%, above the 5% floor; b (NL) gets the node.
+        assert!((p.limit(&id("a")).unwrap() - 0.005 / 0.055).abs() < 1e-12);
+        assert_eq!(p.limit(&id("b")), Some(1.0));
     }
 
     #[test]
     fn prose_reading_leaves_nl_jobs_uncapped() {
-        let mut p = FlowCon::new(FlowConParams {
-            nl_uncapped: true,
-            ..FlowConParams::default()
-        });
+        let mut p = FlowCon::default();
         p.job_added(0.0, &JobSpec::new("a"));
         p.job_added(0.0, &JobSpec::new("b"));
         observe(&mut p, 0.0, "a", 10.0, 0.0);

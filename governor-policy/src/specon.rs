@@ -1,6 +1,8 @@
 //! `specon`: SpeCon's worker-side Algorithm 1, the container monitor (Mao et al., "Speculative
 //! Container Scheduling for Deep Learning Applications in a Kubernetes Cluster", IEEE Systems
-//! Journal 2022). Algorithms 2 (where to move a job) and 3 (rebalancing) run on the coordinator.
+//! Journal 2022). Algorithm 2 (where to move a job) is `governor_placement::specon`, which govsim
+//! runs; the coordinator records the requests (moving jobs for real, and Algorithm 3's
+//! rebalancing, are the migration work still to come).
 //!
 //! # The algorithm, as implemented
 //!

@@ -219,6 +219,9 @@ impl std::str::FromStr for PolicySpec {
                 let base = head.split(':').next().unwrap_or_default();
                 let (node, placement, reserve) = match base {
                     "fair" => (head, "spread", false),
+                    // The default scheduler as the papers' explanations describe it: kernel
+                    // sharing on the node, placement by instant resource usage.
+                    "default" => ("fair", "usage", false),
                     "flowcon" => (head, "flowcon", false),
                     "specon" => (head, "specon", false),
                     "governor" => (head, "soonest", false),

@@ -26,7 +26,9 @@ use crate::trace::{self, Arrival, Trace, TraceParams};
 const GIB: u64 = 1 << 30;
 
 /// The systems every comparison runs: the baseline, the papers' policies and ours.
-pub const COMPARED: [&str; 6] = ["fair", "flowcon", "specon", "procon", "fifo", "ours"];
+pub const COMPARED: [&str; 7] = [
+    "fair", "default", "flowcon", "specon", "procon", "fifo", "ours",
+];
 
 /// What a paper reports for its system against its default scheduler.
 #[derive(Clone, Debug, Serialize)]
