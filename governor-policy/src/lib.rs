@@ -269,6 +269,10 @@ pub trait NodePolicy: Send {
     /// that carries a position and a total. Policies that rank jobs by remaining work use it;
     /// the default ignores it, so logs without totals work everywhere.
     fn work_done(&mut self, _now: Seconds, _id: &JobId, _fraction: f64) {}
+    /// A value of the job's quality signal (its validation loss, where the log has one; see
+    /// `governor_progress::quality_value`): what time to quality is judged by. Policies that
+    /// judge learning by it use it instead of [`NodePolicy::progress`] once it arrives.
+    fn quality(&mut self, _now: Seconds, _id: &JobId, _point: ProgressPoint) {}
     /// Whether a new progress value can change the plan, so the daemon should decide as soon
     /// as one arrives. `fair` ignores progress: deciding after each log row would only cost CPU.
     fn decides_on_progress(&self) -> bool {

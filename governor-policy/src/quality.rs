@@ -115,6 +115,70 @@ pub fn time_to_quality(points: &[(Seconds, f64)], direction: Direction) -> Optio
     t.reached_at()
 }
 
+/// When a job that asked to finish at convergence has converged: like Keras `EarlyStopping`,
+/// after `patience` values of its quality signal in a row without a new best by more than
+/// `min_delta` (absolute, in the signal's units). Opt-in per job; the daemon then stops the job
+/// gracefully.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FinishRule {
+    /// Values in a row without improvement before the job counts as converged.
+    pub patience: u32,
+    /// The least change that counts as an improvement.
+    pub min_delta: f64,
+}
+
+/// Follows one job's quality signal against its [`FinishRule`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EarlyStop {
+    rule: FinishRule,
+    direction: Direction,
+    best: Option<f64>,
+    since_best: u32,
+}
+
+impl EarlyStop {
+    pub fn new(rule: FinishRule, direction: Direction) -> Self {
+        EarlyStop {
+            rule,
+            direction,
+            best: None,
+            since_best: 0,
+        }
+    }
+
+    /// One value (non-finite ones are ignored); returns true once the job has converged (and
+    /// from then on).
+    pub fn observe(&mut self, value: f64) -> bool {
+        if !value.is_finite() || self.converged() {
+            return self.converged();
+        }
+        let improved = match self.best {
+            None => true,
+            Some(best) => match self.direction {
+                Direction::Minimise => value < best - self.rule.min_delta,
+                Direction::Maximise => value > best + self.rule.min_delta,
+            },
+        };
+        if improved {
+            self.best = Some(value);
+            self.since_best = 0;
+        } else if !self.converged() {
+            self.since_best += 1;
+        }
+        self.converged()
+    }
+
+    /// The rule has been met.
+    pub fn converged(&self) -> bool {
+        self.rule.patience > 0 && self.since_best >= self.rule.patience
+    }
+
+    /// The best value seen.
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +241,25 @@ mod tests {
         }
         assert!(t.records() < 10, "{} records", t.records());
         assert_eq!(t.reached_at(), Some(1.0));
+    }
+
+    #[test]
+    fn early_stop_waits_for_patience_values_without_a_real_improvement() {
+        let rule = FinishRule {
+            patience: 3,
+            min_delta: 0.01,
+        };
+        let mut e = EarlyStop::new(rule, Direction::Minimise);
+        for v in [1.0, 0.5, 0.3] {
+            assert!(!e.observe(v));
+        }
+        // Improvements smaller than min_delta do not reset the count.
+        assert!(!e.observe(0.295));
+        assert!(!e.observe(f64::NAN));
+        assert!(!e.observe(0.31));
+        assert!(e.observe(0.299), "three values without a 0.01 improvement");
+        assert_eq!(e.best(), Some(0.3));
+        // Once converged it stays so.
+        assert!(e.observe(0.1));
     }
 }

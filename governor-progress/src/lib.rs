@@ -38,7 +38,7 @@ pub use format::{Format, FormatChoice, UnknownFormatName};
 pub use lines::{LineSplitter, MAX_LINE_BYTES};
 pub use parsers::custom::CustomFormat;
 pub use record::{Metrics, Record, RecordData, Split};
-pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, summarize};
+pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, quality_value, summarize};
 pub use watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
 
 /// A job's progress configuration, as written in its TOML section:

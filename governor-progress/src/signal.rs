@@ -84,6 +84,21 @@ const COMMON_LOSS_NAMES: [&str; 16] = [
     "running_loss",
 ];
 
+/// The record's validation loss, if it has one: the *quality signal* by which time to quality
+/// is judged (`governor_policy::quality`) and by which the governor policy tells a job that has
+/// learnt what it will learn. The first finite metric with an eval-style name (`val_loss`,
+/// `eval_loss`, `validation_loss`, `val/loss`, Lightning's `val_loss_epoch`...) that contains
+/// `loss`, in records of any split; `test*` metrics are not validation. A log without one is
+/// judged by its progress signal instead.
+pub fn quality_value(record: &Record) -> Option<f64> {
+    record.metrics.iter().find_map(|(name, value)| {
+        let lower = name.to_ascii_lowercase();
+        (is_eval_metric_name(name) && lower.contains("loss") && !lower.starts_with("test"))
+            .then_some(value)
+            .filter(|v: &f64| v.is_finite())
+    })
+}
+
 /// Infers the direction of a metric from its name.
 pub fn infer_direction(metric: &str) -> Direction {
     let lower = metric.to_ascii_lowercase();
@@ -460,5 +475,24 @@ mod tests {
         for down in ["loss", "val_loss", "perplexity", "top1_err", "lr", "cer"] {
             assert_eq!(infer_direction(down), Direction::Minimise, "{down}");
         }
+    }
+
+    #[test]
+    fn the_quality_signal_is_the_validation_loss() {
+        let rec = |pairs: &[(&str, f64)]| rec(Split::Train, Some(1.0), None, pairs);
+        assert_eq!(
+            quality_value(&rec(&[("loss", 0.5), ("val_loss", 0.7)])),
+            Some(0.7)
+        );
+        assert_eq!(quality_value(&rec(&[("eval_loss", 0.3)])), Some(0.3));
+        assert_eq!(
+            quality_value(&rec(&[("val_acc", 0.9), ("val/loss", 0.2)])),
+            Some(0.2)
+        );
+        assert_eq!(
+            quality_value(&rec(&[("loss", 0.5), ("test_loss", 0.4)])),
+            None
+        );
+        assert_eq!(quality_value(&rec(&[("val_loss", f64::NAN)])), None);
     }
 }
