@@ -270,6 +270,7 @@ impl Bed {
                     spec: JobSpec::new(key.clone()),
                     signal: SignalConfig::default(),
                     epochs: None,
+                    finish: None,
                 }
             ));
             rt.block_on(watcher.add(

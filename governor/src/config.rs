@@ -225,6 +225,10 @@ pub struct JobConfig {
     /// how much work the job has left and serves the jobs closest to finishing first.
     #[serde(default)]
     pub epochs: Option<f64>,
+    /// Opt-in: end the job once it has converged, `"PATIENCE[:MIN_DELTA]"` (see `governor
+    /// run-job --finish`).
+    #[serde(default, deserialize_with = "finish_rule")]
+    pub finish: Option<crate::policy::quality::FinishRule>,
     /// Never cap the job below this many cores.
     #[serde(default)]
     pub min_cpu: Option<f64>,
@@ -429,6 +433,16 @@ pub fn load_job(path: &Path) -> Result<JobConfig, ConfigError> {
 
 pub use governor_proto::units::ByteSize;
 
+/// A job file's `finish = "PATIENCE[:MIN_DELTA]"`.
+fn finish_rule<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::policy::quality::FinishRule>, D::Error> {
+    let s = String::deserialize(d)?;
+    governor_proto::job_env::parse_finish(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 /// Durations in TOML as humantime strings (`"250ms"`, `"1s"`, `"2m"`).
 mod humantime_serde {
     use std::time::Duration;
@@ -529,6 +543,7 @@ v1_memory_limit = false
 # direction = "minimise"       # or "maximise" (accuracy-like metrics)
 # priority = 0
 # epochs = 90                  # total epochs of the run, if known (lets the governor see how far along it is)
+# finish = "5:0.001"           # opt-in: stop it gracefully once converged (5 values without a 0.001 gain)
 # min_cpu = 1.0                # cores
 # max_cpu = 8.0
 # min_memory = "4GiB"

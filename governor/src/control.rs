@@ -45,6 +45,9 @@ pub struct AdoptJob {
     /// Total epochs of the run (`run-job --epochs`).
     #[serde(default)]
     pub epochs: Option<f64>,
+    /// End the job at convergence (`run-job --finish`).
+    #[serde(default)]
+    pub finish: Option<crate::policy::quality::FinishRule>,
 }
 
 /// The daemon's answer.

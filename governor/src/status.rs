@@ -71,6 +71,18 @@ pub struct JobStatus {
     /// The policy asks for the job to be moved to another node (SpeCon), and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_request: Option<String>,
+    /// Time to quality so far: seconds from the job's adoption until its quality signal
+    /// (validation loss, else the progress signal) first came within 5% of its reduction so far
+    /// (`governor_policy::quality`); it only moves later as the job keeps improving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_quality_s: Option<f64>,
+    /// A job that asked to finish at convergence and converged: "stopped: converged (best loss
+    /// X)" while the daemon stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<String>,
+    /// What time to quality is judged by: `validation loss` or the progress signal's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_signal: Option<String>,
 }
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {

@@ -192,6 +192,9 @@ pub struct JobSummary {
     /// A node asks for the job to be moved elsewhere, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_request: Option<String>,
+    /// Time to quality so far, seconds from submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_quality_s: Option<f64>,
 }
 
 /// One point of a job's progress curve.
@@ -400,6 +403,9 @@ impl TryFrom<pb::JobSummary> for JobSummary {
             members,
             category: crate::node::category_from_wire(m.category)?,
             progress: opt(m.progress, |v| finite("progress", v))?,
+            time_to_quality_s: opt(m.time_to_quality_s, |v| {
+                non_negative("time_to_quality_s", v)
+            })?,
             cpu_cores: non_negative("cpu_cores", m.cpu_cores)?,
             cpu_limit_cores: m.cpu_limit_cores,
             memory_bytes: m.memory_bytes,
@@ -607,6 +613,7 @@ impl From<JobSummary> for pb::JobSummary {
             message: j.message,
             local: j.local,
             migration_request: j.migration_request.unwrap_or_default(),
+            time_to_quality_s: j.time_to_quality_s,
         }
     }
 }
@@ -767,6 +774,7 @@ mod tests {
             message: String::new(),
             local: false,
             migration_request: Some("node n1 asks: converged".into()),
+            time_to_quality_s: Some(42.0),
         };
         let detail = JobDetail {
             summary: summary.clone(),

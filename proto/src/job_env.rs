@@ -20,6 +20,41 @@ pub const WORLD_SIZE: &str = "GOVERNOR_WORLD_SIZE";
 /// The host of rank 0 (set by the coordinator for multi-member jobs).
 pub const MASTER_ADDR: &str = "GOVERNOR_MASTER_ADDR";
 
+/// Opt-in: end the job once it has converged, `PATIENCE[:MIN_DELTA]` (like Keras
+/// `EarlyStopping`: PATIENCE values of its validation loss in a row without a new best by more
+/// than MIN_DELTA, default 0). The daemon then stops it gracefully (SIGINT, SIGTERM after a
+/// grace period) and reports it "stopped: converged".
+pub const FINISH: &str = "GOVERNOR_FINISH";
+
+/// A finish rule that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a finish rule: PATIENCE[:MIN_DELTA], a whole number of values >= 1 and a change >= 0 (e.g. 5:0.001)"
+)]
+pub struct InvalidFinish(pub String);
+
+/// Parse `PATIENCE[:MIN_DELTA]` (the one syntax of `GOVERNOR_FINISH`, `run-job --finish` and a
+/// job file's `finish`).
+pub fn parse_finish(s: &str) -> Result<governor_policy::quality::FinishRule, InvalidFinish> {
+    let bad = || InvalidFinish(s.to_owned());
+    let (p, d) = match s.trim().split_once(':') {
+        Some((p, d)) => (p, Some(d)),
+        None => (s.trim(), None),
+    };
+    let patience: u32 = p.trim().parse().map_err(|_| bad())?;
+    let min_delta: f64 = match d {
+        Some(d) => d.trim().parse().map_err(|_| bad())?,
+        None => 0.0,
+    };
+    if patience == 0 || !min_delta.is_finite() || min_delta < 0.0 {
+        return Err(bad());
+    }
+    Ok(governor_policy::quality::FinishRule {
+        patience,
+        min_delta,
+    })
+}
+
 /// A number of epochs that is not a positive finite number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a positive number of epochs")]
@@ -43,6 +78,16 @@ pub fn valid_epochs(e: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finish_rules_parse_patience_and_an_optional_delta() {
+        let r = parse_finish("5:0.001").unwrap();
+        assert_eq!((r.patience, r.min_delta), (5, 0.001));
+        assert_eq!(parse_finish(" 3 ").unwrap().min_delta, 0.0);
+        for bad in ["0", "-1", "x", "5:-1", "5:nan", ""] {
+            assert!(parse_finish(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn epochs_must_be_a_positive_number() {

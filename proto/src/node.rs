@@ -147,6 +147,8 @@ pub struct JobReport {
     pub max_epochs: Option<u64>,
     /// Duration of the last epoch in seconds (ProCon's f).
     pub epoch_seconds: Option<f64>,
+    /// Time to quality so far, seconds from the job's start on the node.
+    pub time_to_quality_s: Option<f64>,
 }
 
 impl JobReport {
@@ -174,6 +176,7 @@ impl JobReport {
             epoch: None,
             max_epochs: None,
             epoch_seconds: None,
+            time_to_quality_s: None,
         }
     }
 }
@@ -407,6 +410,9 @@ impl TryFrom<pb::JobReport> for JobReport {
             epoch: m.epoch,
             max_epochs: m.max_epochs,
             epoch_seconds: opt(m.epoch_seconds, |v| non_negative("epoch_seconds", v))?,
+            time_to_quality_s: opt(m.time_to_quality_s, |v| {
+                non_negative("time_to_quality_s", v)
+            })?,
         })
     }
 }
@@ -666,6 +672,7 @@ impl From<JobReport> for pb::JobReport {
             epoch: j.epoch,
             max_epochs: j.max_epochs,
             epoch_seconds: j.epoch_seconds,
+            time_to_quality_s: j.time_to_quality_s,
         }
     }
 }

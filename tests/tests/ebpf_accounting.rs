@@ -209,8 +209,11 @@ fn ebpf_host_fallback_is_taken_and_reported_when_loading_fails() {
     );
     assert_eq!(acct.source(), CpuSource::CpuStat);
     let reason = acct.fallback_reason().expect("a reason");
+    // A binary built with GOVERNOR_EBPF_BUILD=skip has no programs to load: that is its reason.
+    let built_without = reason.contains("built without the eBPF programs");
     assert!(
-        reason.contains("BTF") && reason.contains(&missing.display().to_string()),
+        built_without
+            || (reason.contains("BTF") && reason.contains(&missing.display().to_string())),
         "the reason does not say what failed: {reason}"
     );
     assert!(acct.describe().starts_with("cpu.stat (eBPF unavailable: "));

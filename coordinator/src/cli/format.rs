@@ -212,6 +212,13 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
     if let Some(m) = &j.migration_request {
         let _ = writeln!(out, "  migration:  {m}");
     }
+    if let Some(t) = j.time_to_quality_s {
+        let _ = writeln!(
+            out,
+            "  quality:    reached {} after submission (its loss within 5% of its reduction so far)",
+            duration(t)
+        );
+    }
     let _ = writeln!(
         out,
         "  category:   {}   priority {}   {} member(s) x {} GPU(s)",
@@ -503,6 +510,7 @@ mod tests {
             message: "node node2 is lost".into(),
             local: false,
             migration_request: None,
+            time_to_quality_s: None,
         }
     }
 

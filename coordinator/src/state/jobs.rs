@@ -200,6 +200,7 @@ impl ClusterState {
             placements: Vec::new(),
             deadline,
             migration_request: None,
+            time_to_quality_s: None,
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));

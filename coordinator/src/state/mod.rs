@@ -126,6 +126,9 @@ pub struct JobRecord {
     /// and shown; moving jobs (CRIU, framework checkpoints) is the next step.
     #[serde(default)]
     pub migration_request: Option<MigrationAsk>,
+    /// Time to quality so far as its node reports it (seconds from its start there).
+    #[serde(default)]
+    pub time_to_quality_s: Option<f64>,
 }
 
 /// A node's request to move one of its jobs.
@@ -186,6 +189,13 @@ impl JobRecord {
                 .migration_request
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
+            // From submission: the wait in the queue counts (a local job: from its start).
+            time_to_quality_s: self.time_to_quality_s.map(|t| {
+                t + self
+                    .started_at
+                    .filter(|_| !self.is_local())
+                    .map_or(0.0, |s| (s - self.submitted_at).max(0.0))
+            }),
         }
     }
 }

@@ -256,6 +256,7 @@ impl ClusterState {
                 placements: Vec::new(),
                 deadline: None,
                 migration_request: None,
+                time_to_quality_s: None,
             }
         });
         let limit = self.config.progress_samples;
@@ -401,6 +402,10 @@ pub(super) fn track_progress(
             at_unix: now,
             category: report.category,
         });
+        dirty.jobs.insert(job.id.clone());
+    }
+    if report.time_to_quality_s.is_some() && report.time_to_quality_s != job.time_to_quality_s {
+        job.time_to_quality_s = report.time_to_quality_s;
         dirty.jobs.insert(job.id.clone());
     }
     if let Some(value) = report.progress {

@@ -40,6 +40,12 @@ pub struct RunJobArgs {
     /// work the job has left (also passed to the job as `GOVERNOR_EPOCHS`).
     #[arg(long, value_parser = job_env::parse_epochs)]
     pub epochs: Option<f64>,
+    /// Opt-in: end the job once it has converged, `PATIENCE[:MIN_DELTA]` (like Keras
+    /// `EarlyStopping`, on its validation loss, else its progress signal): the daemon sends it
+    /// SIGINT, then SIGTERM after a grace period, and reports it "stopped: converged". Also
+    /// passed to the job as `GOVERNOR_FINISH`.
+    #[arg(long, value_parser = job_env::parse_finish)]
+    pub finish: Option<crate::policy::quality::FinishRule>,
     /// Control socket of the daemon.
     #[arg(long, default_value = "/run/governor/governor.sock")]
     pub socket: PathBuf,
@@ -100,6 +106,9 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = args.epochs {
         command.env(job_env::EPOCHS, e.to_string());
     }
+    if let Some(f) = args.finish {
+        command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
+    }
     fs.prepare_command(&job, &mut command)
         .context("cannot prepare the job to start in its cgroup")?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -118,6 +127,7 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
             format: args.format.clone(),
             pid,
             epochs: args.epochs,
+            finish: args.finish,
         });
         let socket = args.socket.clone();
         match tokio::task::spawn_blocking(move || {

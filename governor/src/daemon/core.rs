@@ -12,12 +12,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use tracing::{debug, info, warn};
 
 use crate::cgroup::{Actuator, CgroupError, CgroupUsage, HierarchyKind, JobCgroup, RestoreReport};
+use crate::policy::quality::{EarlyStop, FinishRule, QualityTracker};
 use crate::policy::{
-    Allocation, Category, CpuAllocation, JobSpec, MemoryAllocation, NodePolicy, NodeResources,
-    Plan, ProgressPoint, Usage,
+    Allocation, Category, CpuAllocation, Direction, JobSpec, MemoryAllocation, NodePolicy,
+    NodeResources, Plan, ProgressPoint, Usage,
 };
 use crate::progress::{
     Format, Record, SignalConfig, SignalTracker, SignalUpdate, WatchEvent, WatchEventKind,
@@ -58,7 +60,23 @@ pub struct NewJob {
     /// Total epochs of the run, when the operator declared it: with the epoch the log reports,
     /// the policy learns how far along the job is ([`NodePolicy::work_done`]).
     pub epochs: Option<f64>,
+    /// Opt-in: end the job once it has converged (stopped gracefully by the daemon).
+    pub finish: Option<FinishRule>,
 }
+
+/// A job that asked to finish at convergence has converged: the daemon is stopping it.
+#[derive(Clone, Copy, Debug)]
+struct Finishing {
+    /// When it converged (SIGINT sent then).
+    at: Instant,
+    best: f64,
+    /// SIGTERM sent after the grace period.
+    terminated: bool,
+}
+
+/// How long a job stopped at convergence gets to end by itself after SIGINT (Keras finishes its
+/// batch, writes its log) before SIGTERM.
+pub const FINISH_GRACE: Duration = Duration::from_secs(30);
 
 /// One governed job.
 #[derive(Debug)]
@@ -71,6 +89,8 @@ pub struct JobEntry {
     /// Total epochs declared for the run.
     epochs: Option<f64>,
     adopted_at: Instant,
+    /// The same on the daemon's clock (seconds since it started).
+    adopted_secs: f64,
     records: u64,
     last_value: Option<f64>,
     /// Recent (time, value) pairs for the growth figure shown in status.
@@ -93,6 +113,22 @@ pub struct JobEntry {
     migration_request: Option<String>,
     /// The last application failed (logged once per failing spell: decisions come every second).
     apply_failing: bool,
+    /// Time to quality so far, on the daemon's clock (seconds since it started).
+    quality: QualityTracker,
+    /// `quality` follows the validation loss (else the progress signal).
+    quality_from_validation: bool,
+    /// Finish at convergence (opt-in): the rule's state, and the stop under way.
+    finish: Option<EarlyStop>,
+    finishing: Option<Finishing>,
+}
+
+/// Signal every process of a job's cgroup (finish at convergence); a failure is logged, never
+/// fatal.
+fn signal_group(actuator: &Actuator, cgroup: &JobCgroup, signal: Signal, name: &str) {
+    match actuator.fs().signal_job_group(cgroup, signal) {
+        Ok(n) => debug!(job = %name, ?signal, processes = n, "signalled the job"),
+        Err(e) => warn!(job = %name, ?signal, error = %e, "cannot signal the job"),
+    }
 }
 
 /// Where CPU usage comes from (eBPF maps or cgroup files).
@@ -279,10 +315,15 @@ impl NodeCore {
             tracker: SignalTracker::new(job.signal),
             epochs: job.epochs,
             adopted_at: now,
+            adopted_secs: self.secs(now),
             records: 0,
             last_value: None,
             history: VecDeque::new(),
             first_value: None,
+            quality: QualityTracker::new(Direction::Minimise),
+            quality_from_validation: false,
+            finish: job.finish.map(|r| EarlyStop::new(r, Direction::Minimise)),
+            finishing: None,
             log_file: None,
             log_problem: None,
             cpu_prev: None,
@@ -321,6 +362,37 @@ impl NodeCore {
         entry.records += 1;
         entry.log_file = Some(record.file.display().to_string());
         entry.log_problem = None;
+        // The quality signal (validation loss): time to quality, and the policy's view of what
+        // the job still learns.
+        if let Some(v) = crate::progress::quality_value(record) {
+            if !entry.quality_from_validation {
+                entry.quality = QualityTracker::new(Direction::Minimise);
+                entry.quality_from_validation = true;
+            }
+            entry.quality.observe(t, v);
+            if let Some(stop) = entry.finish.as_mut()
+                && stop.observe(v)
+                && entry.finishing.is_none()
+            {
+                let best = stop.best().unwrap_or(v);
+                info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+                entry.finishing = Some(Finishing {
+                    at: now,
+                    best,
+                    terminated: false,
+                });
+                signal_group(&self.actuator, cgroup, Signal::SIGINT, &entry.name);
+            }
+            self.policy.quality(
+                t,
+                &entry.spec.id,
+                ProgressPoint {
+                    at: t,
+                    value: v,
+                    new_segment: false,
+                },
+            );
+        }
         match entry.tracker.observe(record) {
             SignalUpdate::Value { value, new_segment } => {
                 if new_segment {
@@ -347,6 +419,16 @@ impl NodeCore {
                         new_segment,
                     },
                 );
+                if new_segment {
+                    entry.quality = QualityTracker::new(entry.spec.direction);
+                    entry.quality_from_validation = false;
+                }
+                if !entry.quality_from_validation {
+                    if entry.quality.first().is_none() {
+                        entry.quality = QualityTracker::new(entry.spec.direction);
+                    }
+                    entry.quality.observe(t, value);
+                }
                 if let Some(fraction) = work_fraction(record, entry.epochs) {
                     self.policy.work_done(t, &entry.spec.id, fraction);
                 }
@@ -371,6 +453,17 @@ impl NodeCore {
 
     /// Sample every job's CPU and memory usage and hand it to the policy.
     pub fn sample(&mut self, now: Instant, cpu: &mut dyn CpuSource) {
+        // Jobs stopped at convergence that did not end within the grace period: SIGTERM.
+        for (cgroup, entry) in &mut self.jobs {
+            if let Some(f) = entry.finishing.as_mut()
+                && !f.terminated
+                && now.saturating_duration_since(f.at) >= FINISH_GRACE
+            {
+                f.terminated = true;
+                info!(job = %entry.name, "still running {}s after SIGINT: SIGTERM", FINISH_GRACE.as_secs());
+                signal_group(&self.actuator, cgroup, Signal::SIGTERM, &entry.name);
+            }
+        }
         let t = self.secs(now);
         let groups: Vec<JobCgroup> = self.jobs.keys().cloned().collect();
         let cpu_seconds = cpu.cpu_seconds(&groups);
@@ -756,6 +849,22 @@ impl JobEntry {
                 .unwrap_or_else(|| "waiting for the first decision".into()),
             age_seconds: now.saturating_duration_since(self.adopted_at).as_secs_f64(),
             migration_request: self.migration_request.clone(),
+            time_to_quality_s: self
+                .quality
+                .reached_at()
+                .map(|at| (at - self.adopted_secs).max(0.0)),
+            finish: self.finishing.map(|f| {
+                format!(
+                    "stopped: converged (best loss {:.6}){}",
+                    f.best,
+                    if f.terminated { ", SIGTERM sent" } else { "" }
+                )
+            }),
+            quality_signal: if self.quality_from_validation {
+                Some("validation loss".into())
+            } else {
+                self.tracker.metric().map(str::to_owned)
+            },
         }
     }
 }
@@ -1062,6 +1171,7 @@ mod tests {
                     runtime: "test".into(),
                     signal: SignalConfig::default(),
                     epochs: None,
+                    finish: None,
                 },
             ));
         }

@@ -181,6 +181,7 @@ impl Discovery {
                         direction: cfg.direction,
                     },
                     epochs: cfg.epochs,
+                    finish: cfg.finish,
                     cgroup,
                 },
                 watch: WatchSpec {
@@ -368,6 +369,7 @@ impl Discovery {
                     direction: None,
                 },
                 epochs: env.epochs,
+                finish: env.finish,
                 cgroup: target,
             },
             watch: WatchSpec {
@@ -423,6 +425,7 @@ pub(super) fn launched_job(job: &AdoptJob) -> Result<Found, String> {
                 direction: None,
             },
             epochs: job.epochs,
+            finish: job.finish,
             cgroup,
         },
         watch: WatchSpec {

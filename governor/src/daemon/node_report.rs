@@ -178,6 +178,13 @@ fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
     report.memory_bytes = j.memory_bytes.unwrap_or(0);
     report.cpu_limit_cores = j.cpu_max_cores.filter(|c| c.is_finite() && *c > 0.0);
     report.cpu_weight = j.cpu_weight.unwrap_or(0);
+    report.time_to_quality_s = j.time_to_quality_s.filter(|t| t.is_finite() && *t >= 0.0);
+    // A job being stopped at convergence says so (the coordinator shows the message).
+    if let Some(f) = &j.finish
+        && report.message.is_empty()
+    {
+        report.message = clip(f, MAX_MESSAGE_LEN);
+    }
 }
 
 /// `s` cut to at most `max` bytes on a character boundary.

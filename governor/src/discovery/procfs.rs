@@ -24,6 +24,8 @@ pub struct JobEnvironment {
     pub job: Option<String>,
     /// `GOVERNOR_EPOCHS`: total epochs of the run (a positive number; anything else ignored).
     pub epochs: Option<f64>,
+    /// `GOVERNOR_FINISH`: end the job at convergence (a malformed rule is ignored).
+    pub finish: Option<governor_policy::quality::FinishRule>,
 }
 
 /// Parse a NUL-separated environment block for the GOVERNOR_* variables.
@@ -33,6 +35,7 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
         metric: None,
         job: None,
         epochs: None,
+        finish: None,
     };
     let mut found = false;
     for entry in block.split(|&b| b == 0) {
@@ -62,6 +65,9 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
             }
             k if k == job_env::EPOCHS.as_bytes() => {
                 env.epochs = job_env::parse_epochs(value).ok();
+            }
+            k if k == job_env::FINISH.as_bytes() => {
+                env.finish = job_env::parse_finish(value).ok();
             }
             _ => {}
         }

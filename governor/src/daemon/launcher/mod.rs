@@ -361,6 +361,11 @@ impl Launcher {
                 pid,
                 // `govctl submit --epochs N` passes GOVERNOR_EPOCHS, as for any job.
                 epochs: declared_epochs(&s.env),
+                // `govctl submit --env GOVERNOR_FINISH=5:0.001` asks to end it at convergence.
+                finish: s
+                    .env
+                    .get(job_env::FINISH)
+                    .and_then(|v| job_env::parse_finish(v).ok()),
             },
             maximise: s.maximise,
             priority: s.priority,
