@@ -53,7 +53,9 @@ pub(crate) struct BenchRealArgs {
     /// Workloads to run (`all`, or names: mixed, sweep, quiet, threads).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub workload: Vec<String>,
-    /// Node policies compared with `fair` (NAME or NAME:KEY=VALUE...).
+    /// Node policies compared with `fair` (NAME or NAME:KEY=VALUE...). A suffix
+    /// `+finish=PATIENCE:MIN_DELTA` also starts every job with `run-job --finish` (finish at
+    /// convergence, opt-in).
     #[arg(long, value_delimiter = ',', default_value = "governor")]
     pub policies: Vec<String>,
     /// Repetitions of every pair.
@@ -120,40 +122,41 @@ fn job(name: &str, at: f64, framework: Framework, epochs: u32, args: &[&str]) ->
     }
 }
 
-/// The workloads, sized for a 2-core machine: each run takes 1-3 minutes.
+/// The workloads, sized for a 2-core machine: each run takes about 1.5-2.5 minutes, most of it
+/// training (a job's start, TensorFlow's import and its data, costs ~6 CPU-seconds).
 pub(crate) fn workloads() -> Vec<Workload> {
     use Framework::{Keras, Sklearn};
     vec![
         Workload {
             name: "mixed".into(),
-            about: "four Keras jobs of mixed convergence speeds, 8 s apart".into(),
+            about: "four Keras jobs of mixed convergence speeds and sizes, 8 s apart".into(),
             jobs: vec![
                 job(
                     "digits-fast",
                     0.0,
                     Keras,
-                    24,
+                    50,
                     &["--task", "digits", "--lr", "3e-3"],
                 ),
                 job(
                     "teacher-slow",
                     8.0,
                     Keras,
-                    24,
+                    60,
                     &["--task", "teacher", "--lr", "3e-4"],
                 ),
                 job(
                     "cnn",
                     16.0,
                     Keras,
-                    12,
+                    14,
                     &["--task", "digits_cnn", "--lr", "1e-3"],
                 ),
                 job(
                     "digits-slow",
                     24.0,
                     Keras,
-                    24,
+                    30,
                     &["--task", "digits", "--lr", "2e-4"],
                 ),
             ],
@@ -169,7 +172,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                         &format!("trial-lr{lr}"),
                         0.0,
                         Keras,
-                        20,
+                        45,
                         &["--task", "digits", "--lr", lr, "--seed", &k.to_string()],
                     )
                 })
@@ -185,21 +188,21 @@ pub(crate) fn workloads() -> Vec<Workload> {
                     "busy-a",
                     0.0,
                     Keras,
-                    24,
+                    50,
                     &["--task", "teacher", "--lr", "1e-3"],
                 ),
                 job(
                     "busy-b",
                     0.0,
                     Keras,
-                    24,
+                    50,
                     &["--task", "digits", "--lr", "1e-3"],
                 ),
                 job(
                     "quiet",
                     0.0,
                     Keras,
-                    24,
+                    50,
                     &[
                         "--task",
                         "digits",
@@ -208,7 +211,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                         "--quiet-start",
                         "15",
                         "--pause",
-                        "8:10",
+                        "20:10",
                     ],
                 ),
             ],
@@ -221,20 +224,20 @@ pub(crate) fn workloads() -> Vec<Workload> {
             jobs: vec![
                 JobPlan {
                     env: vec![("OPENBLAS_NUM_THREADS".into(), "4".into())],
-                    ..job("sklearn-mlp", 0.0, Sklearn, 30, &["--task", "digits"])
+                    ..job("sklearn-mlp", 0.0, Sklearn, 40, &["--task", "digits"])
                 },
                 job(
                     "keras-a",
                     4.0,
                     Keras,
-                    20,
+                    45,
                     &["--task", "teacher", "--threads", "4"],
                 ),
                 job(
                     "keras-b",
                     8.0,
                     Keras,
-                    20,
+                    45,
                     &["--task", "digits", "--threads", "4"],
                 ),
             ],
@@ -357,7 +360,7 @@ pub(crate) fn run(args: &BenchRealArgs) -> Result<()> {
     Ok(())
 }
 
-fn policy_dir_name(policy: &str) -> String {
+pub(crate) fn policy_dir_name(policy: &str) -> String {
     policy
         .chars()
         .map(|c| {
@@ -452,6 +455,7 @@ impl RealEnv {
         dir: &Path,
         extra_config: &[String],
     ) -> Result<Child> {
+        let policy = policy.split('+').next().unwrap_or(policy);
         let config = dir.join("governor.toml");
         let mut text = format!(
             "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{d}/governor.sock\"\npolicy = \"{policy}\"\n",
@@ -489,7 +493,13 @@ impl RealEnv {
     }
 
     /// The command that starts job `j` under `governor run-job`.
-    pub(crate) fn job_command(&self, j: &JobPlan, sizes: Sizes, dir: &Path) -> Command {
+    pub(crate) fn job_command(
+        &self,
+        j: &JobPlan,
+        sizes: Sizes,
+        dir: &Path,
+        finish: Option<&str>,
+    ) -> Command {
         let script = match j.framework {
             Framework::Keras => "train_keras.py",
             Framework::Sklearn => "train_sklearn.py",
@@ -504,6 +514,9 @@ impl RealEnv {
             .arg(dir.join("governor.sock"));
         if sizes == Sizes::Known {
             c.args(["--epochs", &j.epochs.to_string()]);
+        }
+        if let Some(rule) = finish {
+            c.args(["--finish", rule]);
         }
         c.arg("--")
             .arg(&self.python)
@@ -521,7 +534,7 @@ impl RealEnv {
         c
     }
 
-    fn run_once(
+    pub(crate) fn run_once(
         &self,
         w: &Workload,
         policy: &str,
@@ -560,6 +573,8 @@ impl RealEnv {
         let mut timelines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         let mut last_cpu: BTreeMap<String, (f64, f64)> = BTreeMap::new();
         let mut next_sample = 0.0;
+        let mut next_status = 0.0;
+        let mut status_log = fs::File::create(dir.join("status.jsonl"))?;
         let deadline = Duration::from_secs(1800);
         loop {
             let now = t0.elapsed().as_secs_f64();
@@ -567,7 +582,7 @@ impl RealEnv {
                 let j = pending.remove(0);
                 let out = fs::File::create(dir.join(format!("{}.out", j.name)))?;
                 let child = self
-                    .job_command(j, sizes, dir)
+                    .job_command(j, sizes, dir, policy.split_once("+finish=").map(|(_, r)| r))
                     .stdout(out.try_clone()?)
                     .stderr(out)
                     .spawn()
@@ -589,6 +604,25 @@ impl RealEnv {
                     }
                 }
                 next_sample = now + 0.5;
+            }
+            if now >= next_status {
+                // The daemon's own view (categories, weights, reasons), for the plots and for
+                // finding out why a policy did what it did.
+                if let Ok(out) = Command::new(&self.governor)
+                    .args(["status", "--json", "--socket"])
+                    .arg(dir.join("governor.sock"))
+                    .stderr(Stdio::null())
+                    .output()
+                    && out.status.success()
+                {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        status_log,
+                        "{{\"t\":{now:.2},\"status\":{}}}",
+                        String::from_utf8_lossy(&out.stdout).trim()
+                    );
+                }
+                next_status = now + 2.0;
             }
             let mut k = 0;
             while k < running.len() {
@@ -751,6 +785,11 @@ pub(crate) struct Pair {
     pub worst_jct: f64,
     pub worst_ttq: Option<f64>,
     pub daemon_cpu: f64,
+    /// The jobs' CPU-seconds, policy over fair, minus 1.
+    pub cpu_seconds: Option<f64>,
+    /// The jobs' best validation loss, policy over fair, minus 1 (mean over jobs): what
+    /// stopping early gave up.
+    pub best_loss: Option<f64>,
 }
 
 pub(crate) fn pair(fair: &RunResult, other: &RunResult) -> Pair {
@@ -777,7 +816,33 @@ pub(crate) fn pair(fair: &RunResult, other: &RunResult) -> Pair {
         worst_jct,
         worst_ttq: (!ttq_ratios.is_empty()).then(|| ttq_ratios.iter().copied().fold(0.0, f64::max)),
         daemon_cpu: other.daemon_cpu_seconds,
+        cpu_seconds: {
+            let sum = |r: &RunResult| -> Option<f64> { r.jobs.iter().map(|j| j.cpu_seconds).sum() };
+            match (sum(other), sum(fair)) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b - 1.0),
+                _ => None,
+            }
+        },
+        best_loss: {
+            let rel: Vec<f64> = o
+                .iter()
+                .filter_map(|(n, j)| {
+                    let (a, b) = (best_quality(j)?, best_quality(f.get(n)?)?);
+                    (b > 0.0).then(|| a / b - 1.0)
+                })
+                .collect();
+            (!rel.is_empty()).then(|| rel.iter().sum::<f64>() / rel.len() as f64)
+        },
     }
+}
+
+/// The best quality value (validation loss, else loss) a job reached.
+fn best_quality(j: &JobResult) -> Option<f64> {
+    j.curve
+        .iter()
+        .map(|&(_, l, v)| if v.is_finite() { v } else { l })
+        .filter(|v| v.is_finite())
+        .reduce(f64::min)
 }
 
 /// Median and range of a sample.
@@ -861,17 +926,17 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
     );
     let _ = writeln!(
         md,
-        "| policy | reps | avg JCT vs fair | avg time to quality vs fair | makespan vs fair | worst job JCT / fair | worst job TTQ / fair | daemon CPU (s) |"
+        "| policy | reps | avg JCT vs fair | avg time to quality vs fair | makespan vs fair | worst job JCT / fair | worst job TTQ / fair | jobs' CPU-s vs fair | best loss vs fair | daemon CPU (s) |"
     );
     let _ = writeln!(
         md,
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let fair_jct = spread(fair.iter().map(RunResult::avg_jct).collect());
     let fair_ttq = spread(fair.iter().filter_map(RunResult::avg_ttq).collect());
     let _ = writeln!(
         md,
-        "| fair | {} | {} | {} | {} | | | {} |",
+        "| fair | {} | {} | {} | {} | | | | | {} |",
         fair.len(),
         fair_jct.map_or("-".into(), |s| format!(
             "{:.1} s ({:.1}..{:.1})",
@@ -901,13 +966,15 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
         }
         let _ = writeln!(
             md,
-            "| {policy} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {policy} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             pairs.len(),
             pct(spread(pairs.iter().map(|p| p.avg_jct).collect())),
             pct(spread(pairs.iter().filter_map(|p| p.avg_ttq).collect())),
             pct(spread(pairs.iter().map(|p| p.makespan).collect())),
             ratio(spread(pairs.iter().map(|p| p.worst_jct).collect())),
             ratio(spread(pairs.iter().filter_map(|p| p.worst_ttq).collect())),
+            pct(spread(pairs.iter().filter_map(|p| p.cpu_seconds).collect())),
+            pct(spread(pairs.iter().filter_map(|p| p.best_loss).collect())),
             spread(pairs.iter().map(|p| p.daemon_cpu).collect())
                 .map_or("-".into(), |s| format!("{:.2}", s.median)),
         );
@@ -966,7 +1033,7 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
 
 /// CPU share and loss over time per job: fair on the left panels, the policy on the right
 /// (stacked as four panels: fair CPU, policy CPU, fair loss, policy loss).
-fn plot_pair(w: &Workload, fair: &RunResult, other: &RunResult) -> String {
+pub(crate) fn plot_pair(w: &Workload, fair: &RunResult, other: &RunResult) -> String {
     let cpu = |r: &RunResult| -> Vec<Series> {
         r.jobs
             .iter()

@@ -1,11 +1,19 @@
-//! `cargo xtask demo`: the README's main command. Boots the VM bed, starts the governor daemon
-//! and three CPU-bound training jobs a few seconds apart (each `demo-trainer`, a real
-//! gradient-descent loop writing a real framework's log format, launched with
-//! `governor run-job`), prints the daemon's live status table while they run, then prints each
-//! job's completion time and writes a plot of each job's CPU share and loss over time.
+//! `cargo xtask demo`: the README's main command.
 //!
-//! `cargo xtask demo --policy fair` runs the same jobs unmanaged; after runs with two policies
-//! the summary compares them.
+//! **On this machine's real cores** (the default where it can: root and a cgroup CPU
+//! controller, v1 or v2): four real TensorFlow/Keras training processes of mixed convergence
+//! speeds and sizes, 8 s apart (the `mixed` workload of `cargo xtask bench-real`), first under
+//! `fair` (the kernel's sharing), then under the governor, on the same arrivals. It prints a
+//! table of each job's completion time (JCT) and time to quality under both, and writes
+//! `target/demo/demo-host.svg`: each job's CPU share and validation loss over time, fair above
+//! the governor. About 2.5 minutes once the Python environment is installed.
+//!
+//! **In the VM** (`--vm`, or where the host does not allow it): boots the VM bed, starts the
+//! governor daemon and three CPU-bound `demo-trainer` jobs a few seconds apart (a real
+//! gradient-descent loop writing a real framework's log format, launched with
+//! `governor run-job`), prints the daemon's live status table while they run, then each job's
+//! completion time and a plot of each job's CPU share and loss over time. `--policy fair` runs
+//! them unmanaged; after runs with two policies the summary compares them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -32,9 +40,84 @@ pub(crate) struct DemoArgs {
     /// Seconds between job starts.
     #[arg(long, default_value_t = 5)]
     pub stagger: u32,
-    /// Run `fair` and then the chosen policy, and compare them.
+    /// Run `fair` and then the chosen policy, and compare them (the host demo always does).
     #[arg(long)]
     pub compare: bool,
+    /// Run the demo in the VM bed (emulated cores) instead of on this machine's real cores.
+    #[arg(long)]
+    pub vm: bool,
+}
+
+/// Whether the host lets the demo govern real processes on its own cores.
+fn host_can_govern() -> bool {
+    cmd::is_root()
+        && (Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists()
+            || Path::new("/sys/fs/cgroup/cgroup.controllers").exists())
+}
+
+/// The demo on the host's real cores: fair, then the policy, on the same real jobs.
+fn run_host(args: &DemoArgs) -> Result<()> {
+    use crate::bench_real::{self, RealEnv, Sizes};
+    let env = RealEnv::prepare()?;
+    let w = bench_real::workloads()
+        .into_iter()
+        .find(|w| w.name == "mixed")
+        .context("the mixed workload")?;
+    let out = cmd::target_dir().join("demo");
+    let policy = if args.policy == "fair" {
+        "governor"
+    } else {
+        args.policy.as_str()
+    };
+    let mut runs = Vec::new();
+    for p in ["fair", policy] {
+        eprintln!(
+            "== {} real Keras jobs under `{p}` (8 s apart; ~70 s)",
+            w.jobs.len()
+        );
+        let dir = out.join("host").join(bench_real::policy_dir_name(p));
+        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &[])?);
+    }
+    let (fair, gov) = (&runs[0], &runs[1]);
+    let svg = bench_real::plot_pair(&w, fair, gov);
+    let svg_path = out.join("demo-host.svg");
+    fs::write(&svg_path, svg)?;
+    println!(
+        "\n{:<14} {:>9} {:>9} {:>8}   {:>9} {:>9} {:>8}",
+        "job", "JCT fair", policy, "change", "TTQ fair", policy, "change"
+    );
+    let fmt = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => (
+            format!("{a:.1} s"),
+            format!("{b:.1} s"),
+            format!("{:+.0}%", 100.0 * (b / a - 1.0)),
+        ),
+        _ => ("-".into(), "-".into(), "-".into()),
+    };
+    for j in &fair.jobs {
+        let g = gov.jobs.iter().find(|g| g.name == j.name);
+        let (a, b, c) = fmt(Some(j.jct), g.map(|g| g.jct));
+        let (d, e, f) = fmt(j.ttq, g.and_then(|g| g.ttq));
+        println!("{:<14} {a:>9} {b:>9} {c:>8}   {d:>9} {e:>9} {f:>8}", j.name);
+    }
+    let avg = |r: &bench_real::RunResult, f: &dyn Fn(&bench_real::JobResult) -> Option<f64>| {
+        let v: Vec<f64> = r.jobs.iter().filter_map(f).collect();
+        (v.len() == r.jobs.len()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let (a, b, c) = fmt(avg(fair, &|j| Some(j.jct)), avg(gov, &|j| Some(j.jct)));
+    let (d, e, f) = fmt(avg(fair, &|j| j.ttq), avg(gov, &|j| j.ttq));
+    println!(
+        "{:<14} {a:>9} {b:>9} {c:>8}   {d:>9} {e:>9} {f:>8}",
+        "average"
+    );
+    println!(
+        "makespan: fair {:.1} s, {policy} {:.1} s\nplot: {}  (CPU share and validation loss over time per job, fair above {policy})\n\
+         One run on a shared machine varies by several percent: `cargo xtask bench-real` repeats and pairs them.",
+        fair.makespan,
+        gov.makespan,
+        svg_path.display()
+    );
+    Ok(())
 }
 
 /// The demo's jobs: name, log format, log file name, learning rate (how fast it learns).
@@ -45,6 +128,14 @@ const JOBS: [(&str, &str, &str, &str); 3] = [
 ];
 
 pub(crate) fn run(args: &DemoArgs) -> Result<()> {
+    if !args.vm && host_can_govern() {
+        return run_host(args);
+    }
+    if !args.vm {
+        eprintln!(
+            "== the host does not allow governing real processes here (needs root and a cgroup CPU controller): running the demo in the VM"
+        );
+    }
     let bed = setup::run()?;
     eprintln!("== building the governor and the demo training job");
     cmd::run(cmd::cargo().args(["build", "-p", "governor", "--bin", "governor"]))?;
