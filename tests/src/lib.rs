@@ -27,6 +27,24 @@ pub fn require_vm() {
     );
 }
 
+/// Panic unless running as root on a host with the cgroup v1 cpu and cpuacct controllers (the
+/// hybrid development machines), with a message that names what is missing.
+pub fn require_v1_cpu_host() {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "prerequisite missing: this root-host test writes the host's cgroups and needs root"
+    );
+    for file in [
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "/sys/fs/cgroup/cpuacct/cpuacct.usage",
+    ] {
+        assert!(
+            std::path::Path::new(file).exists(),
+            "prerequisite missing: {file} (a cgroup v1 cpu/cpuacct host)"
+        );
+    }
+}
+
 /// The cgroup v2 mount point in the guest.
 pub const CGROUP2_ROOT: &str = "/sys/fs/cgroup";
 

@@ -1,0 +1,347 @@
+//! No job is locked out, on the real kernel: three jobs started with `governor run-job` under the
+//! real daemon and the `governor` policy, two of them busy from the start, the third quiet at
+//! first (loading data), pausing in the middle, or running more threads than the node has cores.
+//! Once the third job wants CPU it must get some at once (its floor) and, within 2 s, at least
+//! its fair share of what the three jobs get together (issue 12: the demand estimate used to
+//! feed on usage that the weight itself suppressed, and such a job got ~0 cores for minutes).
+//!
+//! The same scenarios run on the host's cgroup v1 cpu controller (`root_host_v1_*`, run by
+//! `cargo xtask test` on hybrid hosts as root) and on cgroup v2 in the VM (`vm_*`, run by
+//! `cargo xtask vm-test starvation`). Each job is a shell script: busy loops (one per thread)
+//! and a Keras-style CSV log whose loss falls every 200 ms while the job works, so the policy
+//! sees every job learning.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::{require_v1_cpu_host, require_vm};
+
+/// Where the kernel accounts a run-job group's CPU time.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Hybrid host: `cpuacct/governor.slice/jobs/<name>/cpuacct.usage` (ns).
+    HostV1,
+    /// Unified: `governor.slice/jobs/<name>/cpu.stat` `usage_usec`.
+    V2,
+}
+
+impl Layout {
+    fn cpu_seconds(self, name: &str) -> f64 {
+        match self {
+            Layout::HostV1 => fs::read_to_string(format!(
+                "/sys/fs/cgroup/cpuacct/governor.slice/jobs/{name}/cpuacct.usage"
+            ))
+            .ok()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .map_or(0.0, |ns| ns / 1e9),
+            Layout::V2 => fs::read_to_string(format!(
+                "/sys/fs/cgroup/governor.slice/jobs/{name}/cpu.stat"
+            ))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            })
+            .map_or(0.0, |us| us / 1e6),
+        }
+    }
+}
+
+/// One phase of a job's script. The loss falls by 0.005 a record from 2.0 (as in vm_daemon): a
+/// job still learning; k stays below 400 in these scenarios, so it stays positive.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// `threads` busy loops for `secs` seconds, logging a falling loss every 200 ms.
+    Busy { threads: u32, secs: u32 },
+    /// Nothing at all for `secs` seconds (loading data, waiting for a file).
+    Quiet { secs: u32 },
+}
+
+fn script(log: &Path, phases: &[Phase]) -> String {
+    let mut s = format!("log='{}'\necho epoch,loss > \"$log\"\nk=0\n", log.display());
+    for p in phases {
+        match *p {
+            Phase::Quiet { secs } => s.push_str(&format!("sleep {secs}\n")),
+            Phase::Busy { threads, secs } => {
+                s.push_str(&format!(
+                    "for t in $(seq {threads}); do timeout {secs} sh -c 'while :; do :; done' & done\n\
+                     n=0\n\
+                     while [ $n -lt {records} ]; do v=$((20000 - 50 * k)); \
+                     echo \"$k,$((v / 10000)).$(printf %04d $((v % 10000)))\" >> \"$log\"; \
+                     k=$((k + 1)); n=$((n + 1)); sleep 0.2; done\n\
+                     wait\n",
+                    records = secs * 5
+                ));
+            }
+        }
+    }
+    s
+}
+
+struct Job {
+    name: String,
+    layout: Layout,
+    child: Child,
+}
+
+impl Job {
+    /// Waits up to `limit` for the job to end on its own (its busy loops are bounded).
+    fn wait_for_end(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for Job {
+    /// A job that has not ended (a failed assertion) is stopped with everything in its group,
+    /// so that run-job removes the group and no busy loop outlives the test.
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let procs = match self.layout {
+            Layout::HostV1 => format!(
+                "/sys/fs/cgroup/cpu/governor.slice/jobs/{}/cgroup.procs",
+                self.name
+            ),
+            Layout::V2 => format!(
+                "/sys/fs/cgroup/governor.slice/jobs/{}/cgroup.procs",
+                self.name
+            ),
+        };
+        for pid in fs::read_to_string(procs).unwrap_or_default().lines() {
+            if let Ok(pid) = pid.trim().parse::<i32>()
+                && pid as u32 != self.child.id()
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if !self.wait_for_end(Duration::from_secs(5)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn start_job(d: &Daemon, layout: Layout, name: &str, phases: &[Phase]) -> Job {
+    let log = d.dir.path().join(format!("{name}.csv"));
+    let child = Command::new(bin("governor"))
+        .args(["run-job", "--name", name, "--log"])
+        .arg(&log)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["--", "sh", "-c", &script(&log, phases)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("governor run-job");
+    Job {
+        name: name.to_owned(),
+        layout,
+        child,
+    }
+}
+
+/// CPU time of each job, sampled every 100 ms.
+struct Samples {
+    at: Vec<f64>,
+    cpu: Vec<[f64; 3]>,
+}
+
+impl Samples {
+    /// The cores each job used between `from` and `to` seconds.
+    fn rates(&self, from: f64, to: f64) -> [f64; 3] {
+        let i = self.at.iter().position(|&t| t >= from).unwrap_or(0);
+        let j = self
+            .at
+            .iter()
+            .rposition(|&t| t <= to)
+            .unwrap_or(self.at.len() - 1);
+        let dt = (self.at[j] - self.at[i]).max(1e-3);
+        std::array::from_fn(|k| (self.cpu[j][k] - self.cpu[i][k]) / dt)
+    }
+}
+
+/// Runs busy jobs `a` and `b` beside `q` and checks that q, once it has been quiet for
+/// `quiet_until` seconds and wants CPU again, gets its floor within 1 s and at least 3/4 of an
+/// equal split of what the three jobs get within 2 s (the 1/4 margin is this shared machine's
+/// noise: other processes take CPU from all three alike, so the split is measured, not assumed).
+fn no_lockout(layout: Layout, prefix: &str, q_phases: &[Phase], quiet_until: f64) {
+    let mut d = Daemon::configure("governor", "");
+    d.spawn();
+    let total: u32 = q_phases
+        .iter()
+        .map(|p| match *p {
+            Phase::Busy { secs, .. } | Phase::Quiet { secs } => secs,
+        })
+        .sum();
+    let busy = [Phase::Busy {
+        threads: 2,
+        secs: total + 4,
+    }];
+    let mut jobs = [
+        start_job(&d, layout, &format!("{prefix}-a"), &busy),
+        start_job(&d, layout, &format!("{prefix}-b"), &busy),
+        start_job(&d, layout, &format!("{prefix}-q"), q_phases),
+    ];
+    let start = Instant::now();
+    let mut samples = Samples {
+        at: Vec::new(),
+        cpu: Vec::new(),
+    };
+    while start.elapsed() < Duration::from_secs(u64::from(total)) {
+        samples.at.push(start.elapsed().as_secs_f64());
+        samples
+            .cpu
+            .push(std::array::from_fn(|k| layout.cpu_seconds(&jobs[k].name)));
+        sleep(Duration::from_millis(100));
+    }
+    let status = d.status_json();
+    // When q woke: the first sample after `quiet_until` where its CPU time grows.
+    let woke = samples
+        .at
+        .iter()
+        .zip(samples.cpu.windows(2))
+        .find(|(t, w)| **t >= quiet_until - 0.5 && w[1][2] - w[0][2] > 0.02)
+        .map(|(t, _)| *t)
+        .unwrap_or_else(|| {
+            panic!("{prefix}: q never ran after {quiet_until} s; status {status:?}")
+        });
+    let floor = samples.rates(woke, woke + 1.0);
+    let settled = samples.rates(woke + 2.0, woke + 5.0);
+    let equal = settled.iter().sum::<f64>() / 3.0;
+    eprintln!(
+        "{prefix}: q woke at {woke:.1} s; first second {floor:.2?} cores; from 2 s to 5 s after {settled:.2?} (equal split {equal:.2})"
+    );
+    assert!(
+        floor[2] >= 0.05,
+        "{prefix}: q got {:.3} cores in its first second of wanting CPU (its floor at once)\nstatus {status:?}\n{}",
+        floor[2],
+        d.log_tail()
+    );
+    assert!(
+        settled[2] >= 0.75 * equal,
+        "{prefix}: q got {:.2} cores 2-5 s after wanting CPU, under 3/4 of an equal split ({equal:.2}); \
+         all: {settled:.2?}\nstatus {status:?}\n{}",
+        settled[2],
+        d.log_tail()
+    );
+    for job in &mut jobs {
+        assert!(
+            job.wait_for_end(Duration::from_secs(20)),
+            "{}: did not end on its own",
+            job.name
+        );
+    }
+    drop(jobs);
+    d.terminate();
+}
+
+fn quiet_first(layout: Layout, prefix: &str) {
+    no_lockout(
+        layout,
+        prefix,
+        &[
+            Phase::Quiet { secs: 8 },
+            Phase::Busy {
+                threads: 2,
+                secs: 10,
+            },
+        ],
+        8.0,
+    );
+}
+
+fn pause_in_the_middle(layout: Layout, prefix: &str) {
+    no_lockout(
+        layout,
+        prefix,
+        &[
+            Phase::Busy {
+                threads: 2,
+                secs: 6,
+            },
+            Phase::Quiet { secs: 8 },
+            Phase::Busy {
+                threads: 2,
+                secs: 10,
+            },
+        ],
+        14.0,
+    );
+}
+
+fn more_threads_than_cores(layout: Layout, prefix: &str) {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+    no_lockout(
+        layout,
+        prefix,
+        &[
+            Phase::Quiet { secs: 6 },
+            Phase::Busy {
+                threads: 2 * cores,
+                secs: 10,
+            },
+        ],
+        6.0,
+    );
+}
+
+fn host() -> Layout {
+    require_v1_cpu_host();
+    Layout::HostV1
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_job_quiet_at_first_is_not_locked_out() {
+    quiet_first(host(), "starve-v1-quiet");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_job_that_pauses_is_not_locked_out() {
+    pause_in_the_middle(host(), "starve-v1-pause");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_job_with_more_threads_than_cores_is_not_locked_out() {
+    more_threads_than_cores(host(), "starve-v1-threads");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test starvation`"]
+fn vm_a_job_quiet_at_first_is_not_locked_out() {
+    require_vm();
+    quiet_first(Layout::V2, "starve-v2-quiet");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test starvation`"]
+fn vm_a_job_that_pauses_is_not_locked_out() {
+    require_vm();
+    pause_in_the_middle(Layout::V2, "starve-v2-pause");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test starvation`"]
+fn vm_a_job_with_more_threads_than_cores_is_not_locked_out() {
+    require_vm();
+    more_threads_than_cores(Layout::V2, "starve-v2-threads");
+}
