@@ -224,8 +224,17 @@ struct Job {
     tracker: LossTracker,
     /// The stage is fed by the quality signal.
     quality_fed: bool,
-    /// CPU-seconds it would have had under fair sharing (its fair twin).
+    /// CPU-seconds it would have had under fair sharing (its fair twin): what it used while
+    /// the plan offered it at least its fair share (fair sharing would have given it no more
+    /// than it could use), its fair share while the plan held it below; never more than
+    /// `fair_ceiling`.
     fair_cpu: f64,
+    /// Its fair share of every interval, whether or not it could have used it: the twin's bound.
+    fair_ceiling: f64,
+    /// `cpu_seconds` when the twin last advanced.
+    twin_mark: f64,
+    /// Cores the latest plan expected the kernel to give it (infinite before the first plan).
+    offered: f64,
     /// When the fair twin finished its (estimated) work, if it has.
     fair_done_at: Option<Seconds>,
     /// Promoted by the guard.
@@ -412,14 +421,25 @@ impl Governor {
         let caps: Vec<f64> = self.jobs.values().map(|j| j.usable(cores)).collect();
         let shares = fair_shares(cores, &caps);
         for (job, s) in self.jobs.values_mut().zip(shares) {
-            let before = job.fair_cpu;
-            job.fair_cpu += s * dt;
+            // A job offered at least its fair share got what fair sharing would have given it,
+            // or could not use more: the twin follows what it used. Counting the full share
+            // instead made a job that ran alone at the one core it can use look behind its twin
+            // (which "had" both cores) and promoted every job, so that the order fell back to
+            // fair deadlines and newcomers of unknown size sat at their floor.
+            let used = (job.cpu_seconds - job.twin_mark).max(0.0);
+            job.twin_mark = job.cpu_seconds;
+            job.fair_ceiling += s * dt;
+            let step = if job.offered >= 0.999 * s {
+                used
+            } else {
+                s * dt
+            };
+            job.fair_cpu = (job.fair_cpu + step).min(job.fair_ceiling);
             if let Some(r) = job.work.remaining() {
                 let total = job.cpu_seconds + r;
                 if job.fair_done_at.is_none() && job.fair_cpu >= total {
                     let over = (job.fair_cpu - total) / s.max(1e-9);
                     job.fair_done_at = Some(now - over.min(dt));
-                    let _ = before;
                 } else if job.fair_cpu < total {
                     // The size estimate grew past the twin: not done after all.
                     job.fair_done_at = None;
@@ -687,6 +707,9 @@ impl NodePolicy for Governor {
                 ),
                 quality_fed: false,
                 fair_cpu: 0.0,
+                fair_ceiling: 0.0,
+                twin_mark: 0.0,
+                offered: f64::INFINITY,
                 fair_done_at: None,
                 urgent: false,
                 behind: false,
@@ -852,6 +875,7 @@ impl NodePolicy for Governor {
             order.iter().zip(&weights).zip(&expected).enumerate()
         {
             let job = self.jobs.get_mut(id).expect("ranked");
+            job.offered = *expected;
             job.demand.min_offered = Some(
                 job.demand
                     .min_offered
@@ -1067,6 +1091,43 @@ mod tests {
                 fair[name]
             );
         }
+    }
+
+    #[test]
+    fn a_job_alone_at_the_cores_it_can_use_is_not_behind_its_fair_twin() {
+        // Measured on real Keras jobs: one alone on 2 cores keeps one busy. Its fair twin must
+        // not count the second core, or the guard promotes it as "behind its fair-share pace".
+        let mut p = Governor::default();
+        p.job_added(0.0, &JobSpec::new("a"));
+        let mut cpu = 0.0;
+        // Its start-up (imports) uses both cores for a second: the most it was ever seen
+        // using is 2 cores, which is no measure of what it can use later.
+        for step in 1..=160 {
+            let now = f64::from(step) * 0.25;
+            cpu += if step <= 4 { 0.5 } else { 0.25 };
+            p.usage(
+                now,
+                &id("a"),
+                Usage {
+                    at: now,
+                    cpu_seconds: cpu,
+                    ..Usage::default()
+                },
+            );
+            if step >= 8 {
+                p.work_done(now, &id("a"), cpu / 80.0);
+            }
+            let plan = p.decide(now, &node(2.0));
+            let a = &plan.allocations[&id("a")];
+            assert!(!a.reason.contains("promoted"), "at {now} s: {}", a.reason);
+        }
+        let a = &p.jobs[&id("a")];
+        assert!(
+            (a.fair_cpu - a.cpu_seconds).abs() < 0.6,
+            "twin {:.2} CPU-s, job {:.2}",
+            a.fair_cpu,
+            a.cpu_seconds
+        );
     }
 
     /// Three jobs of unknown size on 2 cores, all learning; `quiet` uses no CPU for its first
