@@ -955,6 +955,7 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
     );
     let mut json_policies = serde_json::Map::new();
     let mut plots = Vec::new();
+    let mut per_job_md = String::new();
     for policy in policies {
         let runs = load_runs(out, w, policy, sizes);
         let pairs: Vec<Pair> = runs
@@ -980,6 +981,46 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
         );
         // Per job: median JCT and TTQ ratio against fair over the repetitions.
         let mut per_job = serde_json::Map::new();
+        let _ = writeln!(
+            per_job_md,
+            "\n`{policy}` per job (fair: median over its runs; the policy: its figure over fair's in \
+             the same repetition, median (min..max)):\n\n\
+             | job | JCT fair | JCT / fair | TTQ fair | TTQ / fair | CPU-s fair | CPU-s / fair |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for j in &w.jobs {
+            let fair_median = |f: &dyn Fn(&JobResult) -> Option<f64>| {
+                spread(
+                    fair.iter()
+                        .filter_map(|r| f(r.jobs.iter().find(|x| x.name == j.name)?))
+                        .collect(),
+                )
+                .map_or("-".into(), |s| format!("{:.1}", s.median))
+            };
+            let policy_ratio = |f: &dyn Fn(&JobResult) -> Option<f64>| {
+                ratio(spread(
+                    runs.iter()
+                        .filter_map(|r| {
+                            let fr = fair.iter().find(|x| x.rep == r.rep)?;
+                            let a = f(r.jobs.iter().find(|x| x.name == j.name)?)?;
+                            let b = f(fr.jobs.iter().find(|x| x.name == j.name)?)?;
+                            Some(a / b)
+                        })
+                        .collect(),
+                ))
+            };
+            let _ = writeln!(
+                per_job_md,
+                "| {} | {} s | {} | {} s | {} | {} | {} |",
+                j.name,
+                fair_median(&|x| Some(x.jct)),
+                policy_ratio(&|x| Some(x.jct)),
+                fair_median(&|x| x.ttq),
+                policy_ratio(&|x| x.ttq),
+                fair_median(&|x| x.cpu_seconds),
+                policy_ratio(&|x| x.cpu_seconds),
+            );
+        }
         for j in &w.jobs {
             let ratios = |f: &dyn Fn(&JobResult) -> Option<f64>| -> Vec<f64> {
                 runs.iter()
@@ -1019,6 +1060,7 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
          under the policy over its figure under fair in the same repetition, the worst job of \
          each repetition, median (min..max)."
     );
+    md.push_str(&per_job_md);
     Ok(Report {
         markdown: md,
         json: serde_json::json!({
