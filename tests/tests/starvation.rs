@@ -184,6 +184,12 @@ impl Samples {
 /// equal split of what the three jobs get within 2 s (the 1/4 margin is this shared machine's
 /// noise: other processes take CPU from all three alike, so the split is measured, not assumed).
 fn no_lockout(layout: Layout, prefix: &str, q_phases: &[Phase], quiet_until: f64) {
+    // One scenario at a time, whatever libtest's thread count: each measures shares of the
+    // whole machine, and every daemon adopts every job under governor.slice.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut d = Daemon::configure("governor", "");
     d.spawn();
     let total: u32 = q_phases
