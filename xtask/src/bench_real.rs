@@ -997,31 +997,7 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
                 )
                 .map_or("-".into(), |s| format!("{:.1}", s.median))
             };
-            let policy_ratio = |f: &dyn Fn(&JobResult) -> Option<f64>| {
-                ratio(spread(
-                    runs.iter()
-                        .filter_map(|r| {
-                            let fr = fair.iter().find(|x| x.rep == r.rep)?;
-                            let a = f(r.jobs.iter().find(|x| x.name == j.name)?)?;
-                            let b = f(fr.jobs.iter().find(|x| x.name == j.name)?)?;
-                            Some(a / b)
-                        })
-                        .collect(),
-                ))
-            };
-            let _ = writeln!(
-                per_job_md,
-                "| {} | {} s | {} | {} s | {} | {} | {} |",
-                j.name,
-                fair_median(&|x| Some(x.jct)),
-                policy_ratio(&|x| Some(x.jct)),
-                fair_median(&|x| x.ttq),
-                policy_ratio(&|x| x.ttq),
-                fair_median(&|x| x.cpu_seconds),
-                policy_ratio(&|x| x.cpu_seconds),
-            );
-        }
-        for j in &w.jobs {
+            // The job's figure under the policy over fair's, repetition by repetition.
             let ratios = |f: &dyn Fn(&JobResult) -> Option<f64>| -> Vec<f64> {
                 runs.iter()
                     .filter_map(|r| {
@@ -1032,12 +1008,25 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
                     })
                     .collect()
             };
+            let (jct, ttq, cpu) = (
+                spread(ratios(&|x| Some(x.jct))),
+                spread(ratios(&|x| x.ttq)),
+                spread(ratios(&|x| x.cpu_seconds)),
+            );
+            let _ = writeln!(
+                per_job_md,
+                "| {} | {} s | {} | {} s | {} | {} | {} |",
+                j.name,
+                fair_median(&|x| Some(x.jct)),
+                ratio(jct),
+                fair_median(&|x| x.ttq),
+                ratio(ttq),
+                fair_median(&|x| x.cpu_seconds),
+                ratio(cpu),
+            );
             per_job.insert(
                 j.name.clone(),
-                serde_json::json!({
-                    "jct_ratio": spread(ratios(&|x| Some(x.jct))),
-                    "ttq_ratio": spread(ratios(&|x| x.ttq)),
-                }),
+                serde_json::json!({ "jct_ratio": jct, "ttq_ratio": ttq, "cpu_ratio": cpu }),
             );
         }
         json_policies.insert(
