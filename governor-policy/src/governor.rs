@@ -587,24 +587,20 @@ impl Governor {
         let fair_finish = project(cores, &fair_sim, |sub, _| {
             fair_shares(cores, &sub.iter().map(|s| s.cap).collect::<Vec<_>>())
         });
-        let deadline: Vec<f64> = ids
+        // Each job's fair completion, and how late the plan may let it finish: promoted past
+        // `slack` of its fair completion time, released once back within half of it.
+        let bounds: Vec<(f64, f64)> = ids
             .iter()
             .zip(&fair_finish)
             .map(|(id, f)| {
                 let j = &self.jobs[id];
                 let fair_at = j.fair_done_at.unwrap_or(now + f);
-                fair_at + slack * (fair_at - j.submitted).max(0.0)
+                let span = (fair_at - j.submitted).max(0.0);
+                (fair_at + slack * span, fair_at + 0.5 * slack * span)
             })
             .collect();
-        let release: Vec<f64> = ids
-            .iter()
-            .zip(&fair_finish)
-            .map(|(id, f)| {
-                let j = &self.jobs[id];
-                let fair_at = j.fair_done_at.unwrap_or(now + f);
-                fair_at + 0.5 * slack * (fair_at - j.submitted).max(0.0)
-            })
-            .collect();
+        let deadline: Vec<f64> = bounds.iter().map(|b| b.0).collect();
+        let release: Vec<f64> = bounds.iter().map(|b| b.1).collect();
         let floor = self.floor_cores();
         let index: BTreeMap<&JobId, usize> =
             ids.iter().enumerate().map(|(i, id)| (id, i)).collect();
