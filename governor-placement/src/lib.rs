@@ -522,7 +522,7 @@ pub(crate) fn choose_min(
 }
 
 /// Build the [`Placement`] for the first of `ranked` (node index, score; best first).
-pub(crate) fn finish(
+pub fn finish(
     cluster: &ClusterView,
     job: &JobRequest,
     ranked: &[(usize, f64)],

@@ -14,7 +14,7 @@
 //! because the coordinator has no reason to offer it.
 
 use governor_placement::{
-    Candidate, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
+    ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes, finish,
 };
 
 /// Fewest jobs first.
@@ -32,35 +32,27 @@ impl PlacementPolicy for Spread {
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
-                let load = if n.cores > 0.0 {
-                    n.cpu_used_cores / n.cores
-                } else {
-                    0.0
-                };
-                (i, n.jobs().len(), load)
+                (i, n.jobs().len(), utilisation(n.cpu_used_cores, n.cores))
             })
             .collect();
         ranked.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.total_cmp(&b.2)).then(a.0.cmp(&b.0)));
-        let (best, jobs, _) = ranked[0];
-        let node = &cluster.nodes[best];
-        Ok(Placement {
-            node: best,
-            gpus: node
-                .free_gpus()
-                .into_iter()
-                .take(job.gpus as usize)
-                .collect(),
-            reason: format!("spread: {} runs the fewest jobs ({jobs})", node.name),
-            candidates: ranked
-                .iter()
-                .take(governor_placement::CANDIDATES_KEPT)
-                .map(|&(i, jobs, load)| Candidate {
-                    node: cluster.nodes[i].name.clone(),
-                    score: jobs as f64,
-                    note: format!("{jobs} jobs, CPU {:.0}% in use", load * 100.0),
-                })
-                .collect(),
-        })
+        let ranked: Vec<(usize, f64)> = ranked
+            .iter()
+            .map(|&(i, jobs, _)| (i, jobs as f64))
+            .collect();
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |n| {
+                format!(
+                    "{} jobs, CPU {:.0}% in use",
+                    n.jobs().len(),
+                    100.0 * utilisation(n.cpu_used_cores, n.cores)
+                )
+            },
+            |n, jobs| format!("spread: {} runs the fewest jobs ({jobs})", n.name),
+        ))
     }
 }
 
@@ -86,15 +78,14 @@ impl PlacementPolicy for Usage {
 
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
         let feasible = feasible_nodes(cluster, job)?;
-        let frac = |used: f64, total: f64| if total > 0.0 { used / total } else { 0.0 };
         let mut ranked: Vec<(usize, f64, f64)> = feasible
             .iter()
             .map(|&i| {
                 let n = &cluster.nodes[i];
                 (
                     i,
-                    (100.0 * frac(n.cpu_used_cores, n.cores)).round(),
-                    frac(n.memory_used_bytes as f64, n.memory_bytes as f64),
+                    (100.0 * utilisation(n.cpu_used_cores, n.cores)).round(),
+                    utilisation(n.memory_used_bytes as f64, n.memory_bytes as f64),
                 )
             })
             .collect();
@@ -103,30 +94,26 @@ impl PlacementPolicy for Usage {
                 .then(a.2.total_cmp(&b.2))
                 .then(a.0.cmp(&b.0))
         });
-        let (best, cpu, _) = ranked[0];
-        let node = &cluster.nodes[best];
-        Ok(Placement {
-            node: best,
-            gpus: node
-                .free_gpus()
-                .into_iter()
-                .take(job.gpus as usize)
-                .collect(),
-            reason: format!(
-                "usage: {} reported the lowest CPU use ({cpu:.0}%)",
-                node.name
-            ),
-            candidates: ranked
-                .iter()
-                .take(governor_placement::CANDIDATES_KEPT)
-                .map(|&(i, cpu, mem)| Candidate {
-                    node: cluster.nodes[i].name.clone(),
-                    score: cpu,
-                    note: format!("CPU {cpu:.0}%, memory {:.0}% in use", mem * 100.0),
-                })
-                .collect(),
-        })
+        let ranked: Vec<(usize, f64)> = ranked.iter().map(|&(i, cpu, _)| (i, cpu)).collect();
+        Ok(finish(
+            cluster,
+            job,
+            &ranked,
+            |n| {
+                format!(
+                    "CPU {:.0}%, memory {:.0}% in use",
+                    100.0 * utilisation(n.cpu_used_cores, n.cores),
+                    100.0 * utilisation(n.memory_used_bytes as f64, n.memory_bytes as f64)
+                )
+            },
+            |n, cpu| format!("usage: {} reported the lowest CPU use ({cpu:.0}%)", n.name),
+        ))
     }
+}
+
+/// `used / total`, 0 for a node that reports no capacity.
+fn utilisation(used: f64, total: f64) -> f64 {
+    if total > 0.0 { used / total } else { 0.0 }
 }
 
 /// A placement policy by name: the coordinator's ([`governor_placement::by_name`]), `spread`
