@@ -6,7 +6,7 @@ use governor_proto::pb::control_service_server::ControlService;
 use tonic::{Request, Response, Status};
 
 use super::actor::Coordinator;
-use super::auth;
+use super::auth::{self, Method};
 use crate::state::ControlError;
 
 pub(super) struct ControlSvc {
@@ -22,11 +22,9 @@ impl ControlSvc {
         }
     }
 
-    fn read<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        if self.secure && auth::identity(request).is_none() {
-            return Err(Status::unauthenticated("a client certificate is required"));
-        }
-        Ok(())
+    /// Refuse a caller whose certificate's role may not call `method` (see `auth`).
+    fn authorize<T>(&self, request: &Request<T>, method: Method) -> Result<(), Status> {
+        auth::authorize(self.secure, request, method).map(drop)
     }
 }
 
@@ -46,7 +44,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        auth::require_admin(self.secure, &request, "submit jobs")?;
+        self.authorize(&request, Method::SubmitJob)?;
         let spec = request
             .into_inner()
             .spec
@@ -62,7 +60,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::CancelJobResponse>, Status> {
-        auth::require_admin(self.secure, &request, "cancel jobs")?;
+        self.authorize(&request, Method::CancelJob)?;
         let id = request.into_inner().job_id;
         let job = self.coordinator.cancel(id).await?.map_err(control_status)?;
         Ok(Response::new(pb::CancelJobResponse {
@@ -74,7 +72,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
-        self.read(&request)?;
+        self.authorize(&request, Method::ListNodes)?;
         let nodes = self.coordinator.nodes().await?;
         Ok(Response::new(pb::ListNodesResponse {
             nodes: nodes.into_iter().map(Into::into).collect(),
@@ -85,7 +83,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
-        self.read(&request)?;
+        self.authorize(&request, Method::ListJobs)?;
         let jobs = self.coordinator.jobs(request.into_inner().all).await?;
         Ok(Response::new(pb::ListJobsResponse {
             jobs: jobs.into_iter().map(Into::into).collect(),
@@ -96,7 +94,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::GetJobResponse>, Status> {
-        self.read(&request)?;
+        self.authorize(&request, Method::GetJob)?;
         let job = self
             .coordinator
             .job(request.into_inner().job_id)
@@ -111,7 +109,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        self.read(&request)?;
+        self.authorize(&request, Method::GetPolicy)?;
         Ok(Response::new(self.coordinator.policy().await?.into()))
     }
 
@@ -119,7 +117,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::SetPolicyRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
-        auth::require_admin(self.secure, &request, "change the placement policy")?;
+        self.authorize(&request, Method::SetPolicy)?;
         let state = self
             .coordinator
             .set_policy(request.into_inner().name)
@@ -132,7 +130,7 @@ impl ControlService for ControlSvc {
         &self,
         request: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        self.read(&request)?;
+        self.authorize(&request, Method::GetStats)?;
         Ok(Response::new(self.coordinator.stats().await?.into()))
     }
 }

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
 use super::actor::{Coordinator, SESSION_QUEUE};
-use super::auth;
+use super::auth::{self, Method};
 use crate::state::SessionError;
 
 pub(super) struct NodeSvc {
@@ -43,8 +43,9 @@ impl NodeService for NodeSvc {
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let peer = auth::identity(&request);
+        // Only a node certificate may open a session; refused before the hello is read.
         let secure = self.secure;
+        let peer = auth::authorize(secure, &request, Method::NodeSession)?;
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -58,7 +59,7 @@ impl NodeService for NodeSvc {
                 ));
             }
         };
-        auth::require_node(secure, peer.as_ref(), &hello.node_name)?;
+        auth::require_own_node(secure, peer.as_ref(), &hello.node_name)?;
         let node = hello.node_name.clone();
         let (tx, rx) = mpsc::channel(SESSION_QUEUE);
         let welcome = self

@@ -134,9 +134,12 @@ impl ClusterState {
                     present.insert((id.clone(), job.replica));
                     self.update_local(now, node_name, &id, job);
                 }
+                // A member placed on another node is not this node's to report: it changes
+                // nothing (not even a migration request), whatever the node claims.
                 JobOrigin::Coordinator => {
-                    present.insert((job.job_id.clone(), job.replica));
-                    self.update_member(now, node_name, session, job);
+                    if self.update_member(now, node_name, session, job) {
+                        present.insert((job.job_id.clone(), job.replica));
+                    }
                 }
             }
         }
@@ -275,17 +278,19 @@ impl ClusterState {
         }
     }
 
+    /// Apply a node's report of a coordinator job's member. False when the job is unknown or
+    /// the member is not placed on this node (the report is ignored).
     pub(super) fn update_member(
         &mut self,
         now: Seconds,
         node: &str,
         session: u64,
         report: &JobReport,
-    ) {
+    ) -> bool {
         let limit = self.config.progress_samples;
         let Some(job) = self.jobs.get_mut(&report.job_id) else {
             warn!(node, job = %report.job_id, "node reports a coordinator job this coordinator does not know; ignoring it");
-            return;
+            return false;
         };
         let Some(member) = job
             .members
@@ -293,7 +298,7 @@ impl ClusterState {
             .find(|m| m.replica == report.replica && m.node == node)
         else {
             warn!(node, job = %report.job_id, replica = report.replica, "node reports a member placed elsewhere; ignoring it");
-            return;
+            return false;
         };
         // A job we consider over (cancelled, failed gang) that still runs there: stop it, once
         // per session.
@@ -309,7 +314,7 @@ impl ClusterState {
                     }),
                 ));
             }
-            return;
+            return true;
         }
         let was = member.state;
         member.seen = true;
@@ -321,6 +326,7 @@ impl ClusterState {
             member.message = report.message.clone();
         }
         track_progress(job, now, report, limit, &mut self.dirty);
+        true
     }
 
     /// Members this node should have but did not report.

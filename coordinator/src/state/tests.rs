@@ -135,6 +135,46 @@ fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
 }
 
 #[test]
+fn a_node_cannot_report_or_ask_to_move_another_nodes_job() {
+    let (mut s, a, b) = two_nodes();
+    s.submit(1.0, spec("vae", 1));
+    s.take_outbox();
+    assert_eq!(s.job_detail("j1").unwrap().summary.members[0].node, "a");
+    // Node b claims j1 (placed on a) has failed and asks to move it.
+    let mut claim = JobReport {
+        state: RunState::Failed,
+        message: "claimed by b".into(),
+        ..running("j1", Category::Converged)
+    };
+    claim.exit_code = Some(1);
+    let mut report = report_of(vec![claim]);
+    report.migrations = vec![governor_proto::node::MigrationRequest {
+        job_id: "j1".into(),
+        reason: "b wants it gone".into(),
+    }];
+    s.report(2.0, "b", b, report).unwrap();
+    let job = s.job_detail("j1").unwrap().summary;
+    assert_eq!(job.migration_request, None, "{job:?}");
+    assert_eq!(job.category, Category::Unknown, "{job:?}");
+    assert_ne!(job.members[0].state, RunState::Failed, "{job:?}");
+    // Its own node still can.
+    let mut report = report_of(vec![running("j1", Category::Converged)]);
+    report.migrations = vec![governor_proto::node::MigrationRequest {
+        job_id: "j1".into(),
+        reason: "converged".into(),
+    }];
+    s.report(3.0, "a", a, report).unwrap();
+    assert_eq!(
+        s.job_detail("j1")
+            .unwrap()
+            .summary
+            .migration_request
+            .as_deref(),
+        Some("node a asks: converged")
+    );
+}
+
+#[test]
 fn nodes_joining_in_any_order_keep_the_view_in_name_order() {
     let mut s = ClusterState::new(StateConfig::default(), "round-robin").unwrap();
     for name in ["m", "c", "x", "a", "q", "b"] {
