@@ -137,6 +137,11 @@ pub struct EarlyStop {
 }
 
 impl EarlyStop {
+    /// The rule followed.
+    pub fn rule(&self) -> FinishRule {
+        self.rule
+    }
+
     pub fn new(rule: FinishRule, direction: Direction) -> Self {
         EarlyStop {
             rule,

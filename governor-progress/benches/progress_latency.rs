@@ -66,6 +66,7 @@ impl Setup {
                     paths: vec![p.clone()],
                     format: FormatChoice::Auto,
                     custom: None,
+                    owner: None,
                 };
                 handle.add(&format!("job{i}"), spec).await.unwrap();
             }

@@ -39,7 +39,7 @@ pub use lines::{LineSplitter, MAX_LINE_BYTES};
 pub use parsers::custom::CustomFormat;
 pub use record::{Metrics, Record, RecordData, Split};
 pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, quality_value, summarize};
-pub use watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
+pub use watch::{FileOwner, OpenAs, WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
 
 /// A job's progress configuration, as written in its TOML section:
 ///
@@ -75,6 +75,7 @@ impl ProgressConfig {
             paths: self.paths.clone(),
             format: self.format,
             custom: self.custom.clone(),
+            owner: None,
         }
     }
 
@@ -308,15 +309,25 @@ pub fn parse_file_with(
 /// Opens `path` for reading without blocking on FIFOs or devices, and refuses anything but a
 /// regular file (a job could point the root daemon at `/dev/zero` or a FIFO).
 pub(crate) fn open_regular(path: &Path) -> Result<File, ProgressError> {
+    open_regular_with(path, |p| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(p)
+    })
+}
+
+/// [`open_regular`] with another way to open (a job owner's rights, see
+/// [`watch::OpenAs`]); the file must still be a regular file.
+pub(crate) fn open_regular_with(
+    path: &Path,
+    open: impl FnOnce(&Path) -> std::io::Result<File>,
+) -> Result<File, ProgressError> {
     let read_err = |source| ProgressError::Read {
         path: path.to_owned(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(read_err)?;
+    let file = open(path).map_err(read_err)?;
     let meta = file.metadata().map_err(read_err)?;
     if !meta.file_type().is_file() {
         return Err(ProgressError::NotRegularFile {

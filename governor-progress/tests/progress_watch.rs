@@ -86,6 +86,7 @@ fn spec(paths: &[&Path], format: FormatChoice) -> WatchSpec {
         paths: paths.iter().map(|p| p.to_path_buf()).collect(),
         format,
         custom: None,
+        owner: None,
     }
 }
 

@@ -36,6 +36,7 @@ async fn an_idle_watcher_uses_no_cpu() {
             paths: vec![p],
             format: FormatChoice::Auto,
             custom: None,
+            owner: None,
         };
         h.add(&format!("job{i}"), spec).await.unwrap();
     }
@@ -44,6 +45,7 @@ async fn an_idle_watcher_uses_no_cpu() {
         paths: vec![dir.path().join("later/version_*/metrics.csv")],
         format: FormatChoice::Auto,
         custom: None,
+        owner: None,
     };
     h.add("later", spec).await.unwrap();
     let mut records = 0;

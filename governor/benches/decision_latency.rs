@@ -279,6 +279,7 @@ impl Bed {
                     paths: vec![log_path],
                     format: FormatChoice::Auto,
                     custom: None,
+                    owner: None,
                 },
             ))
             .expect("watch");

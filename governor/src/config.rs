@@ -26,6 +26,37 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error(
+        "--certs and --insecure need a coordinator: --coordinator HOST:PORT, or [coordinator] address in the configuration"
+    )]
+    NoCoordinator,
+    #[error(
+        "the coordinator's address is missing: --coordinator HOST:PORT, or [coordinator] address in the configuration"
+    )]
+    NoCoordinatorAddress,
+    #[error(
+        "the coordinator connection needs mTLS files ({missing} missing): --certs DIR (ca.pem, NODE.pem and NODE-key.pem from `govctl certs init`), or ca, cert and key in [coordinator]; --insecure (insecure = true) for a test cluster only"
+    )]
+    NoCoordinatorTls { missing: String },
+    #[error("--certs and --insecure contradict each other: give one")]
+    CertsAndInsecure,
+}
+
+/// The command-line options of `governor daemon` that concern the cluster. They combine with
+/// the configuration file: each one given overrides (or fills in) its setting there.
+///
+/// | flag | setting |
+/// | --- | --- |
+/// | `--coordinator HOST:PORT` | `[coordinator] address` (and makes a `[coordinator]` table) |
+/// | `--certs DIR` | `[coordinator] ca`, `cert`, `key` = `DIR/ca.pem`, `DIR/NODE.pem`, `DIR/NODE-key.pem`; `insecure = false` |
+/// | `--insecure` | `[coordinator] insecure = true` |
+/// | `--node-name NAME` | `[node] name` (and the NODE of `--certs`) |
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterFlags {
+    pub coordinator: Option<String>,
+    pub certs: Option<PathBuf>,
+    pub insecure: bool,
+    pub node_name: Option<String>,
 }
 
 /// The daemon's configuration (`/etc/governor/governor.toml`).
@@ -101,6 +132,12 @@ pub struct DiscoveryConfig {
     /// A discovered job whose cgroup has no process left is dropped after this long.
     #[serde(with = "humantime_serde")]
     pub finished_grace: Duration,
+    /// Whose processes found through their environment may be moved into a cgroup of the
+    /// governor's when they share theirs with other processes: `"none"`, `"any"`, or a
+    /// comma-separated list of `root`, `user:NAME`, `group:NAME`. Processes of anyone else are
+    /// governed only where they already have a cgroup of their own. Default
+    /// `"root,group:governor"`.
+    pub adopt: String,
 }
 
 impl Default for DiscoveryConfig {
@@ -109,6 +146,7 @@ impl Default for DiscoveryConfig {
             environment: true,
             rescan_interval: Duration::from_secs(30),
             finished_grace: Duration::from_millis(0),
+            adopt: crate::discovery::adopt::DEFAULT_ADOPT.to_owned(),
         }
     }
 }
@@ -358,6 +396,8 @@ impl DaemonConfig {
                 self.actuation.cpu_period_us
             )));
         }
+        crate::discovery::adopt::AdoptRule::parse(&self.discovery.adopt)
+            .map_err(|e| invalid(format!("discovery.{e}")))?;
         let f = self.actuation.memory_headroom_fraction;
         if !(f.is_finite() && (0.0..=10.0).contains(&f)) {
             return Err(invalid(format!(
@@ -369,12 +409,71 @@ impl DaemonConfig {
         {
             return Err(invalid(format!("node.cores = {c} must be positive")));
         }
-        if let Some(c) = &self.coordinator {
-            if c.address.is_empty() {
-                return Err(invalid("coordinator.address is empty".into()));
+        // `[coordinator]` is checked once the command line has filled it in
+        // (`apply_cluster_flags`): its address and mTLS files may come from the flags.
+        Ok(())
+    }
+
+    /// Combine the command line's cluster flags with this configuration (see [`ClusterFlags`]:
+    /// a flag given overrides or fills in its setting), then check the coordinator connection
+    /// that results. `host_name` gives the node name when neither `--node-name` nor `[node]
+    /// name` does (only asked for by `--certs`).
+    pub fn apply_cluster_flags(
+        &mut self,
+        flags: &ClusterFlags,
+        host_name: impl FnOnce() -> String,
+    ) -> Result<(), ConfigError> {
+        if flags.certs.is_some() && flags.insecure {
+            return Err(ConfigError::CertsAndInsecure);
+        }
+        if let Some(name) = &flags.node_name {
+            self.node.name = Some(name.clone());
+        }
+        if let Some(address) = &flags.coordinator {
+            self.coordinator
+                .get_or_insert_with(CoordinatorConfig::default)
+                .address = address.clone();
+        }
+        let Some(c) = self.coordinator.as_mut() else {
+            if flags.certs.is_some() || flags.insecure {
+                return Err(ConfigError::NoCoordinator);
             }
-            if !c.insecure && (c.ca.is_none() || c.cert.is_none() || c.key.is_none()) {
-                return Err(invalid("coordinator needs ca, cert and key for mTLS (or insecure = true for a test cluster)".into()));
+            return Ok(());
+        };
+        if let Some(dir) = &flags.certs {
+            let node = self.node.name.clone().unwrap_or_else(host_name);
+            let files = governor_proto::tls::TlsFiles::in_dir(dir, &node);
+            c.ca = Some(files.ca);
+            c.cert = Some(files.cert);
+            c.key = Some(files.key);
+            c.insecure = false;
+        }
+        if flags.insecure {
+            c.insecure = true;
+        }
+        c.check()
+    }
+}
+
+impl CoordinatorConfig {
+    /// The connection can be made: an address, and mTLS files unless `insecure`.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.address.trim().is_empty() {
+            return Err(ConfigError::NoCoordinatorAddress);
+        }
+        if !self.insecure {
+            let missing: Vec<&str> = [
+                ("ca", self.ca.is_none()),
+                ("cert", self.cert.is_none()),
+                ("key", self.key.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(name, absent)| absent.then_some(name))
+            .collect();
+            if !missing.is_empty() {
+                return Err(ConfigError::NoCoordinatorTls {
+                    missing: missing.join(", "),
+                });
             }
         }
         Ok(())
@@ -502,6 +601,10 @@ environment = true
 # Safety-net full rescan; process events and cgroup inotify notice jobs within a second.
 rescan_interval = "30s"
 finished_grace = "0s"
+# Whose processes may be moved out of a shared cgroup (a login session, the root cgroup) into
+# one of the governor's: "none", "any", or a list of root, user:NAME, group:NAME. Never out of a
+# cgroup with a CPU, memory or pids limit; moved processes go back when released or stopped.
+adopt = "root,group:governor"
 
 [actuation]
 # Compute and log decisions without writing (also: governor daemon --dry-run).
@@ -615,17 +718,250 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("soon"), "{e}");
-        let e = DaemonConfig::parse("[coordinator]\naddress = \"a:1\"", Path::new("g.toml"))
+        // A `[coordinator]` table is checked only with the command line applied (below).
+        assert!(
+            DaemonConfig::parse("[coordinator]\naddress = \"a:1\"", Path::new("g.toml")).is_ok()
+        );
+    }
+
+    fn host() -> String {
+        "host1".into()
+    }
+
+    fn merged(text: &str, flags: ClusterFlags) -> Result<DaemonConfig, ConfigError> {
+        let mut config = DaemonConfig::parse(text, Path::new("g.toml")).unwrap();
+        config.apply_cluster_flags(&flags, host).map(|()| config)
+    }
+
+    fn tls_of(config: &DaemonConfig) -> (PathBuf, PathBuf, PathBuf) {
+        let c = config.coordinator.as_ref().unwrap();
+        (
+            c.ca.clone().unwrap(),
+            c.cert.clone().unwrap(),
+            c.key.clone().unwrap(),
+        )
+    }
+
+    fn paths(ca: &str, cert: &str, key: &str) -> (PathBuf, PathBuf, PathBuf) {
+        (ca.into(), cert.into(), key.into())
+    }
+
+    const FULL: &str = "[node]\nname = \"node2\"\n[coordinator]\naddress = \"10.0.0.1:7070\"\nca = \"/c/ca.pem\"\ncert = \"/c/node2.pem\"\nkey = \"/c/node2-key.pem\"\n";
+
+    #[test]
+    fn cluster_settings_from_the_configuration_only() {
+        let c = merged(FULL, ClusterFlags::default()).unwrap();
+        assert_eq!(c.coordinator.as_ref().unwrap().address, "10.0.0.1:7070");
+        assert_eq!(
+            tls_of(&c),
+            paths("/c/ca.pem", "/c/node2.pem", "/c/node2-key.pem")
+        );
+        assert_eq!(c.node.name.as_deref(), Some("node2"));
+        // No coordinator anywhere: the node governs alone.
+        let c = merged("", ClusterFlags::default()).unwrap();
+        assert_eq!(c.coordinator, None);
+        let c = merged(
+            "[coordinator]\naddress = \"a:1\"\ninsecure = true",
+            ClusterFlags::default(),
+        )
+        .unwrap();
+        assert!(c.coordinator.unwrap().insecure);
+    }
+
+    #[test]
+    fn cluster_settings_from_the_flags_only() {
+        let c = merged(
+            "",
+            ClusterFlags {
+                coordinator: Some("10.0.0.1:7070".into()),
+                certs: Some("/etc/governor/certs".into()),
+                insecure: false,
+                node_name: Some("node3".into()),
+            },
+        )
+        .unwrap();
+        let coordinator = c.coordinator.as_ref().unwrap();
+        assert_eq!(coordinator.address, "10.0.0.1:7070");
+        assert!(!coordinator.insecure);
+        assert_eq!(
+            tls_of(&c),
+            paths(
+                "/etc/governor/certs/ca.pem",
+                "/etc/governor/certs/node3.pem",
+                "/etc/governor/certs/node3-key.pem"
+            )
+        );
+        assert_eq!(c.node.name.as_deref(), Some("node3"));
+        // Without --node-name and [node] name, the host name names the files.
+        let c = merged(
+            "",
+            ClusterFlags {
+                coordinator: Some("a:1".into()),
+                certs: Some("/d".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(tls_of(&c).1, PathBuf::from("/d/host1.pem"));
+        assert_eq!(c.node.name, None);
+        let c = merged(
+            "",
+            ClusterFlags {
+                coordinator: Some("a:1".into()),
+                insecure: true,
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert!(c.coordinator.unwrap().insecure);
+    }
+
+    #[test]
+    fn the_configurations_address_with_the_flags_certificates() {
+        // The case the help promises: [coordinator] address in the file, --certs on the line.
+        let c = merged(
+            "[node]\nname = \"node2\"\n[coordinator]\naddress = \"10.0.0.1:7070\"\n",
+            ClusterFlags {
+                certs: Some("/etc/governor/certs".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.coordinator.as_ref().unwrap().address, "10.0.0.1:7070");
+        assert_eq!(
+            tls_of(&c),
+            paths(
+                "/etc/governor/certs/ca.pem",
+                "/etc/governor/certs/node2.pem",
+                "/etc/governor/certs/node2-key.pem"
+            )
+        );
+        // And the other way round: the certificates in the file, the address on the line.
+        let c = merged(
+            "[coordinator]\nca = \"/c/ca.pem\"\ncert = \"/c/n.pem\"\nkey = \"/c/n-key.pem\"\n",
+            ClusterFlags {
+                coordinator: Some("10.0.0.9:7070".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.coordinator.as_ref().unwrap().address, "10.0.0.9:7070");
+        assert_eq!(tls_of(&c), paths("/c/ca.pem", "/c/n.pem", "/c/n-key.pem"));
+    }
+
+    #[test]
+    fn flags_override_the_configuration() {
+        let c = merged(
+            FULL,
+            ClusterFlags {
+                coordinator: Some("10.0.0.2:7071".into()),
+                certs: Some("/d".into()),
+                insecure: false,
+                node_name: Some("node7".into()),
+            },
+        )
+        .unwrap();
+        assert_eq!(c.coordinator.as_ref().unwrap().address, "10.0.0.2:7071");
+        assert_eq!(c.node.name.as_deref(), Some("node7"));
+        // --certs uses the name from --node-name, not [node] name.
+        assert_eq!(
+            tls_of(&c),
+            paths("/d/ca.pem", "/d/node7.pem", "/d/node7-key.pem")
+        );
+        // --node-name alone renames the node and keeps the configured files.
+        let c = merged(
+            FULL,
+            ClusterFlags {
+                node_name: Some("node8".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.node.name.as_deref(), Some("node8"));
+        assert_eq!(tls_of(&c).1, PathBuf::from("/c/node2.pem"));
+        // --certs turns a configured insecure = true off; --insecure turns it on.
+        let c = merged(
+            "[coordinator]\naddress = \"a:1\"\ninsecure = true",
+            ClusterFlags {
+                certs: Some("/d".into()),
+                node_name: Some("n".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert!(!c.coordinator.unwrap().insecure);
+        let c = merged(
+            FULL,
+            ClusterFlags {
+                insecure: true,
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap();
+        assert!(c.coordinator.unwrap().insecure);
+    }
+
+    #[test]
+    fn an_incomplete_cluster_setting_is_refused_after_merging() {
+        // An address but no certificates from anywhere, and not insecure.
+        let e = merged("[coordinator]\naddress = \"a:1\"", ClusterFlags::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("mTLS"), "{e}");
-        assert!(
-            DaemonConfig::parse(
-                "[coordinator]\naddress = \"a:1\"\ninsecure = true",
-                Path::new("g.toml")
-            )
-            .is_ok()
-        );
+        assert!(e.contains("mTLS files (ca, cert, key missing)"), "{e}");
+        assert!(e.contains("--certs DIR"), "{e}");
+        let e = merged(
+            "",
+            ClusterFlags {
+                coordinator: Some("a:1".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("needs mTLS files"), "{e}");
+        let e = merged(
+            "[coordinator]\naddress = \"a:1\"\nca = \"/c/ca.pem\"",
+            ClusterFlags::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("(cert, key missing)"), "{e}");
+        // Certificates but no address from anywhere.
+        let e = merged(
+            "[coordinator]\n",
+            ClusterFlags {
+                certs: Some("/d".into()),
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("address is missing"), "{e}");
+        // --certs or --insecure without any coordinator.
+        for flags in [
+            ClusterFlags {
+                certs: Some("/d".into()),
+                ..ClusterFlags::default()
+            },
+            ClusterFlags {
+                insecure: true,
+                ..ClusterFlags::default()
+            },
+        ] {
+            let e = merged("", flags).unwrap_err().to_string();
+            assert!(e.contains("need a coordinator"), "{e}");
+        }
+        let e = merged(
+            FULL,
+            ClusterFlags {
+                certs: Some("/d".into()),
+                insecure: true,
+                ..ClusterFlags::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("contradict"), "{e}");
     }
 
     #[test]

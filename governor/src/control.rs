@@ -8,56 +8,16 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as TokioBufReader};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::status::NodeStatus;
-
 /// Largest request accepted (a request is a small JSON object).
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// A request to the daemon.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "request", rename_all = "snake_case")]
-pub enum Request {
-    /// The node's status.
-    Status,
-    /// Re-read the configuration and the jobs directory (as SIGHUP does).
-    Reload,
-    /// Govern a job started by `governor run-job` in a cgroup it created.
-    Adopt(AdoptJob),
-    /// A job started by `governor run-job` has ended: restore and forget it.
-    Release { cgroup: String },
-}
-
-/// A job handed to the daemon by `governor run-job`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AdoptJob {
-    pub name: String,
-    /// cgroup path relative to the cgroup root.
-    pub cgroup: String,
-    pub logs: Vec<String>,
-    pub metric: Option<String>,
-    pub format: Option<String>,
-    pub pid: u32,
-    /// Total epochs of the run (`run-job --epochs`).
-    #[serde(default)]
-    pub epochs: Option<f64>,
-    /// End the job at convergence (`run-job --finish`).
-    #[serde(default)]
-    pub finish: Option<crate::policy::quality::FinishRule>,
-}
-
-/// The daemon's answer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "response", rename_all = "snake_case")]
-pub enum Response {
-    Status(Box<NodeStatus>),
-    Ok { message: String },
-    Error { message: String },
-}
+/// The wire types (one JSON line each way) live in the protocol crate, where they are tested
+/// and fuzzed without the daemon.
+pub use governor_proto::control_socket::{AdoptJob, Request, Response};
 
 /// Errors talking to the daemon, written for the operator.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +76,18 @@ pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response
 /// A request waiting for the control loop's answer.
 pub struct PendingRequest {
     pub request: Request,
+    /// Who sent it (`SO_PEERCRED`: the kernel's word, not the client's); `None` if the kernel
+    /// could not tell, which allows nothing but status.
+    pub peer: Option<Peer>,
     pub reply: oneshot::Sender<Response>,
+}
+
+/// The credentials of the process at the other end of a control connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<u32>,
 }
 
 /// Bind the control socket: create its directory, replace a stale socket file, set mode 0660 and
@@ -165,6 +136,11 @@ pub async fn serve(listener: UnixListener, requests: mpsc::Sender<PendingRequest
             }
         };
         let requests = requests.clone();
+        let peer = stream.peer_cred().ok().map(|c| Peer {
+            uid: c.uid(),
+            gid: c.gid(),
+            pid: c.pid().and_then(|p| u32::try_from(p).ok()),
+        });
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
             let mut reader = TokioBufReader::new(read.take(MAX_REQUEST_BYTES as u64));
@@ -177,7 +153,11 @@ pub async fn serve(listener: UnixListener, requests: mpsc::Sender<PendingRequest
                         Ok(request) => {
                             let (reply, answer) = oneshot::channel();
                             if requests
-                                .send(PendingRequest { request, reply })
+                                .send(PendingRequest {
+                                    request,
+                                    peer,
+                                    reply,
+                                })
                                 .await
                                 .is_err()
                             {
@@ -232,6 +212,7 @@ impl ClassifyName for serde_json::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::NodeStatus;
 
     #[tokio::test]
     async fn request_and_answer_over_a_real_socket() {

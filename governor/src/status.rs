@@ -3,87 +3,8 @@
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
-use crate::policy::Category;
-
-/// The daemon's view of the node at one instant.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodeStatus {
-    /// Node name (host name unless configured).
-    pub node: String,
-    /// Active node policy.
-    pub policy: String,
-    /// Decisions are computed and logged but not written.
-    pub dry_run: bool,
-    /// Where CPU usage comes from: `ebpf`, `cpu.stat` or `cpuacct`.
-    pub cpu_source: String,
-    /// Why eBPF accounting is not in use, if it is not.
-    pub cpu_source_note: Option<String>,
-    /// cgroup hierarchy in use: `v2`, `v1` or `hybrid`.
-    pub cgroup_mode: String,
-    /// Cores and bytes the policy divides.
-    pub cores: f64,
-    pub memory_bytes: u64,
-    /// Coordinator connection state, if one is configured.
-    pub coordinator: Option<String>,
-    /// Seconds since the daemon started.
-    pub uptime_seconds: f64,
-    pub jobs: Vec<JobStatus>,
-}
-
-/// One governed job.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct JobStatus {
-    pub name: String,
-    /// cgroup path relative to the cgroup root.
-    pub cgroup: String,
-    /// `declared`, `environment` or `launched`.
-    pub source: String,
-    /// Runtime recognised from the cgroup path (docker-…, pod-…/containerd-…, unit name).
-    pub runtime: String,
-    pub category: Category,
-    /// Name of the progress signal (the metric followed).
-    pub signal: Option<String>,
-    /// Latest finite value of the signal.
-    pub signal_value: Option<f64>,
-    /// Progress per minute, normalised by the signal's initial value (positive = improving).
-    pub growth_per_minute: Option<f64>,
-    /// Records received from the job's logs.
-    pub records: u64,
-    /// Log file currently followed.
-    pub log_file: Option<String>,
-    /// Last problem with the job's logs (parse errors, missing file), if any.
-    pub log_problem: Option<String>,
-    /// CPU cores used over the last sample interval.
-    pub cpu_usage_cores: Option<f64>,
-    /// Applied `cpu.weight` (None: untouched).
-    pub cpu_weight: Option<u32>,
-    /// Applied `cpu.max` in cores (None: no cap).
-    pub cpu_max_cores: Option<f64>,
-    pub memory_bytes: Option<u64>,
-    pub memory_high_bytes: Option<u64>,
-    pub memory_max_bytes: Option<u64>,
-    /// The policy's last decision for the job, and why.
-    pub decision: String,
-    /// Seconds since the job was adopted.
-    pub age_seconds: f64,
-    /// The policy asks for the job to be moved to another node (SpeCon), and why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub migration_request: Option<String>,
-    /// Time to quality so far: seconds from the job's adoption until its quality signal
-    /// (validation loss, else the progress signal) first came within 5% of its reduction so far
-    /// (`governor_policy::quality`); it only moves later as the job keeps improving.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_to_quality_s: Option<f64>,
-    /// A job that asked to finish at convergence and converged: "stopped: converged (best loss
-    /// X)" while the daemon stops it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finish: Option<String>,
-    /// What time to quality is judged by: `validation loss` or the progress signal's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality_signal: Option<String>,
-}
+/// The snapshot types are the control socket's wire types (`governor_proto::control_socket`).
+pub use governor_proto::control_socket::{JobStatus, NodeStatus};
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "-".into())
@@ -193,6 +114,7 @@ pub fn render_table(s: &NodeStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Category;
 
     #[test]
     fn table_has_a_row_per_job_and_aligned_columns() {

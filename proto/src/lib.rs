@@ -1,6 +1,7 @@
 //! The cluster protocol: the code tonic generates from `proto/governor/cluster/v1/cluster.proto`
 //! (module [`pb`]) and the domain types the rest of the workspace uses instead (modules [`node`]
-//! and [`control`]).
+//! and [`control`]); also the JSON wire types of a node daemon's local control socket
+//! ([`control_socket`]).
 //!
 //! Every generated message that crosses a trust boundary has a hand-written `TryFrom` into its
 //! domain type that checks it field by field; a bad message becomes an [`InvalidMessage`] naming
@@ -13,6 +14,7 @@
 
 pub mod codec;
 pub mod control;
+pub mod control_socket;
 mod error;
 pub mod job_env;
 pub mod node;

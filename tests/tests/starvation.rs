@@ -353,3 +353,85 @@ fn vm_a_job_with_more_threads_than_cores_is_not_locked_out() {
     require_vm();
     more_threads_than_cores(Layout::V2, "starve-v2-threads");
 }
+
+/// Finish at convergence, end to end: a job started with `run-job --finish 3:0.001` whose loss
+/// stops improving is stopped by the daemon (SIGINT to its group) long before its script would
+/// end, while a job that did not ask for it and logs the same flat loss keeps running.
+fn finish_at_convergence(layout: Layout, prefix: &str) {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", "");
+    d.spawn();
+    // 30 s of a loss that falls for 2 s, then stays flat.
+    let script = |log: &Path| {
+        format!(
+            "log='{}'\necho epoch,loss > \"$log\"\nk=0\nend=$(($(date +%s) + 30))\n\
+             while [ $(date +%s) -lt $end ]; do v=$((k < 10 ? 20 - k : 10)); \
+             echo \"$k,$((v / 10)).$((v % 10))\" >> \"$log\"; k=$((k + 1)); sleep 0.2; done\n",
+            log.display()
+        )
+    };
+    let start = |name: &str, finish: Option<&str>| {
+        let log = d.dir.path().join(format!("{name}.csv"));
+        let mut c = Command::new(bin("governor"));
+        c.args(["run-job", "--name", name, "--log"])
+            .arg(&log)
+            .arg("--socket")
+            .arg(&d.socket);
+        if let Some(rule) = finish {
+            c.args(["--finish", rule]);
+        }
+        Job {
+            name: name.to_owned(),
+            layout,
+            child: c
+                .args(["--", "sh", "-c", &script(&log)])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("governor run-job"),
+        }
+    };
+    let started = Instant::now();
+    let mut asked = start(&format!("{prefix}-asked"), Some("3:0.001"));
+    let mut other = start(&format!("{prefix}-other"), None);
+    let stopped = asked.wait_for_end(Duration::from_secs(20));
+    let took = started.elapsed();
+    let other_running = matches!(other.child.try_wait(), Ok(None));
+    let log = d.log_text();
+    assert!(
+        stopped,
+        "{prefix}: the job that asked to finish at convergence still runs after 20 s\n{}",
+        d.log_tail()
+    );
+    assert!(
+        log.contains("converged: stopping the job as it asked"),
+        "{prefix}: the daemon did not say why it stopped the job\n{}",
+        d.log_tail()
+    );
+    assert!(
+        other_running,
+        "{prefix}: the job that did not ask was stopped too\n{}",
+        d.log_tail()
+    );
+    eprintln!("{prefix}: stopped after {took:?}; the other job still runs");
+    assert!(other.wait_for_end(Duration::from_secs(30)));
+    drop((asked, other));
+    d.terminate();
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_job_that_asked_is_stopped_once_converged() {
+    finish_at_convergence(host(), "finish-v1");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test starvation`"]
+fn vm_a_job_that_asked_is_stopped_once_converged() {
+    require_vm();
+    finish_at_convergence(Layout::V2, "finish-v2");
+}

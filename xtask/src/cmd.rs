@@ -92,6 +92,25 @@ pub(crate) fn cargo() -> Command {
     c
 }
 
+/// `rustup run nightly <program>` in the workspace root, without the outer (stable) cargo's
+/// settings, which must not leak into the nightly run (its own target directory included).
+pub(crate) fn nightly(program: &str) -> Command {
+    let mut c = Command::new("rustup");
+    c.args(["run", "nightly", program])
+        .current_dir(workspace_root());
+    for key in [
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+    ] {
+        c.env_remove(key);
+    }
+    c
+}
+
 /// Whether this process runs as root.
 pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -7,6 +7,7 @@ mod bench_ebpf;
 mod bench_real;
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 mod vm;
@@ -27,8 +28,12 @@ struct Cli {
 enum Command {
     /// Install everything the project needs (idempotent; each step skips when already done).
     Setup,
-    /// Everything CI runs: fmt check, clippy -D warnings, host tests, VM tests (single and multi-node).
+    /// Everything CI runs: fmt check, clippy -D warnings, host tests, fuzzing, VM tests (single and
+    /// multi-node).
     Test(test::TestArgs),
+    /// Every fuzz target (nightly cargo-fuzz) for a bounded time on its committed corpus; a crash
+    /// fails, naming the target and the input.
+    Fuzz(fuzz::FuzzArgs),
     /// Run the integration tests inside the VM (real cgroup v2 kernel), or a multi-node scenario.
     VmTest(vm::VmTestArgs),
     /// The main job: a live local demo of governed training jobs in the VM.
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Setup => setup::run().map(|_| ()),
         Command::Test(args) => test::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
         Command::BenchDaemon(args) => bench_daemon::run(&args),

@@ -1,10 +1,13 @@
-//! `cargo xtask test`: everything CI runs, in order, stopping at the first failure.
+//! `cargo xtask test`: everything CI runs, in order, stopping at the first failure: fmt, clippy,
+//! unit and host tests, the privileged host tests this machine allows, about a minute of fuzzing
+//! (`cargo xtask fuzz`), then the VM tests.
 
 use std::path::Path;
 
 use anyhow::Result;
 
 use crate::cmd;
+use crate::fuzz::FuzzArgs;
 use crate::vm::{self, VmTestArgs};
 
 /// Arguments of `cargo xtask test`.
@@ -18,32 +21,12 @@ pub(crate) struct TestArgs {
 /// Clippy on the eBPF programs as they are built: nightly, `bpfel-unknown-none`, `core` only
 /// (in a target directory of its own: the build's RUSTFLAGS differ).
 fn ebpf_clippy() -> std::process::Command {
-    let mut c = std::process::Command::new("rustup");
-    c.args([
-        "run",
-        "nightly",
-        "cargo",
-        "clippy",
-        "-p",
-        "governor-ebpf",
-        "--release",
-    ])
-    .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
-    .arg("--target-dir")
-    .arg(cmd::target_dir().join("ebpf-clippy"))
-    .args(["--", "-D", "warnings"])
-    .current_dir(cmd::workspace_root());
-    // The outer (stable) cargo's settings must not leak into the nightly run.
-    for key in [
-        "RUSTC",
-        "RUSTC_WRAPPER",
-        "RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "RUSTUP_TOOLCHAIN",
-        "CARGO",
-    ] {
-        c.env_remove(key);
-    }
+    let mut c = cmd::nightly("cargo");
+    c.args(["clippy", "-p", "governor-ebpf", "--release"])
+        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+        .arg("--target-dir")
+        .arg(cmd::target_dir().join("ebpf-clippy"))
+        .args(["--", "-D", "warnings"]);
     c
 }
 
@@ -116,6 +99,8 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "governor-ebpf"]))?;
     privileged_host_tests()?;
     cmd::report_free_disk("after host tests");
+    crate::fuzz::run(&FuzzArgs::default())?;
+    cmd::report_free_disk("after fuzzing");
     if args.no_vm {
         eprintln!("== VM tests skipped (--no-vm)");
     } else {

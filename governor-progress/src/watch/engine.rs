@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::pattern::PathPattern;
 use super::{Command, WatchError, WatchEvent, WatchEventKind, WatchSpec, WatchStats};
-use crate::{Format, LogStream, MAX_LINE_BYTES, Record, open_regular};
+use crate::{Format, LogStream, MAX_LINE_BYTES, Record, open_regular, open_regular_with};
 
 /// Bytes read from one file before the others get a turn.
 const READ_BUDGET: u64 = 1 << 20;
@@ -132,6 +132,7 @@ pub(super) struct Engine {
     outbox: Vec<WatchEvent>,
     buf: Vec<u8>,
     records: Vec<Record>,
+    open_as: Option<super::OpenAs>,
 }
 
 /// Body of the watcher thread.
@@ -159,7 +160,7 @@ pub(super) fn run_thread(
             }
         };
         let _ = init.send(Ok(()));
-        run(stream, cmds, events).await;
+        run(stream, cmds, events, None).await;
     });
 }
 
@@ -175,8 +176,10 @@ pub(super) async fn run(
     mut stream: EventStream<Vec<u8>>,
     mut cmds: mpsc::UnboundedReceiver<Command>,
     events: mpsc::Sender<WatchEvent>,
+    open_as: Option<super::OpenAs>,
 ) {
     let mut engine = Engine::new(stream.watches());
+    engine.open_as = open_as;
     let mut pending: VecDeque<WatchEvent> = VecDeque::new();
     loop {
         let has_ready = !engine.ready.is_empty();
@@ -243,6 +246,7 @@ impl Engine {
             outbox: Vec::new(),
             buf: vec![0u8; READ_CHUNK],
             records: Vec::new(),
+            open_as: None,
         }
     }
 
@@ -546,11 +550,28 @@ impl Engine {
     }
 
     fn open(&mut self, key: &Arc<str>, idx: usize, path: PathBuf, carried: Option<LogStream>) {
-        let file = match open_regular(&path) {
+        let owner = self.keys.get(key).and_then(|k| k.spec.owner.clone());
+        let opened = match owner {
+            Some(o) if o.uid != 0 => match &self.open_as {
+                Some(open_as) => open_regular_with(&path, |p| open_as(p, &o)).map_err(|e| {
+                    format!(
+                        "{e} (the log is read with the rights of its job's owner, uid {})",
+                        o.uid
+                    )
+                }),
+                None => Err(format!(
+                    "cannot read {} as uid {}: this watcher cannot take a job owner's rights",
+                    path.display(),
+                    o.uid
+                )),
+            },
+            _ => open_regular(&path).map_err(|e| e.to_string()),
+        };
+        let file = match opened {
             Ok(f) => f,
             Err(e) => {
                 // The error names the path and the OS reason, nothing of the content.
-                self.path_problem(key, idx, PathProblem::Unreadable, &path, e.to_string());
+                self.path_problem(key, idx, PathProblem::Unreadable, &path, e);
                 return;
             }
         };

@@ -55,7 +55,32 @@ pub struct WatchSpec {
     /// A custom format; when given it is used whatever `format` says.
     #[serde(default)]
     pub custom: Option<CustomFormat>,
+    /// Whose rights the files are opened with: the job's owner for paths that come from the job
+    /// (its environment, a `run-job` request, a coordinator job), `None` (the watcher's own)
+    /// for paths from the operator's configuration. See [`OpenAs`].
+    #[serde(default)]
+    pub owner: Option<FileOwner>,
 }
+
+/// A user's credentials to open a job's log files with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileOwner {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    #[serde(default)]
+    pub groups: Vec<u32>,
+}
+
+/// Opens a file read-only with a [`FileOwner`]'s rights, so that the whole path walk (every
+/// directory, every symlink, `..`) is checked as that user would be checked: the watcher, which
+/// runs as root in the daemon, never reads a file for a job that the job's owner could not
+/// read. The daemon supplies one that switches the filesystem uid and groups of the calling
+/// thread around `open` (this crate makes no system calls of that kind). Without one, a spec
+/// with a non-root owner is refused.
+pub type OpenAs = std::sync::Arc<
+    dyn Fn(&std::path::Path, &FileOwner) -> std::io::Result<std::fs::File> + Send + Sync,
+>;
 
 /// Something that happened to a followed file.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,10 +186,18 @@ impl Watcher {
     pub fn spawn_task(
         capacity: usize,
     ) -> std::io::Result<(WatcherHandle, mpsc::Receiver<WatchEvent>)> {
+        Self::spawn_task_opening_as(capacity, None)
+    }
+
+    /// [`Watcher::spawn_task`] with the function that opens files of specs that name an owner.
+    pub fn spawn_task_opening_as(
+        capacity: usize,
+        open_as: Option<OpenAs>,
+    ) -> std::io::Result<(WatcherHandle, mpsc::Receiver<WatchEvent>)> {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (ev_tx, ev_rx) = mpsc::channel(capacity.max(1));
         let stream = engine::open_stream()?;
-        tokio::spawn(engine::run(stream, cmd_rx, ev_tx));
+        tokio::spawn(engine::run(stream, cmd_rx, ev_tx, open_as));
         Ok((WatcherHandle { tx: cmd_tx }, ev_rx))
     }
 }

@@ -107,6 +107,16 @@ impl CgroupFs {
         self.hierarchy.group_dirs(job, &self.job_controllers)
     }
 
+    /// Where `/proc` is read.
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+
+    /// The controllers (v1 hierarchies) a governor job group spans.
+    pub fn job_controllers(&self) -> &[Controller] {
+        &self.job_controllers
+    }
+
     /// Detect the hierarchy at `root` and wrap it.
     pub fn detect(root: impl Into<PathBuf>) -> Result<CgroupFs, CgroupError> {
         Ok(CgroupFs::new(Hierarchy::detect(root)?))

@@ -259,27 +259,30 @@ impl Hierarchy {
     /// `controllers`, plus the v2 tree on hybrid hosts (so the job also has its own v2 cgroup id,
     /// which eBPF accounting keys on).
     pub fn group_dirs(&self, job: &JobCgroup, controllers: &[Controller]) -> Vec<PathBuf> {
-        let mut mounts: Vec<&PathBuf> = Vec::new();
-        if self.kind.is_v2() {
-            mounts.extend(self.unified.as_ref());
-        } else {
-            let selected = self
-                .v1
-                .iter()
-                .filter(|(c, _)| controllers.contains(c))
-                .map(|(_, m)| m);
-            for m in selected {
+        self.group_mounts(controllers)
+            .into_iter()
+            .map(|(m, _)| m.join(job.relative()))
+            .collect()
+    }
+
+    /// The mounts [`Hierarchy::group_dirs`] writes to, each with the controller that names its
+    /// line in `/proc/<pid>/cgroup` (`None`: the unified `0::` line).
+    pub fn group_mounts(&self, controllers: &[Controller]) -> Vec<(PathBuf, Option<Controller>)> {
+        let mut mounts: Vec<(PathBuf, Option<Controller>)> = Vec::new();
+        if !self.kind.is_v2() {
+            let selected = self.v1.iter().filter(|(c, _)| controllers.contains(c));
+            for (c, m) in selected {
                 // Co-mounted controllers (cpu,cpuacct) share one directory tree.
                 let canonical = std::fs::canonicalize(m).unwrap_or_else(|_| m.clone());
-                if !mounts.iter().any(|seen| {
-                    std::fs::canonicalize(seen).unwrap_or_else(|_| (*seen).clone()) == canonical
+                if !mounts.iter().any(|(seen, _)| {
+                    std::fs::canonicalize(seen).unwrap_or_else(|_| seen.clone()) == canonical
                 }) {
-                    mounts.push(m);
+                    mounts.push((m.clone(), Some(*c)));
                 }
             }
-            mounts.extend(self.unified.as_ref());
         }
-        mounts.into_iter().map(|m| m.join(job.relative())).collect()
+        mounts.extend(self.unified.iter().map(|u| (u.clone(), None)));
+        mounts
     }
 }
 

@@ -284,7 +284,7 @@ fn create_dir_all(dir: &PathBuf) -> Result<(), CgroupError> {
 /// The pids listed in `dir/cgroup.procs`. Pid 0 is never a member: the kernel never lists it,
 /// and on a fake root it is what [`CgroupFs::prepare_command`] wrote ("0" = the writer itself);
 /// signalling it would signal the governor's own process group.
-fn read_procs(dir: &Path) -> Vec<u32> {
+pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()

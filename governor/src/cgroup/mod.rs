@@ -17,6 +17,8 @@
 //! - [`guard`]: the pure memory guard that keeps the governor from ever getting a job OOM-killed.
 //! - [`state`]: the state file of original values (`/run/governor/state.json`).
 //! - [`jobs`]: cgroups for jobs the governor starts itself (`run-job`).
+//! - [`adoption`]: moving a job out of a shared cgroup (never out of a limit) and back, with
+//!   its journal.
 //! - [`fake`]: a fake cgroup root for tests and benchmarks.
 //!
 //! # Daemon integration
@@ -59,6 +61,7 @@
 //!   the orchestrator.
 
 pub mod actuator;
+pub mod adoption;
 pub mod error;
 pub mod fake;
 pub mod fs;

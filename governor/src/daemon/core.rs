@@ -131,6 +131,30 @@ fn signal_group(actuator: &Actuator, cgroup: &JobCgroup, signal: Signal, name: &
     }
 }
 
+/// Feed a job's quality value to its finish rule; once it has converged, stop the job
+/// (SIGINT to its cgroup, SIGTERM after [`FINISH_GRACE`]).
+fn finish_on_quality(
+    entry: &mut JobEntry,
+    actuator: &Actuator,
+    cgroup: &JobCgroup,
+    now: Instant,
+    value: f64,
+) {
+    if let Some(stop) = entry.finish.as_mut()
+        && stop.observe(value)
+        && entry.finishing.is_none()
+    {
+        let best = stop.best().unwrap_or(value);
+        info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+        entry.finishing = Some(Finishing {
+            at: now,
+            best,
+            terminated: false,
+        });
+        signal_group(actuator, cgroup, Signal::SIGINT, &entry.name);
+    }
+}
+
 /// Where CPU usage comes from (eBPF maps or cgroup files).
 pub trait CpuSource {
     /// `ebpf`, `cpu.stat` or `cpuacct`.
@@ -368,21 +392,16 @@ impl NodeCore {
             if !entry.quality_from_validation {
                 entry.quality = QualityTracker::new(Direction::Minimise);
                 entry.quality_from_validation = true;
+                // The finish rule followed the training signal until now: start over on
+                // validation (unless the stop is already under way).
+                if let Some(stop) = entry.finish.as_mut()
+                    && entry.finishing.is_none()
+                {
+                    *stop = EarlyStop::new(stop.rule(), Direction::Minimise);
+                }
             }
             entry.quality.observe(t, v);
-            if let Some(stop) = entry.finish.as_mut()
-                && stop.observe(v)
-                && entry.finishing.is_none()
-            {
-                let best = stop.best().unwrap_or(v);
-                info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
-                entry.finishing = Some(Finishing {
-                    at: now,
-                    best,
-                    terminated: false,
-                });
-                signal_group(&self.actuator, cgroup, Signal::SIGINT, &entry.name);
-            }
+            finish_on_quality(entry, &self.actuator, cgroup, now, v);
             self.policy.quality(
                 t,
                 &entry.spec.id,
@@ -426,8 +445,13 @@ impl NodeCore {
                 if !entry.quality_from_validation {
                     if entry.quality.first().is_none() {
                         entry.quality = QualityTracker::new(entry.spec.direction);
+                        if let Some(stop) = entry.finish.as_mut() {
+                            *stop = EarlyStop::new(stop.rule(), entry.spec.direction);
+                        }
                     }
                     entry.quality.observe(t, value);
+                    // A job that logs no validation loss: its training signal is its quality.
+                    finish_on_quality(entry, &self.actuator, cgroup, now, value);
                 }
                 if let Some(fraction) = work_fraction(record, entry.epochs) {
                     self.policy.work_done(t, &entry.spec.id, fraction);

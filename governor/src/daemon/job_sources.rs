@@ -9,16 +9,28 @@ use std::str::FromStr;
 use tracing::{info, warn};
 
 use super::core::{JobSource, NewJob, NodeCore};
+use crate::cgroup::adoption::AdoptionJournal;
 use crate::cgroup::{Controller, HierarchyKind, JobCgroup};
 use crate::config::{DaemonConfig, JobConfig, load_jobs_dir};
 use crate::control::AdoptJob;
+use crate::discovery::adopt::{AdoptGrant, AdoptRule};
 use crate::discovery::names::identify;
 use crate::discovery::procfs::{CgroupLine, ProcFs};
 use crate::discovery::scan::{self, EnvProcess, Placement};
 use crate::policy::{Direction, JobId, JobSpec};
 use crate::progress::signal::infer_direction;
-use crate::progress::{FormatChoice, SignalConfig, WatchSpec};
+use crate::progress::{FileOwner, FormatChoice, SignalConfig, WatchSpec};
 use crate::sys::proc_events::ProcEvent;
+
+/// The overflow user and group (`nobody`): the rights a job's files are read with when its
+/// owner cannot be told.
+pub(super) fn nobody() -> FileOwner {
+    FileOwner {
+        uid: 65534,
+        gid: 65534,
+        groups: Vec::new(),
+    }
+}
 
 /// A job ready to be governed and the logs to follow for it.
 pub(super) struct Found {
@@ -31,6 +43,8 @@ struct ProcessJob {
     pids: BTreeSet<u32>,
     /// The governor created this cgroup (adoption or run-job) and removes it when empty.
     owned_group: bool,
+    /// The uid of the user whose job it is (checked before a `release` from the socket).
+    owner: Option<u32>,
 }
 
 /// Discovery state.
@@ -43,6 +57,10 @@ pub(super) struct Discovery {
     pid_index: HashMap<u32, JobCgroup>,
     /// Problems already logged (each is logged once).
     reported: HashSet<String>,
+    /// Whose processes may be moved out of a shared cgroup (`[discovery] adopt`).
+    grant: AdoptGrant,
+    /// Where adopted processes came from, to put them back.
+    journal: AdoptionJournal,
 }
 
 fn job_cgroup(path: &str) -> Option<JobCgroup> {
@@ -62,6 +80,30 @@ fn spec_for(
         .or_else(|| metric.map(infer_direction))
         .unwrap_or_default();
     spec
+}
+
+/// The `adopt` setting with names resolved on this node (checked when the configuration
+/// loads; a name unknown here grants nothing and is reported once).
+fn resolve_grant(text: &str) -> AdoptGrant {
+    let rule = AdoptRule::parse(text).unwrap_or(AdoptRule::None);
+    let (grant, unknown) = rule.resolve(
+        |n| {
+            nix::unistd::User::from_name(n)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+        },
+        |n| {
+            nix::unistd::Group::from_name(n)
+                .ok()
+                .flatten()
+                .map(|g| g.gid.as_raw())
+        },
+    );
+    for u in unknown {
+        info!(grantee = %u, "discovery.adopt names a user or group this node does not have; it grants nothing");
+    }
+    grant
 }
 
 /// A job name usable as a cgroup directory name.
@@ -87,7 +129,6 @@ fn sanitize(name: &str) -> String {
 impl Discovery {
     pub(super) fn new(config: DaemonConfig, kind: HierarchyKind) -> Discovery {
         Discovery {
-            config,
             line: if kind.is_v2() {
                 CgroupLine::Unified
             } else {
@@ -98,6 +139,27 @@ impl Discovery {
             process_jobs: BTreeMap::new(),
             pid_index: HashMap::new(),
             reported: HashSet::new(),
+            grant: resolve_grant(&config.discovery.adopt),
+            journal: AdoptionJournal::open(&config.state_file),
+            config,
+        }
+    }
+
+    /// Put back what a previous run adopted and could not return (it crashed or was killed):
+    /// its processes go back to the cgroups they came from, its groups are removed.
+    fn recover_adoptions(&mut self, core: &NodeCore) {
+        for a in self.journal.entries() {
+            if let Some(group) = job_cgroup(&a.group)
+                && !core.contains(&group)
+            {
+                let fs = core.actuator().fs();
+                let moved = fs.return_processes(&group, &a.origins);
+                if fs.procs(&group).is_empty() {
+                    let _ = fs.remove_job_group(&group);
+                }
+                info!(group = %a.group, processes = moved, "adoption left by a previous run undone");
+            }
+            self.journal.forget(&a.group);
         }
     }
 
@@ -125,6 +187,7 @@ impl Discovery {
 
     /// Everything present at start-up.
     pub(super) fn initial(&mut self, core: &NodeCore) -> Vec<Found> {
+        self.recover_adoptions(core);
         self.load_declared();
         let mut found = self.pending_declared(core);
         found.extend(self.rescan(core));
@@ -188,6 +251,8 @@ impl Discovery {
                     paths: cfg.logs.iter().map(PathBuf::from).collect(),
                     format,
                     custom: cfg.custom.clone(),
+                    // The operator's own configuration: read with the daemon's rights.
+                    owner: None,
                 },
             });
         }
@@ -286,15 +351,49 @@ impl Discovery {
         if members.iter().any(|m| self.pid_index.contains_key(&m.pid)) {
             return None;
         }
+        // A process that exited before it was looked at: its cgroup line no longer names the
+        // group it ran in (the kernel shows the root), so nothing read about it counts.
+        if !members.iter().any(|m| self.proc.is_live(m.pid)) {
+            return None;
+        }
+        // A descendant of a governed job's process (a child forked by the job, seen at its exec)
+        // belongs to that job, wherever it now is: it is never a job of its own.
+        for m in members {
+            if let Some(job) = scan::ancestors(&self.proc, m.pid)
+                .iter()
+                .find_map(|a| self.pid_index.get(a).cloned())
+            {
+                self.pid_index.insert(m.pid, job.clone());
+                self.process_jobs.entry(job).or_default().pids.insert(m.pid);
+                return None;
+            }
+        }
         let roots = scan::job_roots(&self.proc, members);
         let root_pid = roots.first().copied().unwrap_or(first.pid);
         let env = &first.env;
         let identity = identify(cgroup);
-        let name = env.job.clone().unwrap_or_else(|| identity.to_string());
+        let ours = matches!(
+            identity.runtime,
+            crate::discovery::names::Runtime::Governor { .. }
+        );
         let member_pids = job_cgroup(cgroup)
             .map(|c| core.actuator().fs().procs(&c))
             .unwrap_or_default();
-        let placement = scan::placement(&self.proc, cgroup, &roots, &member_pids);
+        // A group under the governor's own subtree is never left (run-job put the job there).
+        let placement = if ours {
+            Placement::InPlace
+        } else {
+            scan::placement(&self.proc, cgroup, &roots, &member_pids)
+        };
+        let name = match (&env.job, &placement) {
+            (Some(n), _) => n.clone(),
+            // Adopted from a shared group, whose name says nothing about the job.
+            (None, Placement::Adopt { .. }) => format!(
+                "{}-{root_pid}",
+                self.proc.comm(root_pid).unwrap_or_else(|| "job".into())
+            ),
+            (None, Placement::InPlace) => identity.to_string(),
+        };
         let logs: Vec<PathBuf> = env
             .logs
             .iter()
@@ -308,41 +407,16 @@ impl Discovery {
                 members.iter().map(|m| m.pid).collect::<Vec<_>>(),
             ),
             Placement::Adopt { pids } => {
-                let group_name = format!("{}-{}", sanitize(&name), root_pid);
-                let group = match core.actuator().create_job_group(&group_name) {
-                    Ok(g) => g,
-                    Err(e) => {
-                        self.report_once(format!("adopt:{root_pid}"), || format!("cannot create a cgroup for job {name} (pid {root_pid}): {e}; it is not governed"));
-                        return None;
-                    }
-                };
-                let pids = if pids.is_empty() { roots.clone() } else { pids };
-                for &pid in &pids {
-                    if let Err(e) = core.actuator().fs().add_process(&group, pid) {
-                        warn!(job = %name, pid, error = %e, "cannot move a process of the job into its cgroup");
-                    }
-                }
-                // Children forked while moving stay behind: move what is left of the tree.
-                let again = scan::placement(
-                    &self.proc,
-                    cgroup,
-                    &roots,
-                    &job_cgroup(cgroup)
-                        .map(|c| core.actuator().fs().procs(&c))
-                        .unwrap_or_default(),
-                );
-                if let Placement::Adopt { pids: late } = again {
-                    for pid in late {
-                        let _ = core.actuator().fs().add_process(&group, pid);
-                    }
-                }
-                info!(job = %name, from = cgroup, to = %group, processes = pids.len(), "job shared its cgroup with other processes: moved into a cgroup of its own");
+                let group = self.adopt(core, cgroup, &name, root_pid, &roots, pids)?;
                 runtime = format!("adopted from {cgroup}");
-                (group, true, pids)
+                (group, true, Vec::new())
             }
         };
         let entry = self.process_jobs.entry(target.clone()).or_default();
         entry.owned_group |= owned;
+        entry.owner = entry
+            .owner
+            .or_else(|| self.proc.credentials(root_pid).map(|c| c.uid));
         for pid in pids.iter().copied().chain(members.iter().map(|m| m.pid)) {
             entry.pids.insert(pid);
             self.pid_index.insert(pid, target.clone());
@@ -350,10 +424,7 @@ impl Discovery {
         let spec = spec_for(&target, 0, env.metric.as_deref(), None);
         // A process in the governor's own job subtree was started by `governor run-job` (its
         // exec is often seen before run-job's adopt request arrives).
-        let source = if matches!(
-            identity.runtime,
-            crate::discovery::names::Runtime::Governor { .. }
-        ) {
+        let source = if ours {
             JobSource::Launched { pid: root_pid }
         } else {
             JobSource::Environment { pid: root_pid }
@@ -376,8 +447,119 @@ impl Discovery {
                 paths: logs,
                 format: FormatChoice::Auto,
                 custom: None,
+                // The paths come from the job: read them with its owner's rights (an owner we
+                // cannot tell gets nobody's).
+                owner: Some(
+                    self.proc
+                        .credentials(root_pid)
+                        .map_or_else(nobody, |c| FileOwner {
+                            uid: c.uid,
+                            gid: c.gid,
+                            groups: c.groups,
+                        }),
+                ),
             },
         })
+    }
+
+    /// Move a job's processes out of the shared cgroup `from` into a group of their own, if
+    /// the operator grants it to the job's owner and the move escapes no limit. Where they came
+    /// from is journalled first, so that they go back on release, stop or the next start.
+    fn adopt(
+        &mut self,
+        core: &NodeCore,
+        from: &str,
+        name: &str,
+        root_pid: u32,
+        roots: &[u32],
+        pids: Vec<u32>,
+    ) -> Option<JobCgroup> {
+        let owner = self.proc.credentials(root_pid)?;
+        if !self.grant.allows(&owner) {
+            let grant = self.grant.clone();
+            self.report_once(format!("adopt:{root_pid}"), || {
+                format!(
+                    "job {name} (pid {root_pid}, uid {}) shares the cgroup {from} with other processes and [discovery] adopt does not let the governor move processes of its owner (it grants {grant}); it is not governed",
+                    owner.uid
+                )
+            });
+            return None;
+        }
+        let fs = core.actuator().fs();
+        let origins = fs.process_dirs(root_pid)?;
+        if let Some(limit) = fs.limit_on(&origins) {
+            self.report_once(format!("adopt:{root_pid}"), || {
+                format!("job {name} (pid {root_pid}) shares the cgroup {from} with other processes, but moving it would take it out of a limit it is subject to ({limit}); it is not governed")
+            });
+            return None;
+        }
+        let group_name = format!("{}-{}", sanitize(name), root_pid);
+        let group = match core.actuator().create_job_group(&group_name) {
+            Ok(g) => g,
+            Err(e) => {
+                self.report_once(format!("adopt:{root_pid}"), || {
+                    format!("cannot create a cgroup for job {name} (pid {root_pid}): {e}; it is not governed")
+                });
+                return None;
+            }
+        };
+        if let Err(e) = self.journal.record(&group, origins) {
+            let _ = fs.remove_job_group(&group);
+            self.report_once(format!("adopt:{root_pid}"), || {
+                format!("cannot journal the adoption of job {name} (pid {root_pid}): {e}; it is not moved nor governed")
+            });
+            return None;
+        }
+        let pids = if pids.is_empty() {
+            roots.to_vec()
+        } else {
+            pids
+        };
+        for &pid in &pids {
+            if let Err(e) = fs.add_process(&group, pid) {
+                warn!(job = %name, pid, error = %e, "cannot move a process of the job into its cgroup");
+            }
+        }
+        // Children forked while moving stay behind: move what is left of the tree.
+        let again = scan::placement(
+            &self.proc,
+            from,
+            roots,
+            &job_cgroup(from).map(|c| fs.procs(&c)).unwrap_or_default(),
+        );
+        if let Placement::Adopt { pids: late } = again {
+            for pid in late {
+                let _ = fs.add_process(&group, pid);
+            }
+        }
+        info!(job = %name, from, to = %group, processes = pids.len(), uid = owner.uid, "job shared its cgroup with other processes: moved into a cgroup of its own");
+        let entry = self.process_jobs.entry(group.clone()).or_default();
+        for pid in pids {
+            entry.pids.insert(pid);
+            self.pid_index.insert(pid, group.clone());
+        }
+        Some(group)
+    }
+
+    /// Real uid of a live process.
+    pub(super) fn process_owner(&self, pid: u32) -> Option<u32> {
+        self.proc
+            .is_live(pid)
+            .then(|| self.proc.credentials(pid).map(|c| c.uid))
+            .flatten()
+    }
+
+    /// The cgroup a live process is in (the line discovery reads).
+    pub(super) fn process_cgroup(&self, pid: u32) -> Option<String> {
+        self.proc
+            .is_live(pid)
+            .then(|| self.proc.cgroup(pid, self.line))
+            .flatten()
+    }
+
+    /// The uid of the user whose job `cgroup` is, if discovery or run-job told.
+    pub(super) fn job_owner(&self, cgroup: &str) -> Option<u32> {
+        self.process_jobs.get(&job_cgroup(cgroup)?)?.owner
     }
 
     /// A job started by `governor run-job` in a cgroup it created. Discovery follows its
@@ -387,9 +569,18 @@ impl Discovery {
         core: &NodeCore,
         job: &AdoptJob,
     ) -> Result<Found, String> {
-        let found = launched_job(job)?;
+        // Its log paths come from the request: read them with the rights of the process's
+        // owner (whom the control socket checked the caller against).
+        let creds = self.proc.credentials(job.pid);
+        let owner = creds.as_ref().map_or_else(nobody, |c| FileOwner {
+            uid: c.uid,
+            gid: c.gid,
+            groups: c.groups.clone(),
+        });
+        let found = launched_job(job, Some(owner))?;
         let cgroup = found.job.cgroup.clone();
         let entry = self.process_jobs.entry(cgroup.clone()).or_default();
+        entry.owner = entry.owner.or(creds.map(|c| c.uid));
         entry.pids.insert(job.pid);
         self.pid_index.insert(job.pid, cgroup.clone());
         if core.contains(&cgroup) {
@@ -401,7 +592,7 @@ impl Discovery {
 
 /// The job to govern for a process started in a cgroup of its own (by `governor run-job`, or
 /// by the daemon for the coordinator, which then follows the job's end itself).
-pub(super) fn launched_job(job: &AdoptJob) -> Result<Found, String> {
+pub(super) fn launched_job(job: &AdoptJob, owner: Option<FileOwner>) -> Result<Found, String> {
     let cgroup =
         job_cgroup(&job.cgroup).ok_or_else(|| format!("invalid cgroup path {:?}", job.cgroup))?;
     if job.logs.iter().any(|l| !super::is_absolute(l)) {
@@ -432,6 +623,7 @@ pub(super) fn launched_job(job: &AdoptJob) -> Result<Found, String> {
             paths: job.logs.iter().map(PathBuf::from).collect(),
             format,
             custom: None,
+            owner,
         },
     })
 }
@@ -443,6 +635,7 @@ impl Discovery {
         config: DaemonConfig,
         core: &NodeCore,
     ) -> (Vec<Found>, Vec<JobCgroup>) {
+        self.grant = resolve_grant(&config.discovery.adopt);
         self.config = config;
         let before: BTreeSet<JobCgroup> = self
             .declared
@@ -464,24 +657,41 @@ impl Discovery {
         (self.pending_declared(core), gone)
     }
 
-    /// Forget a job that is no longer governed; remove its cgroup if the governor created it.
+    /// Forget a job that is no longer governed: processes it adopted go back to the cgroup
+    /// they came from, and a cgroup the governor created is removed once empty.
     pub(super) fn forget(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
         if let Some(job) = self.process_jobs.remove(cgroup) {
             for pid in &job.pids {
                 self.pid_index.remove(pid);
             }
-            if job.owned_group && core.actuator().fs().procs(cgroup).is_empty() {
-                let _ = core.actuator().fs().remove_job_group(cgroup);
+            if job.owned_group {
+                self.release_group(cgroup, core);
             }
         }
     }
 
-    /// On shutdown: remove the (empty) cgroups the governor created for adopted jobs.
-    pub(super) fn cleanup_adopted_groups(&self, core: &NodeCore) {
-        for (cgroup, job) in &self.process_jobs {
-            if job.owned_group && core.actuator().fs().procs(cgroup).is_empty() {
-                let _ = core.actuator().fs().remove_job_group(cgroup);
-            }
+    fn release_group(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
+        let fs = core.actuator().fs();
+        if let Some(origins) = self.journal.origins(cgroup) {
+            fs.return_processes(cgroup, origins);
+        }
+        if fs.procs(cgroup).is_empty() {
+            let _ = fs.remove_job_group(cgroup);
+            self.journal.forget(&cgroup.to_string());
+        }
+    }
+
+    /// On shutdown: adopted processes go back where they came from; the governor's empty
+    /// cgroups are removed.
+    pub(super) fn cleanup_adopted_groups(&mut self, core: &NodeCore) {
+        let owned: Vec<JobCgroup> = self
+            .process_jobs
+            .iter()
+            .filter(|(_, j)| j.owned_group)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for cgroup in owned {
+            self.release_group(&cgroup, core);
         }
     }
 }

@@ -6,6 +6,7 @@
 //! anything a crashed previous run left in place (state file), before any job is governed.
 //! Shutdown (SIGTERM, SIGINT, or an error in the loop) restores every file the daemon changed.
 
+mod access;
 pub mod core;
 mod job_sources;
 pub mod launcher;
@@ -82,44 +83,16 @@ fn load_config(opts: &DaemonOptions) -> Result<DaemonConfig> {
 
 /// Apply `--node-name`, `--coordinator`, `--certs` and `--insecure` to the configuration.
 fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Result<()> {
-    if let Some(n) = &opts.node_name {
-        config.node.name = Some(n.clone());
-    }
-    if opts.coordinator.is_none()
-        && (opts.certs.is_some() || opts.insecure)
-        && config.coordinator.is_none()
-    {
-        anyhow::bail!(
-            "--certs and --insecure need a coordinator (--coordinator HOST:PORT or [coordinator] in the configuration)"
-        );
-    }
-    if let Some(address) = &opts.coordinator {
-        let c = config
-            .coordinator
-            .get_or_insert_with(CoordinatorConfig::default);
-        c.address = address.clone();
-    }
-    if let Some(c) = config.coordinator.as_mut() {
-        if let Some(dir) = &opts.certs {
-            let node = config.node.name.clone().unwrap_or_else(host_name);
-            let files = TlsFiles::in_dir(dir, &node);
-            c.ca = Some(files.ca);
-            c.cert = Some(files.cert);
-            c.key = Some(files.key);
-            c.insecure = false;
-        }
-        if opts.insecure {
-            c.insecure = true;
-        }
-        if c.address.is_empty() {
-            anyhow::bail!("coordinator address is empty");
-        }
-        if !c.insecure && (c.ca.is_none() || c.cert.is_none() || c.key.is_none()) {
-            anyhow::bail!(
-                "the coordinator connection needs mTLS files: --certs DIR (ca.pem, NODE.pem, NODE-key.pem from `govctl certs init`), or ca/cert/key in [coordinator]; --insecure for a test cluster"
-            );
-        }
-    }
+    // One merge of the configuration's [coordinator] with the command line (config.rs).
+    config.apply_cluster_flags(
+        &crate::config::ClusterFlags {
+            coordinator: opts.coordinator.clone(),
+            certs: opts.certs.clone(),
+            insecure: opts.insecure,
+            node_name: opts.node_name.clone(),
+        },
+        host_name,
+    )?;
     Ok(())
 }
 
@@ -285,8 +258,21 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
 
     raise_open_file_limit();
-    let (watcher, mut watch_events) =
-        Watcher::spawn_task(4096).context("cannot start the log watcher (inotify)")?;
+    // A job's log paths are opened with its owner's rights (issue 13: root must not read, for
+    // anyone, what they could not read themselves).
+    let open_as: crate::progress::OpenAs = std::sync::Arc::new(|path, owner| {
+        if owner.uid == nix::unistd::geteuid().as_raw() {
+            use std::os::unix::fs::OpenOptionsExt;
+            // Our own user: nothing to switch (never block on a FIFO: O_NONBLOCK).
+            return std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+                .open(path);
+        }
+        crate::sys::open_as_user(path, owner.uid, owner.gid, &owner.groups)
+    });
+    let (watcher, mut watch_events) = Watcher::spawn_task_opening_as(4096, Some(open_as))
+        .context("cannot start the log watcher (inotify)")?;
     let listener = control::bind(&config.socket, config.socket_group.as_deref())?;
     let (request_tx, mut requests) = mpsc::channel::<PendingRequest>(64);
     let server = tokio::spawn(control::serve(listener, request_tx));
@@ -693,7 +679,7 @@ impl Shell {
         job_id: &str,
         started: &launcher::StartedJob,
     ) {
-        match job_sources::launched_job(&started.adopt) {
+        match job_sources::launched_job(&started.adopt, None) {
             Ok(mut found) => {
                 found.job.runtime = format!("coordinator job {job_id}");
                 found.job.spec.priority = started.priority;
@@ -832,6 +818,15 @@ impl Shell {
     }
 
     async fn on_request(&mut self, now: Instant, req: PendingRequest) {
+        let facts = RequestFacts {
+            discovery: &self.discovery,
+            subtree: format!("/{}", self.core.actuator().config().jobs_subtree.display()),
+        };
+        if let Err(message) = access::check(&req.request, req.peer.as_ref(), &facts) {
+            warn!(peer = ?req.peer, request = ?req.request, reason = %message, "control request refused");
+            let _ = req.reply.send(Response::Error { message });
+            return;
+        }
         let response = match req.request {
             Request::Status => Response::Status(Box::new(self.core.status(now))),
             Request::Reload => {
@@ -867,6 +862,27 @@ impl Shell {
             },
         };
         let _ = req.reply.send(response);
+    }
+}
+
+/// What [`access::check`] needs, from discovery.
+struct RequestFacts<'a> {
+    discovery: &'a Discovery,
+    subtree: String,
+}
+
+impl access::Facts for RequestFacts<'_> {
+    fn process_owner(&self, pid: u32) -> Option<u32> {
+        self.discovery.process_owner(pid)
+    }
+    fn process_cgroup(&self, pid: u32) -> Option<String> {
+        self.discovery.process_cgroup(pid)
+    }
+    fn job_owner(&self, cgroup: &str) -> Option<u32> {
+        self.discovery.job_owner(cgroup)
+    }
+    fn job_subtree(&self) -> String {
+        self.subtree.clone()
     }
 }
 

@@ -75,6 +75,32 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
     found.then_some(env)
 }
 
+/// Who a process runs as: what the daemon checks before acting for it, and the rights it
+/// reads the process's log files with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// Real user id.
+    pub uid: u32,
+    /// Real group id.
+    pub gid: u32,
+    /// Supplementary groups (without `gid`).
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// Root's credentials (paths the operator configured are read with these).
+    pub const ROOT: Credentials = Credentials {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    };
+
+    /// Whether the process holds group `gid` (as its primary or a supplementary group).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
 /// Which line of `/proc/<pid>/cgroup` names the group to govern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CgroupLine<'a> {
@@ -158,6 +184,42 @@ impl ProcFs {
         let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
         let after = &stat[stat.rfind(')')? + 1..];
         after.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Whether a process still runs: it exists and is neither a zombie nor dead. An exited
+    /// process's `/proc/<pid>/cgroup` no longer names the group it ran in (the kernel shows the
+    /// root), so discovery must not act on what it reads there.
+    pub fn is_live(&self, pid: u32) -> bool {
+        let Ok(stat) = fs::read_to_string(self.root.join(pid.to_string()).join("stat")) else {
+            return false;
+        };
+        let Some(close) = stat.rfind(')') else {
+            return false;
+        };
+        !matches!(
+            stat[close + 1..].split_whitespace().next(),
+            Some("Z" | "X" | "x") | None
+        )
+    }
+
+    /// The owner of a process: its real uid and every group it holds (real gid and the
+    /// supplementary groups), from `/proc/<pid>/status`.
+    pub fn credentials(&self, pid: u32) -> Option<Credentials> {
+        let status = fs::read_to_string(self.root.join(pid.to_string()).join("status")).ok()?;
+        let field = |name: &str| -> Option<Vec<u32>> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            Some(
+                line[name.len()..]
+                    .split_whitespace()
+                    .filter_map(|v| v.parse().ok())
+                    .collect(),
+            )
+        };
+        let uid = *field("Uid:")?.first()?;
+        let gid = *field("Gid:")?.first()?;
+        let mut groups = field("Groups:").unwrap_or_default();
+        groups.retain(|&g| g != gid);
+        Some(Credentials { uid, gid, groups })
     }
 
     /// Whether a process is a kernel thread (kthreadd's children have no memory map and ppid 2).
@@ -299,6 +361,33 @@ mod tests {
         std::os::unix::fs::symlink("mnt:[4026531841]", p.join("100/ns/mnt")).unwrap();
         std::os::unix::fs::symlink("mnt:[4026532999]", p.join("101/ns/mnt")).unwrap();
         d
+    }
+
+    #[test]
+    fn exited_processes_are_not_live_and_owners_are_read_from_status() {
+        let d = fake_proc();
+        let p = d.path();
+        fs::write(p.join("101/stat"), "101 (sleep) Z 100 1 1 0").unwrap();
+        fs::write(
+            p.join("100/status"),
+            "Name:\tpython\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000 990 \n",
+        )
+        .unwrap();
+        let proc = ProcFs::at(p);
+        assert!(proc.is_live(100));
+        assert!(!proc.is_live(101), "a zombie's cgroup line is meaningless");
+        assert!(!proc.is_live(999));
+        let who = proc.credentials(100).unwrap();
+        assert_eq!(
+            who,
+            Credentials {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![27, 990]
+            }
+        );
+        assert!(who.in_group(990) && who.in_group(1000) && !who.in_group(0));
+        assert_eq!(proc.credentials(101), None, "no status file");
     }
 
     #[test]

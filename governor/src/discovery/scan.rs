@@ -47,7 +47,8 @@ pub fn job_roots(proc: &ProcFs, members: &[EnvProcess]) -> Vec<u32> {
         .collect()
 }
 
-fn ancestors(proc: &ProcFs, pid: u32) -> Vec<u32> {
+/// Parent, grandparent, ... of `pid` (bounded; stops at init).
+pub fn ancestors(proc: &ProcFs, pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut cur = pid;
     // Bounded walk: a pid cycle in a fake or racing /proc must not loop forever.

@@ -192,9 +192,167 @@ pub fn end_like_signal(signal: i32) -> ! {
     std::process::exit(128 + signal)
 }
 
+/// Open `path` read-only (non-blocking, no controlling tty, close-on-exec) with the rights of
+/// user `uid`, group `gid` and supplementary `groups` instead of the daemon's: the filesystem
+/// uid, gid and groups of the *calling thread* are switched around the `open` and put back
+/// before this returns, so every directory searched, every symlink followed and the file itself
+/// are checked as that user (changing the fsuid away from 0 also drops the DAC-override
+/// capabilities for that thread). Raw system calls on purpose: glibc's `setgroups` (and
+/// `setfsuid` on some versions) would apply to every thread of the daemon; the kernel's calls
+/// apply to the calling thread alone. Nothing else runs on the thread meanwhile (no `.await`).
+///
+/// Fails closed: when the switch did not take (the daemon is not root), the file is not opened.
+pub fn open_as_user(
+    path: &std::path::Path,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |p: &std::path::Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(p)
+    };
+    let saved_groups = thread_groups()?;
+    let switched = ThreadCredentials::switch(uid, gid, groups, saved_groups)?;
+    let result = open(path);
+    drop(switched);
+    result
+}
+
+/// The calling thread's supplementary groups.
+fn thread_groups() -> std::io::Result<Vec<libc::gid_t>> {
+    let mut groups = vec![0 as libc::gid_t; 65536];
+    // SAFETY: the buffer holds 65536 gids (NGROUPS_MAX); the kernel writes at most that many.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getgroups,
+            groups.len() as libc::c_int,
+            groups.as_mut_ptr(),
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    groups.truncate(n as usize);
+    Ok(groups)
+}
+
+fn set_thread_groups(groups: &[libc::gid_t]) -> std::io::Result<()> {
+    // SAFETY: a pointer to `groups.len()` gids that outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            groups.len() as libc::size_t,
+            groups.as_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// setfsuid/setfsgid return the previous value and never fail visibly; passing -1 (an invalid
+/// id) changes nothing and returns the current one.
+fn set_fsuid(uid: u32) -> u32 {
+    // SAFETY: integer argument only.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid as libc::c_long) as u32 }
+}
+
+fn set_fsgid(gid: u32) -> u32 {
+    // SAFETY: integer argument only.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid as libc::c_long) as u32 }
+}
+
+/// The thread's switched filesystem credentials; dropping puts the previous ones back.
+struct ThreadCredentials {
+    fsuid: u32,
+    fsgid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+impl ThreadCredentials {
+    fn switch(
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        saved_groups: Vec<libc::gid_t>,
+    ) -> std::io::Result<ThreadCredentials> {
+        set_thread_groups(groups)?;
+        let fsgid = set_fsgid(gid);
+        let fsuid = set_fsuid(uid);
+        let guard = ThreadCredentials {
+            fsuid,
+            fsgid,
+            groups: saved_groups,
+        };
+        let (now_uid, now_gid) = (set_fsuid(u32::MAX), set_fsgid(u32::MAX));
+        if now_uid != uid || now_gid != gid {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "cannot take the rights of uid {uid} gid {gid} to open a job's file (the daemon is not root?)"
+                ),
+            ));
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for ThreadCredentials {
+    fn drop(&mut self) {
+        // Back to root's fsuid first: that restores the capabilities setgroups needs.
+        set_fsuid(self.fsuid);
+        set_fsgid(self.fsgid);
+        let restored = set_thread_groups(&self.groups).is_ok()
+            && set_fsuid(u32::MAX) == self.fsuid
+            && set_fsgid(u32::MAX) == self.fsgid;
+        if !restored {
+            // A daemon thread left with a user's rights would act wrongly from then on; no
+            // recovery is safe.
+            tracing::error!(
+                "cannot restore the daemon's own credentials after opening a job's file; aborting"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's filesystem uid (4th field of `Uid:` in its own status).
+    fn thread_fsuid() -> u32 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace().nth(4).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_file_is_opened_with_the_users_rights_or_not_at_all() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        std::fs::write(&private, "secret").unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let before = thread_fsuid();
+        if me == 0 {
+            // Root reads it as root; as nobody it is refused like for nobody itself.
+            assert!(open_as_user(&private, 0, 0, &[]).is_ok());
+            let e = open_as_user(&private, 65534, 65534, &[]).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        } else {
+            // Not root: no switch is possible, and nothing is opened (fails closed).
+            let e = open_as_user(&private, me.wrapping_add(1), 0, &[]).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        }
+        assert_eq!(thread_fsuid(), before, "the thread's own rights are back");
+    }
 
     #[test]
     fn a_process_start_is_read_and_stays_the_same() {

@@ -1,0 +1,216 @@
+//! The node daemon's local control socket: one JSON [`Request`] line in, one JSON [`Response`]
+//! line out per connection (`governor status`, `governor run-job`).
+//!
+//! Only the wire types live here, so that they can be tested and fuzzed without the daemon
+//! (`fuzz/fuzz_targets/control_request.rs`); the socket itself (binding, serving, the client)
+//! is `governor::control`, which re-exports these types, and what `governor status` shows of a
+//! [`NodeStatus`] is `governor::status`.
+
+use serde::{Deserialize, Serialize};
+
+use governor_policy::Category;
+use governor_policy::quality::FinishRule;
+
+/// A request to the daemon.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum Request {
+    /// The node's status.
+    Status,
+    /// Re-read the configuration and the jobs directory (as SIGHUP does).
+    Reload,
+    /// Govern a job started by `governor run-job` in a cgroup it created.
+    Adopt(AdoptJob),
+    /// A job started by `governor run-job` has ended: restore and forget it.
+    Release { cgroup: String },
+}
+
+/// A job handed to the daemon by `governor run-job`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdoptJob {
+    pub name: String,
+    /// cgroup path relative to the cgroup root.
+    pub cgroup: String,
+    pub logs: Vec<String>,
+    pub metric: Option<String>,
+    pub format: Option<String>,
+    pub pid: u32,
+    /// Total epochs of the run (`run-job --epochs`).
+    #[serde(default)]
+    pub epochs: Option<f64>,
+    /// End the job at convergence (`run-job --finish`).
+    #[serde(default)]
+    pub finish: Option<FinishRule>,
+}
+
+/// The daemon's answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "response", rename_all = "snake_case")]
+pub enum Response {
+    Status(Box<NodeStatus>),
+    Ok { message: String },
+    Error { message: String },
+}
+
+/// The daemon's view of the node at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node name (host name unless configured).
+    pub node: String,
+    /// Active node policy.
+    pub policy: String,
+    /// Decisions are computed and logged but not written.
+    pub dry_run: bool,
+    /// Where CPU usage comes from: `ebpf`, `cpu.stat` or `cpuacct`.
+    pub cpu_source: String,
+    /// Why eBPF accounting is not in use, if it is not.
+    pub cpu_source_note: Option<String>,
+    /// cgroup hierarchy in use: `v2`, `v1` or `hybrid`.
+    pub cgroup_mode: String,
+    /// Cores and bytes the policy divides.
+    pub cores: f64,
+    pub memory_bytes: u64,
+    /// Coordinator connection state, if one is configured.
+    pub coordinator: Option<String>,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One governed job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub name: String,
+    /// cgroup path relative to the cgroup root.
+    pub cgroup: String,
+    /// `declared`, `environment` or `launched`.
+    pub source: String,
+    /// Runtime recognised from the cgroup path (docker-…, pod-…/containerd-…, unit name).
+    pub runtime: String,
+    pub category: Category,
+    /// Name of the progress signal (the metric followed).
+    pub signal: Option<String>,
+    /// Latest finite value of the signal.
+    pub signal_value: Option<f64>,
+    /// Progress per minute, normalised by the signal's initial value (positive = improving).
+    pub growth_per_minute: Option<f64>,
+    /// Records received from the job's logs.
+    pub records: u64,
+    /// Log file currently followed.
+    pub log_file: Option<String>,
+    /// Last problem with the job's logs (parse errors, missing file), if any.
+    pub log_problem: Option<String>,
+    /// CPU cores used over the last sample interval.
+    pub cpu_usage_cores: Option<f64>,
+    /// Applied `cpu.weight` (None: untouched).
+    pub cpu_weight: Option<u32>,
+    /// Applied `cpu.max` in cores (None: no cap).
+    pub cpu_max_cores: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub memory_high_bytes: Option<u64>,
+    pub memory_max_bytes: Option<u64>,
+    /// The policy's last decision for the job, and why.
+    pub decision: String,
+    /// Seconds since the job was adopted.
+    pub age_seconds: f64,
+    /// The policy asks for the job to be moved to another node (SpeCon), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_request: Option<String>,
+    /// Time to quality so far: seconds from the job's adoption until its quality signal
+    /// (validation loss, else the progress signal) first came within 5% of its reduction so far
+    /// (`governor_policy::quality`); it only moves later as the job keeps improving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_quality_s: Option<f64>,
+    /// A job that asked to finish at convergence and converged: "stopped: converged (best loss
+    /// X)" while the daemon stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<String>,
+    /// What time to quality is judged by: `validation loss` or the progress signal's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_signal: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip<T: Serialize + serde::de::DeserializeOwned>(v: &T) -> T {
+        serde_json::from_str(&serde_json::to_string(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn requests_are_one_tagged_json_object() {
+        let adopt = Request::Adopt(AdoptJob {
+            name: "train".into(),
+            cgroup: "governor/train-1".into(),
+            logs: vec!["/tmp/train.csv".into()],
+            metric: Some("val_loss".into()),
+            format: None,
+            pid: 42,
+            epochs: Some(10.0),
+            finish: Some(FinishRule {
+                patience: 3,
+                min_delta: 0.01,
+            }),
+        });
+        let line = serde_json::to_string(&adopt).unwrap();
+        assert!(
+            line.starts_with(r#"{"request":"adopt","name":"train""#),
+            "{line}"
+        );
+        assert_eq!(round_trip(&adopt), adopt);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"request":"status"}"#).unwrap(),
+            Request::Status
+        );
+        // `epochs` and `finish` came later: older clients leave them out.
+        let old = r#"{"request":"adopt","name":"n","cgroup":"c","logs":[],"metric":null,"format":null,"pid":1}"#;
+        assert!(matches!(
+            serde_json::from_str::<Request>(old).unwrap(),
+            Request::Adopt(AdoptJob {
+                epochs: None,
+                finish: None,
+                ..
+            })
+        ));
+        assert!(serde_json::from_str::<Request>(r#"{"request":"rm -rf /"}"#).is_err());
+    }
+
+    #[test]
+    fn numbers_arrive_as_sent() {
+        // Found by the `control_request` fuzz target: without serde_json's `float_roundtrip`
+        // the value decoded right, but its encoding (`1.3333333333333333e+29`, what a client
+        // sends) decoded one ulp low.
+        let line = r#"{"request":"adopt","name":"x","cgroup":"c","logs":[],"metric":null,"format":null,"pid":0,"epochs":133333333333333333333333333333333.333333333333333e-3}"#;
+        let Request::Adopt(job) = serde_json::from_str::<Request>(line).unwrap() else {
+            panic!("not an adopt request");
+        };
+        let want: f64 = "133333333333333333333333333333333.333333333333333e-3"
+            .parse()
+            .unwrap();
+        assert_eq!(job.epochs, Some(want));
+        let again = Request::Adopt(job);
+        assert_eq!(round_trip(&again), again);
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let status = Response::Status(Box::new(NodeStatus {
+            node: "n1".into(),
+            jobs: vec![JobStatus {
+                name: "j".into(),
+                time_to_quality_s: Some(12.5),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }));
+        assert_eq!(round_trip(&status), status);
+        let err = Response::Error {
+            message: "no".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&err).unwrap(),
+            r#"{"response":"error","message":"no"}"#
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! The root daemon acts only for those entitled to it (issue 13), on the real kernel, with a
+//! second user (uid 65534, `nobody`):
+//! - a job's log is read with its owner's rights: a file only root may read is refused for a
+//!   job of `nobody` (and read for a job of root, which shows the check is what stops it);
+//! - a process of a user the operator did not grant (`[discovery] adopt`) is not moved out of
+//!   the cgroup it shares with other processes;
+//! - no process is moved out of a cgroup with a CPU limit, whoever asks;
+//! - a moved process goes back to its cgroup when the daemon stops, and after a crash when the
+//!   daemon starts again; an adopted job is named after its command and pid, not `/`.
+//!
+//! Host cgroup v1 (`root_host_v1_*`, run by `cargo xtask test` as root on hybrid hosts) and
+//! cgroup v2 in the VM (`vm_*`, `cargo xtask vm-test privilege`).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use governor_integration_tests::daemon::Daemon;
+use governor_integration_tests::{TestCgroup, enable_controllers, require_v1_cpu_host, require_vm};
+
+const NOBODY: u32 = 65534;
+
+/// One scenario at a time: they share the daemon's job subtree and the host's cores.
+static ONE: Mutex<()> = Mutex::new(());
+
+#[derive(Clone, Copy)]
+enum Layout {
+    HostV1,
+    V2,
+}
+
+impl Layout {
+    /// Where test cgroups are made (the hierarchy discovery reads on this layout).
+    fn parent(self) -> PathBuf {
+        match self {
+            Layout::HostV1 => PathBuf::from("/sys/fs/cgroup/cpu"),
+            Layout::V2 => {
+                let root = PathBuf::from("/sys/fs/cgroup");
+                enable_controllers(&root, &["cpu", "pids"]);
+                root
+            }
+        }
+    }
+
+    /// The cgroup a process is in, as discovery sees it.
+    fn cgroup_of(self, pid: u32) -> String {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        text.lines()
+            .find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (id, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let hit = match self {
+                    Layout::HostV1 => list.split(',').any(|c| c == "cpu"),
+                    Layout::V2 => id == "0" && list.is_empty(),
+                };
+                hit.then(|| path.to_owned())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Put a CPU limit (half a core) on `group`.
+    fn limit(self, group: &TestCgroup) {
+        match self {
+            Layout::HostV1 => group.write("cpu.cfs_quota_us", "50000"),
+            Layout::V2 => group.write("cpu.max", "50000 100000"),
+        }
+    }
+}
+
+/// A `sleep 60` with the given environment, started inside `group` (it joins the group
+/// between fork and exec, so discovery first sees it there), optionally as `nobody`; killed
+/// when dropped.
+struct Proc(Child);
+
+impl Proc {
+    fn start(env: &[(&str, &str)], as_nobody: bool, group: &TestCgroup) -> Proc {
+        use std::os::fd::AsRawFd;
+        let procs = fs::OpenOptions::new()
+            .write(true)
+            .open(group.path().join("cgroup.procs"))
+            .expect("open cgroup.procs");
+        let fd = procs.as_raw_fd();
+        let mut c = Command::new("sleep");
+        c.arg("60")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        // SAFETY: only async-signal-safe calls (write, setgroups, setgid, setuid) on a
+        // descriptor opened before the fork; the join happens before the uid drop.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if as_nobody
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(NOBODY) != 0
+                        || libc::setuid(NOBODY) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = c.spawn().expect("start sleep");
+        drop(procs);
+        Proc(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A log only root may read (in a 0700 directory, mode 0600) holding a recognisable value.
+fn root_only_log(dir: &Path) -> PathBuf {
+    let secret = dir.join("secret");
+    fs::create_dir_all(&secret).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    let log = secret.join("log.csv");
+    fs::write(&log, "epoch,loss\n0,4242.5\n1,4242.25\n").unwrap();
+    fs::set_permissions(&log, fs::Permissions::from_mode(0o600)).unwrap();
+    log
+}
+
+/// A log anyone may read.
+fn open_log(dir: &Path) -> PathBuf {
+    let log = dir.join("open.csv");
+    fs::write(&log, "epoch,loss\n0,1.5\n").unwrap();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&log, fs::Permissions::from_mode(0o644)).unwrap();
+    log
+}
+
+fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
+    d.spawn();
+    let log = root_only_log(d.dir.path());
+    let parent = layout.parent();
+    // Each job alone in a cgroup of its own: governed in place, nothing is moved.
+    let theirs = TestCgroup::create(&parent, &format!("{prefix}-nobody"));
+    let ours = TestCgroup::create(&parent, &format!("{prefix}-root"));
+    let log_s = log.display().to_string();
+    let nobody = Proc::start(
+        &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "nobody-job")],
+        true,
+        &theirs,
+    );
+    let root = Proc::start(
+        &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "root-job")],
+        false,
+        &ours,
+    );
+    let root_job = d.wait_job(
+        "root-job",
+        Duration::from_secs(40),
+        "root's job read its log",
+        |j| j["records"].as_u64().unwrap_or(0) >= 2,
+    );
+    let nobody_job = d.wait_job(
+        "nobody-job",
+        Duration::from_secs(40),
+        "a log problem for nobody's job",
+        |j| !j["log_problem"].is_null(),
+    );
+    eprintln!("{prefix}: root's job {root_job}\nnobody's job {nobody_job}");
+    assert_eq!(root_job["signal_value"].as_f64(), Some(4242.25));
+    assert_eq!(nobody_job["records"].as_u64(), Some(0), "{nobody_job}");
+    assert!(nobody_job["signal_value"].is_null(), "{nobody_job}");
+    let problem = nobody_job["log_problem"].as_str().unwrap_or_default();
+    assert!(
+        problem.contains("ermission denied") && problem.contains("uid 65534"),
+        "the refusal should say why: {problem}"
+    );
+    drop((nobody, root));
+}
+
+fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", "");
+    d.spawn();
+    let log = open_log(d.dir.path());
+    let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-shared"));
+    let log_s = log.display().to_string();
+    let other = Proc::start(&[], false, &shared);
+    let nobody = Proc::start(
+        &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "nobody-shared")],
+        true,
+        &shared,
+    );
+    let root = Proc::start(&[("GOVERNOR_LOG", &log_s)], false, &shared);
+    // Root's process is adopted (the default grants root), named after its command and pid.
+    let name = format!("sleep-{}", root.pid());
+    let job = d.wait_job(
+        &name,
+        Duration::from_secs(40),
+        "adoption of root's job",
+        |_| true,
+    );
+    assert!(
+        job["cgroup"].as_str().unwrap_or_default().contains(&name),
+        "{job}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !d
+        .log_text()
+        .contains("does not let the governor move processes of its owner")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{prefix}: no refusal logged for nobody's process\n{}",
+            d.log_tail()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    assert!(
+        d.job("nobody-shared").is_none(),
+        "nobody's process was governed"
+    );
+    let here = format!("/{prefix}-shared");
+    assert_eq!(
+        layout.cgroup_of(nobody.pid()),
+        here,
+        "nobody's process was moved"
+    );
+    assert_eq!(layout.cgroup_of(other.pid()), here);
+    assert!(layout.cgroup_of(root.pid()).contains(&name));
+    // Stopping the daemon puts root's process back where it was.
+    d.terminate();
+    assert_eq!(
+        layout.cgroup_of(root.pid()),
+        here,
+        "the adopted process did not go back when the daemon stopped"
+    );
+    drop((other, nobody, root));
+}
+
+fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
+    d.spawn();
+    let log = open_log(d.dir.path());
+    let limited = TestCgroup::create(&layout.parent(), &format!("{prefix}-limited"));
+    layout.limit(&limited);
+    let log_s = log.display().to_string();
+    let other = Proc::start(&[], false, &limited);
+    let job = Proc::start(
+        &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "limited")],
+        false,
+        &limited,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !d.log_text().contains("out of a limit it is subject to") {
+        assert!(
+            Instant::now() < deadline,
+            "{prefix}: no refusal logged for the limited job\n{}",
+            d.log_tail()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    assert_eq!(layout.cgroup_of(job.pid()), format!("/{prefix}-limited"));
+    assert!(d.job("limited").is_none());
+    drop((other, job));
+}
+
+fn back_after_a_crash(layout: Layout, prefix: &str) {
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", "");
+    d.spawn();
+    let log = open_log(d.dir.path());
+    let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-crash"));
+    let log_s = log.display().to_string();
+    let other = Proc::start(&[], false, &shared);
+    let job = Proc::start(
+        &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "crash")],
+        false,
+        &shared,
+    );
+    d.wait_job("crash", Duration::from_secs(40), "adoption", |_| true);
+    assert!(
+        layout
+            .cgroup_of(job.pid())
+            .contains("governor.slice/jobs/crash")
+    );
+    d.kill();
+    assert!(
+        layout
+            .cgroup_of(job.pid())
+            .contains("governor.slice/jobs/crash"),
+        "still in the governor's group after SIGKILL (nothing ran to put it back)"
+    );
+    // The next daemon, told to adopt nothing, puts it back from the journal.
+    let mut config = fs::read_to_string(&d.config).unwrap();
+    config.push_str("\n[discovery]\nadopt = \"none\"\n");
+    fs::write(&d.config, config).unwrap();
+    d.spawn();
+    assert_eq!(
+        layout.cgroup_of(job.pid()),
+        format!("/{prefix}-crash"),
+        "the restarted daemon did not put the adopted process back\n{}",
+        d.log_tail()
+    );
+    let mut journal = d.state_file.clone().into_os_string();
+    journal.push(".adopted");
+    assert!(
+        !Path::new(&journal).exists(),
+        "the adoption journal was kept"
+    );
+    drop((other, job));
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_second_user_cannot_read_a_root_only_file_through_the_daemon() {
+    require_v1_cpu_host();
+    reads_with_the_owners_rights(Layout::HostV1, "priv-v1-read");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_second_user_is_not_moved_out_of_a_shared_cgroup() {
+    require_v1_cpu_host();
+    second_user_stays_in_a_shared_cgroup(Layout::HostV1, "priv-v1");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_no_process_is_moved_out_of_a_cpu_limit() {
+    require_v1_cpu_host();
+    no_escape_from_a_limit(Layout::HostV1, "priv-v1");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_adopted_processes_go_back_after_a_crash() {
+    require_v1_cpu_host();
+    back_after_a_crash(Layout::HostV1, "priv-v1");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test privilege`"]
+fn vm_a_second_user_cannot_read_a_root_only_file_through_the_daemon() {
+    require_vm();
+    reads_with_the_owners_rights(Layout::V2, "priv-v2-read");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test privilege`"]
+fn vm_a_second_user_is_not_moved_out_of_a_shared_cgroup() {
+    require_vm();
+    second_user_stays_in_a_shared_cgroup(Layout::V2, "priv-v2");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test privilege`"]
+fn vm_no_process_is_moved_out_of_a_cpu_limit() {
+    require_vm();
+    no_escape_from_a_limit(Layout::V2, "priv-v2");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test privilege`"]
+fn vm_adopted_processes_go_back_after_a_crash() {
+    require_vm();
+    back_after_a_crash(Layout::V2, "priv-v2");
+}
