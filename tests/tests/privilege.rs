@@ -333,6 +333,91 @@ fn back_after_a_crash(layout: Layout, prefix: &str) {
     drop((other, job));
 }
 
+/// Run `f` on a thread of its own whose effective uid and gid are `nobody`'s (raw per-thread
+/// system calls; the thread ends with `f`, the rest of the test keeps root's rights). A socket
+/// connected there carries `nobody` in its `SO_PEERCRED`.
+fn on_a_nobody_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let keep = u32::MAX as libc::c_long;
+            let nobody = libc::c_long::from(NOBODY);
+            // SAFETY: credential system calls with integer arguments (setgroups with none), on
+            // this thread only; it exits when `f` returns.
+            unsafe {
+                assert_eq!(
+                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()),
+                    0
+                );
+                assert_eq!(libc::syscall(libc::SYS_setresgid, keep, nobody, keep), 0);
+                assert_eq!(libc::syscall(libc::SYS_setresuid, keep, nobody, keep), 0);
+            }
+            f()
+        })
+        .join()
+        .expect("nobody's thread")
+    })
+}
+
+fn control_socket_checks_its_callers(layout: Layout, prefix: &str) {
+    use governor::control::{AdoptJob, Request, Response, request};
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // nobody's group may connect (as an operator would let a group read status).
+    let mut d = Daemon::configure("governor", "socket_group = \"nogroup\"\n");
+    d.spawn();
+    let subtree = match layout {
+        Layout::HostV1 => PathBuf::from("/sys/fs/cgroup/cpu/governor.slice/jobs"),
+        Layout::V2 => PathBuf::from("/sys/fs/cgroup/governor.slice/jobs"),
+    };
+    fs::create_dir_all(&subtree).unwrap();
+    let group = TestCgroup::create(&subtree, &format!("{prefix}-sock"));
+    let roots = Proc::start(&[], false, &group);
+    let adopt = Request::Adopt(AdoptJob {
+        name: format!("{prefix}-sock"),
+        cgroup: format!("/governor.slice/jobs/{prefix}-sock"),
+        logs: vec![],
+        metric: None,
+        format: None,
+        pid: roots.pid(),
+        epochs: None,
+        finish: None,
+    });
+    let socket = d.socket.clone();
+    let ask = |req: &Request| request(&socket, req, Duration::from_secs(5)).expect("answer");
+    let (status, reload, theirs) =
+        on_a_nobody_thread(|| (ask(&Request::Status), ask(&Request::Reload), ask(&adopt)));
+    assert!(matches!(status, Response::Status(_)), "{status:?}");
+    match reload {
+        Response::Error { message } => assert!(message.contains("root only"), "{message}"),
+        other => panic!("nobody reloaded the daemon: {other:?}"),
+    }
+    match theirs {
+        Response::Error { message } => {
+            assert!(message.contains("belongs to uid 0"), "{message}")
+        }
+        other => panic!("nobody handed root's process to the daemon: {other:?}"),
+    }
+    assert!(d.job(&format!("{prefix}-sock")).is_none());
+    // Root may.
+    assert!(matches!(ask(&adopt), Response::Ok { .. }));
+    d.wait_job(
+        &format!("{prefix}-sock"),
+        Duration::from_secs(10),
+        "root's hand-over",
+        |_| true,
+    );
+    let release = Request::Release {
+        cgroup: format!("/governor.slice/jobs/{prefix}-sock"),
+    };
+    match on_a_nobody_thread(|| ask(&release)) {
+        Response::Error { message } => assert!(message.contains("may not release"), "{message}"),
+        other => panic!("nobody released root's job: {other:?}"),
+    }
+    assert!(d.job(&format!("{prefix}-sock")).is_some());
+    drop(roots);
+}
+
 #[test]
 #[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
 fn root_host_v1_a_second_user_cannot_read_a_root_only_file_through_the_daemon() {
@@ -387,4 +472,18 @@ fn vm_no_process_is_moved_out_of_a_cpu_limit() {
 fn vm_adopted_processes_go_back_after_a_crash() {
     require_vm();
     back_after_a_crash(Layout::V2, "priv-v2");
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_the_control_socket_acts_only_for_those_entitled() {
+    require_v1_cpu_host();
+    control_socket_checks_its_callers(Layout::HostV1, "priv-v1");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test privilege`"]
+fn vm_the_control_socket_acts_only_for_those_entitled() {
+    require_vm();
+    control_socket_checks_its_callers(Layout::V2, "priv-v2");
 }
