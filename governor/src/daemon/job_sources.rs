@@ -15,7 +15,7 @@ use crate::config::{DaemonConfig, JobConfig, load_jobs_dir};
 use crate::control::AdoptJob;
 use crate::discovery::adopt::{AdoptGrant, AdoptRule};
 use crate::discovery::names::identify;
-use crate::discovery::procfs::{CgroupLine, ProcFs};
+use crate::discovery::procfs::{CgroupLine, Credentials, ProcFs};
 use crate::discovery::scan::{self, EnvProcess, Placement};
 use crate::policy::{Direction, JobId, JobSpec};
 use crate::progress::signal::infer_direction;
@@ -370,6 +370,8 @@ impl Discovery {
         }
         let roots = scan::job_roots(&self.proc, members);
         let root_pid = roots.first().copied().unwrap_or(first.pid);
+        // Whose job it is: who may adopt it, whose rights its logs are read with.
+        let creds = self.proc.credentials(root_pid);
         let env = &first.env;
         let identity = identify(cgroup);
         let ours = matches!(
@@ -407,16 +409,21 @@ impl Discovery {
                 members.iter().map(|m| m.pid).collect::<Vec<_>>(),
             ),
             Placement::Adopt { pids } => {
-                let group = self.adopt(core, cgroup, &name, root_pid, &roots, pids)?;
+                let group = self.adopt(
+                    core,
+                    cgroup,
+                    &name,
+                    (root_pid, creds.as_ref()?),
+                    &roots,
+                    pids,
+                )?;
                 runtime = format!("adopted from {cgroup}");
                 (group, true, Vec::new())
             }
         };
         let entry = self.process_jobs.entry(target.clone()).or_default();
         entry.owned_group |= owned;
-        entry.owner = entry
-            .owner
-            .or_else(|| self.proc.credentials(root_pid).map(|c| c.uid));
+        entry.owner = entry.owner.or(creds.as_ref().map(|c| c.uid));
         for pid in pids.iter().copied().chain(members.iter().map(|m| m.pid)) {
             entry.pids.insert(pid);
             self.pid_index.insert(pid, target.clone());
@@ -449,15 +456,11 @@ impl Discovery {
                 custom: None,
                 // The paths come from the job: read them with its owner's rights (an owner we
                 // cannot tell gets nobody's).
-                owner: Some(
-                    self.proc
-                        .credentials(root_pid)
-                        .map_or_else(nobody, |c| FileOwner {
-                            uid: c.uid,
-                            gid: c.gid,
-                            groups: c.groups,
-                        }),
-                ),
+                owner: Some(creds.map_or_else(nobody, |c| FileOwner {
+                    uid: c.uid,
+                    gid: c.gid,
+                    groups: c.groups,
+                })),
             },
         })
     }
@@ -470,12 +473,11 @@ impl Discovery {
         core: &NodeCore,
         from: &str,
         name: &str,
-        root_pid: u32,
+        (root_pid, owner): (u32, &Credentials),
         roots: &[u32],
         pids: Vec<u32>,
     ) -> Option<JobCgroup> {
-        let owner = self.proc.credentials(root_pid)?;
-        if !self.grant.allows(&owner) {
+        if !self.grant.allows(owner) {
             let grant = self.grant.clone();
             self.report_once(format!("adopt:{root_pid}"), || {
                 format!(
