@@ -204,3 +204,14 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
         .unwrap_or_else(|e| panic!("cannot enable {want:?} in {}: {e}", p.display()));
 }
 pub mod daemon;
+
+/// Remove the governor's job subtree (`governor.slice/jobs`, `governor.slice`) from every
+/// hierarchy where it is empty, so that tests that ran the daemon or `run-job` leave nothing
+/// under /sys/fs/cgroup (`rmdir` fails harmlessly where something still lives there).
+pub fn remove_empty_governor_subtree() {
+    for mount in ["", "cpu", "cpuacct", "pids", "unified"] {
+        let base = std::path::Path::new("/sys/fs/cgroup").join(mount);
+        let _ = fs::remove_dir(base.join("governor.slice/jobs"));
+        let _ = fs::remove_dir(base.join("governor.slice"));
+    }
+}

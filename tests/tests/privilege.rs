@@ -25,6 +25,16 @@ use governor_integration_tests::{TestCgroup, enable_controllers, require_v1_cpu_
 
 const NOBODY: u32 = 65534;
 
+/// Leaves no empty governor subtree behind when a scenario ends (after its daemon and groups,
+/// which are declared after it and so dropped first).
+struct Tidy;
+
+impl Drop for Tidy {
+    fn drop(&mut self) {
+        governor_integration_tests::remove_empty_governor_subtree();
+    }
+}
+
 /// One scenario at a time: they share the daemon's job subtree and the host's cores.
 static ONE: Mutex<()> = Mutex::new(());
 
@@ -151,6 +161,7 @@ fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
     let _one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _tidy = Tidy;
     let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
     d.spawn();
     let log = root_only_log(d.dir.path());
@@ -197,6 +208,7 @@ fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
     let _one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _tidy = Tidy;
     let mut d = Daemon::configure("governor", "");
     d.spawn();
     let log = open_log(d.dir.path());
@@ -259,6 +271,7 @@ fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
     let _one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _tidy = Tidy;
     let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
     d.spawn();
     let log = open_log(d.dir.path());
@@ -289,6 +302,7 @@ fn back_after_a_crash(layout: Layout, prefix: &str) {
     let _one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _tidy = Tidy;
     let mut d = Daemon::configure("governor", "");
     d.spawn();
     let log = open_log(d.dir.path());
@@ -363,6 +377,7 @@ fn control_socket_checks_its_callers(layout: Layout, prefix: &str) {
     let _one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _tidy = Tidy;
     // nobody's group may connect (as an operator would let a group read status).
     let mut d = Daemon::configure("governor", "socket_group = \"nogroup\"\n");
     d.spawn();

@@ -183,13 +183,28 @@ impl Samples {
 /// `quiet_until` seconds and wants CPU again, gets its floor within 1 s and at least 3/4 of an
 /// equal split of what the three jobs get within 2 s (the 1/4 margin is this shared machine's
 /// noise: other processes take CPU from all three alike, so the split is measured, not assumed).
-fn no_lockout(layout: Layout, prefix: &str, q_phases: &[Phase], quiet_until: f64) {
-    // One scenario at a time, whatever libtest's thread count: each measures shares of the
-    // whole machine, and every daemon adopts every job under governor.slice.
+/// One scenario at a time, whatever libtest's thread count: each measures shares of the whole
+/// machine, and every daemon adopts every job under governor.slice. Dropped last, it also
+/// removes the governor subtree the scenario's jobs left empty.
+struct Alone(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+fn alone() -> Alone {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _alone = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Alone(
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        governor_integration_tests::remove_empty_governor_subtree();
+    }
+}
+
+fn no_lockout(layout: Layout, prefix: &str, q_phases: &[Phase], quiet_until: f64) {
+    let _alone = alone();
     let mut d = Daemon::configure("governor", "");
     d.spawn();
     let total: u32 = q_phases
@@ -358,10 +373,7 @@ fn vm_a_job_with_more_threads_than_cores_is_not_locked_out() {
 /// stops improving is stopped by the daemon (SIGINT to its group) long before its script would
 /// end, while a job that did not ask for it and logs the same flat loss keeps running.
 fn finish_at_convergence(layout: Layout, prefix: &str) {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _alone = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _alone = alone();
     let mut d = Daemon::configure("governor", "");
     d.spawn();
     // 30 s of a loss that falls for 2 s, then stays flat.

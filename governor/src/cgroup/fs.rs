@@ -80,12 +80,9 @@ impl CgroupFs {
             hierarchy,
             page_size: page_size(),
             proc_root: PathBuf::from("/proc"),
-            job_controllers: vec![
-                Controller::Cpu,
-                Controller::CpuAcct,
-                Controller::Memory,
-                Controller::Pids,
-            ],
+            // Never the v1 memory hierarchy unless asked (the actuator adds it when it manages
+            // v1 memory limits): `run-job` on a hybrid host used to create groups there.
+            job_controllers: vec![Controller::Cpu, Controller::CpuAcct, Controller::Pids],
         }
     }
 
@@ -96,7 +93,7 @@ impl CgroupFs {
     }
 
     /// cgroup v1: the controller hierarchies in which job groups are created, joined and removed
-    /// (default: cpu, cpuacct, memory, pids). The actuator leaves out `memory` when it does not
+    /// (default: cpu, cpuacct, pids). The actuator leaves out `memory` when it does not
     /// manage memory, so nothing is ever created under the v1 memory hierarchy then.
     pub fn set_job_controllers(&mut self, controllers: &[Controller]) {
         self.job_controllers = controllers.to_vec();

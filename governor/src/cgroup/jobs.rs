@@ -395,7 +395,18 @@ mod tests {
     fn v1_job_group_lives_in_every_controller_and_the_unified_tree() {
         let dir = tempfile::tempdir().unwrap();
         let fake = FakeCgroupRoot::hybrid(dir.path());
-        let fs = CgroupFs::detect(dir.path()).unwrap();
+        let mut fs = CgroupFs::detect(dir.path()).unwrap();
+        // By default nothing is made under the v1 memory hierarchy (run-job on a hybrid host).
+        fs.create_job_group(Path::new("governor"), "j0").unwrap();
+        assert!(!dir.path().join("memory/governor").exists());
+        assert!(dir.path().join("cpu/governor/j0").is_dir());
+        // When memory is managed, the group lives in every controller.
+        fs.set_job_controllers(&[
+            Controller::Cpu,
+            Controller::CpuAcct,
+            Controller::Memory,
+            Controller::Pids,
+        ]);
         let job = fs.create_job_group(Path::new("governor"), "j1").unwrap();
         for c in ["cpu", "cpuacct", "memory", "pids", "unified"] {
             assert!(
@@ -433,7 +444,7 @@ mod tests {
         let fs = CgroupFs::detect(dir.path()).unwrap();
         let job = JobCgroup::new("x/y").unwrap();
         let dirs = fs.job_dirs(&job);
-        assert_eq!(dirs.len(), 3, "cpu,cpuacct + memory + pids: {dirs:?}");
+        assert_eq!(dirs.len(), 2, "cpu,cpuacct + pids (no memory unless asked): {dirs:?}");
     }
 
     #[test]
