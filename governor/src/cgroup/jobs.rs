@@ -444,7 +444,11 @@ mod tests {
         let fs = CgroupFs::detect(dir.path()).unwrap();
         let job = JobCgroup::new("x/y").unwrap();
         let dirs = fs.job_dirs(&job);
-        assert_eq!(dirs.len(), 2, "cpu,cpuacct + pids (no memory unless asked): {dirs:?}");
+        assert_eq!(
+            dirs.len(),
+            2,
+            "cpu,cpuacct + pids (no memory unless asked): {dirs:?}"
+        );
     }
 
     #[test]
