@@ -35,6 +35,27 @@ impl Drop for Tidy {
     }
 }
 
+/// A scenario's start: one at a time (they share the daemon's job subtree and the host's
+/// cores), the tidy-up when it ends, and a running daemon with `extra` configuration. Bound
+/// as `let (_one, _tidy, d)`, the daemon stops first and the lock goes last.
+fn scenario(extra: &str) -> (std::sync::MutexGuard<'static, ()>, Tidy, Daemon) {
+    let one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut d = Daemon::configure("governor", extra);
+    d.spawn();
+    (one, Tidy, d)
+}
+
+/// Wait until the daemon's log says `needle` (panics with its tail after `within`).
+fn wait_for_log(d: &Daemon, needle: &str, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while !d.log_text().contains(needle) {
+        assert!(Instant::now() < deadline, "{what}\n{}", d.log_tail());
+        sleep(Duration::from_millis(100));
+    }
+}
+
 /// One scenario at a time: they share the daemon's job subtree and the host's cores.
 static ONE: Mutex<()> = Mutex::new(());
 
@@ -158,12 +179,7 @@ fn open_log(dir: &Path) -> PathBuf {
 }
 
 fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _tidy = Tidy;
-    let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
-    d.spawn();
+    let (_one, _tidy, d) = scenario("[discovery]\nadopt = \"any\"\n");
     let log = root_only_log(d.dir.path());
     let parent = layout.parent();
     // Each job alone in a cgroup of its own: governed in place, nothing is moved.
@@ -205,12 +221,7 @@ fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
 }
 
 fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _tidy = Tidy;
-    let mut d = Daemon::configure("governor", "");
-    d.spawn();
+    let (_one, _tidy, mut d) = scenario("");
     let log = open_log(d.dir.path());
     let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-shared"));
     let log_s = log.display().to_string();
@@ -233,18 +244,12 @@ fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
         job["cgroup"].as_str().unwrap_or_default().contains(&name),
         "{job}"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !d
-        .log_text()
-        .contains("does not let the governor move processes of its owner")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{prefix}: no refusal logged for nobody's process\n{}",
-            d.log_tail()
-        );
-        sleep(Duration::from_millis(100));
-    }
+    wait_for_log(
+        &d,
+        "does not let the governor move processes of its owner",
+        Duration::from_secs(5),
+        &format!("{prefix}: no refusal logged for nobody's process"),
+    );
     assert!(
         d.job("nobody-shared").is_none(),
         "nobody's process was governed"
@@ -268,12 +273,7 @@ fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
 }
 
 fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _tidy = Tidy;
-    let mut d = Daemon::configure("governor", "[discovery]\nadopt = \"any\"\n");
-    d.spawn();
+    let (_one, _tidy, d) = scenario("[discovery]\nadopt = \"any\"\n");
     let log = open_log(d.dir.path());
     let limited = TestCgroup::create(&layout.parent(), &format!("{prefix}-limited"));
     layout.limit(&limited);
@@ -284,27 +284,19 @@ fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
         false,
         &limited,
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !d.log_text().contains("out of a limit it is subject to") {
-        assert!(
-            Instant::now() < deadline,
-            "{prefix}: no refusal logged for the limited job\n{}",
-            d.log_tail()
-        );
-        sleep(Duration::from_millis(100));
-    }
+    wait_for_log(
+        &d,
+        "out of a limit it is subject to",
+        Duration::from_secs(10),
+        &format!("{prefix}: no refusal logged for the limited job"),
+    );
     assert_eq!(layout.cgroup_of(job.pid()), format!("/{prefix}-limited"));
     assert!(d.job("limited").is_none());
     drop((other, job));
 }
 
 fn back_after_a_crash(layout: Layout, prefix: &str) {
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _tidy = Tidy;
-    let mut d = Daemon::configure("governor", "");
-    d.spawn();
+    let (_one, _tidy, mut d) = scenario("");
     let log = open_log(d.dir.path());
     let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-crash"));
     let log_s = log.display().to_string();
@@ -374,13 +366,8 @@ fn on_a_nobody_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 fn control_socket_checks_its_callers(layout: Layout, prefix: &str) {
     use governor::control::{AdoptJob, Request, Response, request};
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _tidy = Tidy;
     // nobody's group may connect (as an operator would let a group read status).
-    let mut d = Daemon::configure("governor", "socket_group = \"nogroup\"\n");
-    d.spawn();
+    let (_one, _tidy, d) = scenario("socket_group = \"nogroup\"\n");
     let subtree = match layout {
         Layout::HostV1 => PathBuf::from("/sys/fs/cgroup/cpu/governor.slice/jobs"),
         Layout::V2 => PathBuf::from("/sys/fs/cgroup/governor.slice/jobs"),
