@@ -222,10 +222,22 @@ pub fn open_as_user(
     result
 }
 
-/// The calling thread's supplementary groups.
+/// The calling thread's supplementary groups (asked for their number first: this runs on
+/// every open of a job's log).
 fn thread_groups() -> std::io::Result<Vec<libc::gid_t>> {
-    let mut groups = vec![0 as libc::gid_t; 65536];
-    // SAFETY: the buffer holds 65536 gids (NGROUPS_MAX); the kernel writes at most that many.
+    // SAFETY: size 0 asks only for the count; the kernel writes nothing.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getgroups,
+            0 as libc::c_int,
+            std::ptr::null_mut::<libc::gid_t>(),
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut groups = vec![0 as libc::gid_t; n as usize];
+    // SAFETY: the buffer holds `groups.len()` gids; the kernel writes at most that many.
     let n = unsafe {
         libc::syscall(
             libc::SYS_getgroups,
