@@ -44,9 +44,11 @@ use std::collections::{BinaryHeap, HashMap};
 use governor_placement::queue::{Queue, QueuedJob};
 use governor_placement::specon::{MigrationTarget, SpeCon};
 use governor_placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
+use governor_policy::quality::time_to_quality;
 use governor_policy::share::{ShareRequest, water_fill};
 use governor_policy::{
-    Category, CpuAllocation, JobId, JobSpec, NodePolicy, NodeResources, Plan, ProgressPoint, Usage,
+    Category, CpuAllocation, Direction, JobId, JobSpec, NodePolicy, NodeResources, Plan,
+    ProgressPoint, Usage,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -278,6 +280,9 @@ pub struct JobOutcome {
     pub worker: Option<String>,
     /// Times it was moved.
     pub migrations: u32,
+    /// Time to quality from submission (see [`crate::node::JobResult::ttq`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttq: Option<f64>,
 }
 
 /// One migration decision.
@@ -307,6 +312,9 @@ pub struct ClusterRun {
     pub jobs: Vec<JobOutcome>,
     /// Mean JCT of the finished jobs.
     pub avg_jct: f64,
+    /// Mean time to quality of the jobs that logged a loss.
+    #[serde(default)]
+    pub avg_ttq: f64,
     /// Last finish minus first submit.
     pub makespan: f64,
     /// Jobs without a finish time (still queued or running at the horizon).
@@ -375,6 +383,8 @@ struct Rt {
     lines_seen: u64,
     last: Option<Observation>,
     previous: Option<Observation>,
+    /// (seconds since submission, noiseless loss) of every log line written.
+    written: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -538,6 +548,7 @@ pub fn run_cluster(
                     lines_seen: 0,
                     last: None,
                     previous: None,
+                    written: Vec::new(),
                 }
             })
             .collect(),
@@ -681,7 +692,7 @@ impl Engine<'_> {
             if speed > 0.0 {
                 next = next.min(t + (m.work - rt.done).max(0.0) / speed);
                 if let LogEvery::Work { .. } = m.log_every {
-                    let target = rt.next_log * m.work;
+                    let target = m.log_at(rt.next_log);
                     next = next.min(t + (target - rt.done).max(0.0) / speed);
                 }
             }
@@ -842,19 +853,25 @@ impl Engine<'_> {
             LogEvery::Work { fraction } => {
                 let step = fraction.max(1e-6);
                 while rt.next_log < 1.0 - EPS
-                    && rt.done >= rt.next_log * m.work - EPS * m.work.max(1.0)
+                    && rt.done >= m.log_at(rt.next_log) - EPS * m.work.max(1.0)
                 {
                     let x = rt.next_log;
                     out.push((x, m.logged_loss(x, &mut rt.rng)));
+                    rt.written.push((t - m.submit, m.loss.value(x)));
                     rt.next_log += step;
                 }
             }
             LogEvery::Seconds { seconds } => {
                 let step = seconds.max(1e-3);
                 while rt.next_log <= t + EPS {
-                    let x = rt.done / m.work;
-                    out.push((x, m.logged_loss(x, &mut rt.rng)));
                     rt.next_log += step;
+                    if m.starting(rt.done) {
+                        // Nothing is logged before the training starts.
+                        continue;
+                    }
+                    let x = m.training_fraction(rt.done);
+                    out.push((x, m.logged_loss(x, &mut rt.rng)));
+                    rt.written.push((t - m.submit, m.loss.value(x)));
                 }
             }
         }
@@ -1132,8 +1149,15 @@ impl Engine<'_> {
                 jct: rt.finish.map(|f| f - j.model.submit),
                 worker: rt.first_worker.map(|w| self.config.workers[w].name.clone()),
                 migrations: rt.migrations,
+                ttq: time_to_quality(&rt.written, Direction::Minimise),
             })
             .collect();
+        let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();
+        let avg_ttq = if ttqs.is_empty() {
+            0.0
+        } else {
+            ttqs.iter().sum::<f64>() / ttqs.len() as f64
+        };
         let jcts: Vec<f64> = jobs.iter().filter_map(|j| j.jct).collect();
         let avg_jct = if jcts.is_empty() {
             0.0
@@ -1177,6 +1201,7 @@ impl Engine<'_> {
         ClusterRun {
             policy: self.spec.name.clone(),
             avg_jct,
+            avg_ttq,
             makespan: if last.is_finite() { last - first } else { 0.0 },
             unfinished: jobs.iter().filter(|j| j.finish.is_none()).count(),
             jobs,
@@ -1216,6 +1241,8 @@ mod tests {
             reports_total: true,
             memory_bytes: GIB,
             priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
         })
     }
 

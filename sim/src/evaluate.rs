@@ -186,6 +186,8 @@ mod tests {
             reports_total: true,
             memory_bytes: 1 << 30,
             priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
         })
     }
 

@@ -143,12 +143,55 @@ pub struct JobModel {
     /// Scheduling priority given to the policy (0 = default).
     #[serde(default)]
     pub priority: i32,
+    /// Work done before the first log line (imports, data loading: ~6 CPU-seconds for a
+    /// TensorFlow job on this machine's cores), part of `work`. The loss curve and the log
+    /// schedule cover the rest.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub startup: f64,
+    /// Phases without CPU demand (waiting for a data set, uploading a checkpoint), in order of
+    /// `after`. Simulated by the single-node simulator (`govsim sweep`, bench-real's
+    /// calibration); the cluster simulator does not model them yet and refuses such traces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quiet: Vec<QuietPhase>,
+}
+
+/// A phase in which a job needs no CPU: once it has done `after` work, it sleeps `seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuietPhase {
+    pub after: f64,
+    pub seconds: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl JobModel {
     /// Work per second on `cores` cores, after the parallelism limit.
     pub fn speed(&self, cores: f64) -> f64 {
         self.speedup.speed(cores.min(self.parallelism))
+    }
+
+    /// The start-up, within `[0, work)`.
+    fn startup_work(&self) -> f64 {
+        self.startup.clamp(0.0, (self.work * (1.0 - 1e-9)).max(0.0))
+    }
+
+    /// Work done when the log line for training fraction `x` is written (after the start-up).
+    pub fn log_at(&self, x: f64) -> f64 {
+        let s = self.startup_work();
+        s + x * (self.work - s)
+    }
+
+    /// The fraction of the training (the work after the start-up) that `done` work covers.
+    pub fn training_fraction(&self, done: f64) -> f64 {
+        let s = self.startup_work();
+        ((done - s) / (self.work - s).max(1e-12)).clamp(0.0, 1.0)
+    }
+
+    /// Whether `done` work is still in the start-up (no log lines yet).
+    pub fn starting(&self, done: f64) -> bool {
+        done < self.startup_work()
     }
 
     /// Seconds the job takes alone on a node with `cores` cores.
@@ -220,6 +263,8 @@ mod tests {
             reports_total: false,
             memory_bytes: 0,
             priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
         };
         assert_eq!(job.speed(8.0), 2.0);
         assert_eq!(job.alone_seconds(8.0), 50.0);
@@ -273,6 +318,8 @@ mod tests {
             reports_total: false,
             memory_bytes: 0,
             priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
         };
         let mut a = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let mut b = rand_chacha::ChaCha8Rng::seed_from_u64(1);

@@ -181,6 +181,15 @@ impl Trace {
             if !(granularity.is_finite() && granularity > 0.0) {
                 return Err(bad("log_every must be positive"));
             }
+            if !(m.startup.is_finite() && m.startup >= 0.0 && m.startup < m.work) {
+                return Err(bad("startup must be at least 0 and less than work"));
+            }
+            if !m.quiet.is_empty() {
+                return Err(bad(
+                    "quiet phases are simulated on a single node only (bench-real's calibration); \
+                     the cluster simulator does not model them",
+                ));
+            }
         }
         Ok(())
     }
@@ -354,6 +363,8 @@ pub fn generate(params: &TraceParams, curves: &[RealCurve]) -> Trace {
                     reports_total,
                     memory_bytes,
                     priority: 0,
+                    startup: 0.0,
+                    quiet: Vec::new(),
                 },
                 gpus,
                 checkpoint_bytes: Some(checkpoint_bytes),

@@ -107,6 +107,8 @@ pub fn generate(params: &WorkloadParams) -> Vec<JobModel> {
                 reports_total,
                 memory_bytes,
                 priority: 0,
+                startup: 0.0,
+                quiet: Vec::new(),
             }
         })
         .collect();

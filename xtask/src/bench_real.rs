@@ -38,7 +38,7 @@ use governor_policy::quality::time_to_quality;
 use serde::{Deserialize, Serialize};
 use sim::plot::{self, Panel, Series};
 
-use crate::cmd;
+use crate::{calibrate, cmd};
 
 /// PyPI packages of the benchmark's environment, pinned (the versions measured).
 const PYTHON_PACKAGES: &[&str] = &[
@@ -74,6 +74,10 @@ pub(crate) struct BenchRealArgs {
     /// Extra daemon configuration lines (TOML), e.g. `sample_interval = "500ms"`.
     #[arg(long)]
     pub daemon_config: Vec<String>,
+    /// Policies only simulated, in govsim calibrated to the runs (design exploration: every
+    /// summary has a "govsim calibrated to these runs" section with fair and `--policies`).
+    #[arg(long, value_delimiter = ',')]
+    pub sim_policies: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -344,7 +348,7 @@ pub(crate) fn run(args: &BenchRealArgs) -> Result<()> {
         }
     }
     for w in &chosen {
-        let report = aggregate(&out, w, &args.policies, args.sizes)?;
+        let report = aggregate(&out, w, &args.policies, &args.sim_policies, args.sizes)?;
         let dir = out.join(&w.name);
         fs::create_dir_all(&dir)?;
         fs::write(dir.join("summary.md"), &report.markdown)?;
@@ -373,7 +377,7 @@ pub(crate) fn policy_dir_name(policy: &str) -> String {
         .collect()
 }
 
-fn run_dir(out: &Path, w: &Workload, policy: &str, sizes: Sizes, rep: u32) -> PathBuf {
+pub(crate) fn run_dir(out: &Path, w: &Workload, policy: &str, sizes: Sizes, rep: u32) -> PathBuf {
     let sizes = match sizes {
         Sizes::Known => "known",
         Sizes::Unknown => "unknown",
@@ -908,7 +912,13 @@ fn load_runs(out: &Path, w: &Workload, policy: &str, sizes: Sizes) -> Vec<RunRes
     runs
 }
 
-fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Result<Report> {
+fn aggregate(
+    out: &Path,
+    w: &Workload,
+    policies: &[String],
+    sim_policies: &[String],
+    sizes: Sizes,
+) -> Result<Report> {
     let fair = load_runs(out, w, "fair", sizes);
     if fair.is_empty() {
         bail!("no fair runs of {} under {}", w.name, out.display());
@@ -956,8 +966,10 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
     let mut json_policies = serde_json::Map::new();
     let mut plots = Vec::new();
     let mut per_job_md = String::new();
+    let mut all_runs: Vec<(String, Vec<RunResult>)> = Vec::new();
     for policy in policies {
         let runs = load_runs(out, w, policy, sizes);
+        all_runs.push((policy.clone(), runs.clone()));
         let pairs: Vec<Pair> = runs
             .iter()
             .filter_map(|r| fair.iter().find(|f| f.rep == r.rep).map(|f| pair(f, r)))
@@ -1050,6 +1062,10 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
          each repetition, median (min..max)."
     );
     md.push_str(&per_job_md);
+    let cores = std::thread::available_parallelism().map_or(2.0, |n| n.get() as f64);
+    let (calibration_md, calibration) =
+        calibrate::report(out, w, &fair, &all_runs, sim_policies, sizes, cores)?;
+    md.push_str(&calibration_md);
     Ok(Report {
         markdown: md,
         json: serde_json::json!({
@@ -1057,6 +1073,7 @@ fn aggregate(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> Res
             "sizes": sizes,
             "fair": fair,
             "policies": json_policies,
+            "calibration": calibration,
         }),
         plots,
     })

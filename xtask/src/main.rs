@@ -5,6 +5,7 @@
 mod bench_daemon;
 mod bench_ebpf;
 mod bench_real;
+mod calibrate;
 mod cmd;
 mod demo;
 mod fuzz;
