@@ -150,6 +150,127 @@ impl SpeCon {
     }
 }
 
+/// A job Algorithm 2 has processed ("marked as migrated" at `marked_at`, on `node` where it now
+/// runs): Algorithm 3's set D. Its converged duration is `now - marked_at`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvergedJob {
+    pub job: String,
+    pub node: usize,
+    pub marked_at: f64,
+}
+
+/// One move of Algorithm 3.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rebalance {
+    pub job: String,
+    pub from: usize,
+    pub to: usize,
+    pub reason: String,
+}
+
+impl SpeCon {
+    /// Algorithm 3 ("rebalancing by converged duration", on the manager): one round.
+    ///
+    /// With `|w|` the active jobs of a worker (pending placements included), the balance factor
+    /// is `bf = ⌊Σ|w| / |W|⌋` over the schedulable workers. If some workers are idle, each idle
+    /// worker with `|w| < bf` receives the job of D with the smallest converged duration (the
+    /// most recently converged), lines 10-18. Otherwise the workers with `|w| < bf - 1` form T
+    /// and one job (smallest converged duration, on a worker outside T) moves to the member of T
+    /// with the fewest jobs, lines 19-31.
+    ///
+    /// Readings (docs/paper-readings in the repository's notes; the paper is silent on each):
+    /// - Line 27 tests `|w_i|` of the *source*; "which has room for an additional container"
+    ///   only makes sense of the target, so T is tested on the target.
+    /// - The prose moves one job per round in the second branch; the first branch moves one
+    ///   job per idle worker (its loop).
+    /// - `can_take(job, node)` says whether the node has room for the job (cores, memory,
+    ///   GPUs), which the paper assumes; a job that fits nowhere in T is skipped.
+    /// - The caller decides how often rounds run (the paper gives no period; §VI-C2 shows it
+    ///   firing after completions): govsim runs one after every departure and every round of
+    ///   Algorithm 2.
+    pub fn rebalance(
+        cluster: &ClusterView,
+        converged: &[ConvergedJob],
+        can_take: impl Fn(&str, usize) -> bool,
+    ) -> Vec<Rebalance> {
+        let workers: Vec<usize> = (0..cluster.nodes.len())
+            .filter(|&i| cluster.nodes[i].schedulable)
+            .collect();
+        if workers.is_empty() {
+            return Vec::new();
+        }
+        let mut count: Vec<usize> = cluster.nodes.iter().map(|n| n.jobs().len()).collect();
+        let sum: usize = workers.iter().map(|&i| count[i]).sum();
+        let bf = sum / workers.len();
+        // D, most recently converged first; only jobs still where D says they are.
+        let mut d: Vec<&ConvergedJob> = converged
+            .iter()
+            .filter(|c| {
+                cluster
+                    .nodes
+                    .get(c.node)
+                    .is_some_and(|n| n.jobs().iter().any(|j| j.id == c.job && !j.pending))
+            })
+            .collect();
+        d.sort_by(|a, b| b.marked_at.total_cmp(&a.marked_at).then(a.job.cmp(&b.job)));
+        let mut moves = Vec::new();
+        let idle: Vec<usize> = workers.iter().copied().filter(|&i| count[i] == 0).collect();
+        if !idle.is_empty() {
+            for w in idle {
+                if count[w] >= bf {
+                    continue;
+                }
+                let Some(pos) = d.iter().position(|c| c.node != w && can_take(&c.job, w)) else {
+                    continue;
+                };
+                let c = d.remove(pos);
+                count[c.node] -= 1;
+                count[w] += 1;
+                moves.push(Rebalance {
+                    job: c.job.clone(),
+                    from: c.node,
+                    to: w,
+                    reason: format!(
+                        "specon rebalance: {} is idle (balance factor {bf}); {} converged most \
+                         recently",
+                        cluster.nodes[w].name, c.job
+                    ),
+                });
+            }
+            return moves;
+        }
+        let short: Vec<usize> = workers
+            .iter()
+            .copied()
+            .filter(|&i| count[i] + 1 < bf)
+            .collect();
+        if short.is_empty() {
+            return moves;
+        }
+        for c in d.iter().filter(|c| !short.contains(&c.node)) {
+            let target = short
+                .iter()
+                .copied()
+                .filter(|&w| can_take(&c.job, w))
+                .min_by_key(|&w| (count[w], w));
+            if let Some(w) = target {
+                moves.push(Rebalance {
+                    job: c.job.clone(),
+                    from: c.node,
+                    to: w,
+                    reason: format!(
+                        "specon rebalance: {} has {} jobs, below the balance factor {bf} - 1; \
+                         {} converged most recently",
+                        cluster.nodes[w].name, count[w], c.job
+                    ),
+                });
+                break;
+            }
+        }
+        moves
+    }
+}
+
 impl PlacementPolicy for SpeCon {
     fn name(&self) -> &'static str {
         "specon"
@@ -182,6 +303,79 @@ mod tests {
     use crate::testing::*;
     use Category::*;
     use governor_policy::Category;
+
+    fn converged(job: &str, node: usize, marked_at: f64) -> ConvergedJob {
+        ConvergedJob {
+            job: job.into(),
+            node,
+            marked_at,
+        }
+    }
+
+    #[test]
+    fn an_idle_worker_gets_the_most_recently_converged_job() {
+        // 6 jobs on 3 workers (bf 2), w3 idle: it gets b (converged at 20, after a at 10).
+        let c = cluster(vec![
+            node(
+                "w1",
+                vec![
+                    job("a", Converged),
+                    job("x", Progressing),
+                    job("y", Progressing),
+                ],
+            ),
+            node(
+                "w2",
+                vec![
+                    job("b", Converged),
+                    job("z", Progressing),
+                    job("v", Progressing),
+                ],
+            ),
+            node("w3", vec![]),
+        ]);
+        let d = [converged("a", 0, 10.0), converged("b", 1, 20.0)];
+        let moves = SpeCon::rebalance(&c, &d, |_, _| true);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!(
+            (moves[0].job.as_str(), moves[0].from, moves[0].to),
+            ("b", 1, 2)
+        );
+        // A job that does not fit is skipped for the next one.
+        let moves = SpeCon::rebalance(&c, &d, |job, _| job != "b");
+        assert_eq!(moves[0].job, "a");
+        // Jobs never processed by Algorithm 2 are not moved.
+        assert!(SpeCon::rebalance(&c, &[], |_, _| true).is_empty());
+    }
+
+    #[test]
+    fn without_idle_workers_one_job_moves_to_a_worker_below_bf_minus_one() {
+        // 9 jobs on 3 workers: bf 3; w3 has 1 < bf - 1 = 2.
+        let many = |p: &str, k: usize| -> Vec<JobView> {
+            (0..k).map(|i| job(&format!("{p}{i}"), Converged)).collect()
+        };
+        let c = cluster(vec![
+            node("w1", many("a", 4)),
+            node("w2", many("b", 4)),
+            node("w3", many("c", 1)),
+        ]);
+        let d = [
+            converged("a0", 0, 5.0),
+            converged("b0", 1, 7.0),
+            converged("c0", 2, 9.0),
+        ];
+        let moves = SpeCon::rebalance(&c, &d, |_, _| true);
+        // c0 converged last but is already on w3 (in T): b0 moves.
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!((moves[0].job.as_str(), moves[0].to), ("b0", 2));
+        // Balanced enough (every worker at bf - 1 or more): nothing moves.
+        let c = cluster(vec![
+            node("w1", many("a", 4)),
+            node("w2", many("b", 3)),
+            node("w3", many("c", 2)),
+        ]);
+        assert!(SpeCon::rebalance(&c, &d, |_, _| true).is_empty());
+    }
 
     #[test]
     fn the_papers_scores_use_weights_2_1_5_1() {

@@ -445,6 +445,7 @@ fn run_command(args: RunArgs) -> Result<()> {
         "makespan": report.makespan,
         "max_slowdown_vs_fair": finite_or_null(report.max_slowdown_vs_fair),
         "avg_jct_vs_fair": report.avg_jct_vs_fair,
+        "avg_ttq_vs_fair": finite_or_null(report.avg_ttq_vs_fair),
         "makespan_vs_fair": report.makespan_vs_fair,
         "unfinished": report.unfinished,
         "migrations": report.migrations,
@@ -711,15 +712,16 @@ fn run_sweep_command(args: SweepArgs) -> Result<()> {
     let rows = summarise(&per_workload);
     if args.markdown {
         println!(
-            "| policy | workloads | avg JCT vs fair | makespan vs fair | makespan vs lower bound | worst job vs fair | workloads with no job >10% slower | best / worst avg JCT vs fair |"
+            "| policy | workloads | avg JCT vs fair | avg time to quality vs fair | makespan vs fair | makespan vs lower bound | worst job vs fair | workloads with no job >10% slower | best / worst avg JCT vs fair |"
         );
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for r in &rows {
             println!(
-                "| {} | {} | {:+.1}% | {:+.1}% | {:.2}x | {:.2}x | {:.0}% | {:+.1}% / {:+.1}% |",
+                "| {} | {} | {:+.1}% | {:+.1}% | {:+.1}% | {:.2}x | {:.2}x | {:.0}% | {:+.1}% / {:+.1}% |",
                 r.policy,
                 r.workloads,
                 (r.avg_jct_vs_fair - 1.0) * 100.0,
+                (r.avg_ttq_vs_fair - 1.0) * 100.0,
                 (r.makespan_vs_fair - 1.0) * 100.0,
                 r.makespan_vs_lower_bound,
                 r.max_slowdown_vs_fair,

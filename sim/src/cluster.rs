@@ -42,8 +42,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use governor_placement::queue::{Queue, QueuedJob};
-use governor_placement::specon::{MigrationTarget, SpeCon};
-use governor_placement::{ClusterView, JobRequest, JobView, NodeView, PlacementPolicy};
+use governor_placement::specon::{ConvergedJob, MigrationTarget, SpeCon};
+use governor_placement::{
+    ClusterView, JobRequest, JobView, NodeView, PlacementPolicy, feasible_nodes,
+};
 use governor_policy::quality::time_to_quality;
 use governor_policy::share::{ShareRequest, water_fill};
 use governor_policy::{
@@ -207,6 +209,10 @@ pub struct PolicySpec {
     pub placement: String,
     pub migrate: bool,
     pub reserve_cores: bool,
+    /// SpeCon's Algorithm 3 (`+rebalance`): after every departure and every round of
+    /// Algorithm 2, move recently converged jobs toward idle or underloaded workers.
+    #[serde(default)]
+    pub rebalance: bool,
 }
 
 impl std::str::FromStr for PolicySpec {
@@ -242,14 +248,16 @@ impl std::str::FromStr for PolicySpec {
             }
         };
         let mut migrate = true;
+        let mut rebalance = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
                 "no-migrate" => migrate = false,
                 "reserve" => reserve = true,
+                "rebalance" => rebalance = true,
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance)"
                     ));
                 }
             }
@@ -262,6 +270,7 @@ impl std::str::FromStr for PolicySpec {
             placement,
             migrate,
             reserve_cores: reserve,
+            rebalance,
         })
     }
 }
@@ -462,6 +471,8 @@ struct Engine<'a> {
     migrations: Vec<MigrationRecord>,
     /// Migration requests of the current step: (worker, job).
     requests: Vec<(usize, usize)>,
+    /// Jobs Algorithm 2 has processed, for Algorithm 3 (its set D).
+    converged: Vec<ConvergedJob>,
 }
 
 /// Simulate `trace` on the cluster under `spec`. Deterministic for a given `seed` (it seeds
@@ -564,6 +575,7 @@ pub fn run_cluster(
         events: 0,
         migrations: Vec::new(),
         requests: Vec::new(),
+        converged: Vec::new(),
     };
     for (i, j) in jobs.iter().enumerate() {
         engine.heap.push(Reverse(Ev {
@@ -838,8 +850,12 @@ impl Engine<'_> {
         if departed {
             self.admit(t);
         }
-        if !self.requests.is_empty() {
+        let requested = !self.requests.is_empty();
+        if requested {
             self.migrate_requested(t);
+        }
+        if departed || requested {
+            self.rebalance(t);
         }
         self.schedule(w);
     }
@@ -1093,36 +1109,19 @@ impl Engine<'_> {
             let target = self.specon.migration_target(&self.view, &request, w);
             match target {
                 Ok(MigrationTarget::MoveTo(p)) if p.node != w => {
-                    let downtime = self
-                        .config
-                        .migration
-                        .seconds(self.jobs[j].checkpoint_bytes());
-                    self.leave(w, j, t);
-                    self.workers[w].force_decide = true;
-                    let rt = &mut self.rt[j];
-                    rt.phase = Phase::Starting;
-                    rt.migrations += 1;
-                    if rt.migrations >= self.config.max_migrations_per_job {
-                        rt.no_more_migrations = true;
-                    }
-                    self.view.reserve(
-                        p.node,
-                        JobView::pending(request.id.clone(), &request),
-                        &p.gpus,
-                    );
-                    self.migrations.push(MigrationRecord {
-                        at: t,
+                    self.converged.push(ConvergedJob {
                         job: request.id.clone(),
-                        from,
-                        to: Some(self.config.workers[p.node].name.clone()),
-                        downtime,
+                        node: p.node,
+                        marked_at: t,
                     });
-                    self.update_shares(w, t);
-                    self.report(w);
-                    self.start_on(j, p.node, p.gpus, t + downtime);
-                    self.schedule(w);
+                    self.move_job(j, w, p.node, p.gpus, t);
                 }
                 _ => {
+                    self.converged.push(ConvergedJob {
+                        job: request.id.clone(),
+                        node: w,
+                        marked_at: t,
+                    });
                     self.rt[j].no_more_migrations = true;
                     self.migrations.push(MigrationRecord {
                         at: t,
@@ -1133,6 +1132,80 @@ impl Engine<'_> {
                     });
                 }
             }
+        }
+    }
+
+    /// Checkpoint job `j` on worker `w` and restore it on `to` after the migration downtime.
+    fn move_job(&mut self, j: usize, w: usize, to: usize, gpus: Vec<u32>, t: f64) {
+        let request = self.request(j);
+        let downtime = self
+            .config
+            .migration
+            .seconds(self.jobs[j].checkpoint_bytes());
+        self.leave(w, j, t);
+        self.workers[w].force_decide = true;
+        let rt = &mut self.rt[j];
+        rt.phase = Phase::Starting;
+        rt.migrations += 1;
+        if rt.migrations >= self.config.max_migrations_per_job {
+            rt.no_more_migrations = true;
+        }
+        self.view
+            .reserve(to, JobView::pending(request.id.clone(), &request), &gpus);
+        self.migrations.push(MigrationRecord {
+            at: t,
+            job: request.id.clone(),
+            from: self.config.workers[w].name.clone(),
+            to: Some(self.config.workers[to].name.clone()),
+            downtime,
+        });
+        self.update_shares(w, t);
+        self.report(w);
+        self.start_on(j, to, gpus, t + downtime);
+        self.schedule(w);
+    }
+
+    /// One round of SpeCon's Algorithm 3 (with `+rebalance`). A job moves at most
+    /// `max_migrations_per_job` times in all ("containers in SpeCon will be reallocated at most
+    /// once", §V-A): with the default of 1, Algorithm 3 moves only jobs Algorithm 2 left where
+    /// they were. Jobs that need GPUs are not rebalanced.
+    fn rebalance(&mut self, t: f64) {
+        if !self.spec.rebalance {
+            return;
+        }
+        let live: Vec<ConvergedJob> = self
+            .converged
+            .iter()
+            .filter(|c| {
+                self.index.get(&c.job).is_some_and(|&j| {
+                    let rt = &self.rt[j];
+                    rt.phase == Phase::Running
+                        && rt.worker == c.node
+                        && rt.migrations < self.config.max_migrations_per_job
+                        && self.jobs[j].gpus == 0
+                })
+            })
+            .cloned()
+            .collect();
+        self.converged = live;
+        if self.converged.is_empty() {
+            return;
+        }
+        let moves = {
+            let engine = &*self;
+            SpeCon::rebalance(&engine.view, &engine.converged, |job, node| {
+                engine.index.get(job).is_some_and(|&j| {
+                    feasible_nodes(&engine.view, &engine.request(j))
+                        .is_ok_and(|fit| fit.contains(&node))
+                })
+            })
+        };
+        for m in moves {
+            let Some(&j) = self.index.get(&m.job) else {
+                continue;
+            };
+            self.converged.retain(|c| c.job != m.job);
+            self.move_job(j, m.from, m.to, Vec::new(), t);
         }
     }
 
@@ -1462,6 +1535,85 @@ mod tests {
         // work it had left.
         let at = m.at + m.downtime;
         assert!(slow.finish.unwrap() > at);
+    }
+
+    #[test]
+    fn specon_rebalancing_moves_a_converged_job_to_a_worker_that_went_idle() {
+        // Two workers of one core, spread by count: w01 gets a, c, e and w02 gets b, d, f.
+        // `a` learns in its first tenth and barely after; everyone else keeps learning. When
+        // `a` converges, Algorithm 2 keeps it (w01 scores 1 + 2 + 2 = 5, w02 2 + 2 + 2 = 6):
+        // it enters D. b, d and f are short: once they are done w02 is idle, and Algorithm 3
+        // sends `a` there.
+        let learner = |id: &str, at: f64, work: f64| {
+            let mut j = job(id, at, work, 1.0);
+            j.model.loss = LossCurve::Exponential {
+                initial: 2.0,
+                floor: 0.0,
+                rate: 1.0,
+            };
+            j.model.log_every = LogEvery::Work { fraction: 0.02 };
+            j
+        };
+        let mut a = learner("a", 0.0, 900.0);
+        a.model.loss = LossCurve::Exponential {
+            initial: 2.0,
+            floor: 0.5,
+            rate: 40.0,
+        };
+        let jobs = vec![
+            a,
+            learner("b", 0.1, 300.0),
+            learner("c", 0.2, 900.0),
+            learner("d", 0.3, 300.0),
+            learner("e", 0.4, 900.0),
+            learner("f", 0.5, 300.0),
+        ];
+        let t = trace(jobs);
+        let config = ClusterConfig::homogeneous(2, 1.0, 16 * GIB, 0);
+        let plain = run_cluster(&t, &config, &spec("specon/spread"), 1).unwrap();
+        assert!(
+            plain.migrations.iter().all(|m| m.to.is_none()),
+            "Algorithm 2 alone should keep every job: {:?}",
+            plain.migrations
+        );
+        let rebalanced = run_cluster(&t, &config, &spec("specon/spread+rebalance"), 1).unwrap();
+        let m = rebalanced
+            .migrations
+            .iter()
+            .find(|m| m.to.is_some())
+            .unwrap_or_else(|| panic!("no rebalancing move: {:?}", rebalanced.migrations));
+        assert_eq!((m.job.as_str(), m.from.as_str()), ("a", "w01"), "{m:?}");
+        assert_eq!(m.to.as_deref(), Some("w02"));
+        let w02_done = ["b", "d", "f"]
+            .iter()
+            .map(|id| {
+                rebalanced
+                    .jobs
+                    .iter()
+                    .find(|j| j.id == *id)
+                    .unwrap()
+                    .finish
+                    .unwrap()
+            })
+            .fold(0.0, f64::max);
+        assert!(
+            m.at >= w02_done - 1e-6,
+            "moved at {} before w02 was idle at {w02_done}",
+            m.at
+        );
+        // It moved once, and c and e on w01 finish sooner for it.
+        assert_eq!(
+            rebalanced
+                .migrations
+                .iter()
+                .filter(|m| m.to.is_some())
+                .count(),
+            1
+        );
+        let finish =
+            |r: &ClusterRun, id: &str| r.jobs.iter().find(|j| j.id == id).unwrap().finish.unwrap();
+        assert!(finish(&rebalanced, "c") < finish(&plain, "c"));
+        assert!(finish(&rebalanced, "e") < finish(&plain, "e"));
     }
 
     #[test]

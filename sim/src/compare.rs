@@ -28,6 +28,8 @@ pub struct PolicyOutcome {
     pub max_slowdown_vs_fair: f64,
     /// `avg_jct / avg_jct(fair)`.
     pub avg_jct_vs_fair: f64,
+    /// Average time to quality over fair's.
+    pub avg_ttq_vs_fair: f64,
     /// `makespan / makespan(fair)`.
     pub makespan_vs_fair: f64,
     /// `makespan / (a lower bound on any policy's makespan)`.
@@ -90,6 +92,7 @@ fn outcome(name: &str, run: NodeRun, fair: &NodeRun, keep_run: bool) -> PolicyOu
         makespan: run.makespan,
         max_slowdown_vs_fair,
         avg_jct_vs_fair: ratio(run.avg_jct, fair.avg_jct),
+        avg_ttq_vs_fair: ratio(run.avg_ttq, fair.avg_ttq),
         makespan_vs_fair: ratio(run.makespan, fair.makespan),
         makespan_vs_lower_bound: ratio(run.makespan, run.makespan_lower_bound),
         migration_requests: run.migrations.len(),
@@ -110,6 +113,8 @@ pub struct SweepRow {
     pub workloads: usize,
     /// Geometric mean of `avg_jct / avg_jct(fair)`.
     pub avg_jct_vs_fair: f64,
+    /// Geometric mean of the average time to quality over fair's.
+    pub avg_ttq_vs_fair: f64,
     /// Geometric mean of `makespan / makespan(fair)`.
     pub makespan_vs_fair: f64,
     /// Worst per-job slowdown against `fair` over every workload.
@@ -139,6 +144,7 @@ pub fn summarise(per_workload: &[Vec<PolicyOutcome>]) -> Vec<SweepRow> {
                 policy: first[k].policy.clone(),
                 workloads: outcomes.len(),
                 avg_jct_vs_fair: geo(&|o| o.avg_jct_vs_fair),
+                avg_ttq_vs_fair: geo(&|o| o.avg_ttq_vs_fair),
                 makespan_vs_fair: geo(&|o| o.makespan_vs_fair),
                 makespan_vs_lower_bound: geo(&|o| o.makespan_vs_lower_bound),
                 max_slowdown_vs_fair: outcomes

@@ -43,6 +43,9 @@ pub struct RunReport {
     pub max_slowdown_vs_fair: f64,
     /// `avg_jct / avg_jct(fair)`.
     pub avg_jct_vs_fair: f64,
+    /// Average time to quality over fair's (see [`crate::node::JobResult::ttq`]).
+    #[serde(default)]
+    pub avg_ttq_vs_fair: f64,
     /// `makespan / makespan(fair)`.
     pub makespan_vs_fair: f64,
     /// Share of the jobs that finished strictly sooner (JCT) than under `fair`.
@@ -120,6 +123,7 @@ pub fn report(run: ClusterRun, fair: &ClusterRun) -> RunReport {
         makespan: run.makespan,
         max_slowdown_vs_fair,
         avg_jct_vs_fair: ratio(run.avg_jct, fair.avg_jct),
+        avg_ttq_vs_fair: ratio(run.avg_ttq, fair.avg_ttq),
         makespan_vs_fair: ratio(run.makespan, fair.makespan),
         faster_than_fair: if jobs.is_empty() {
             0.0

@@ -4,6 +4,7 @@
 
 mod bench_daemon;
 mod bench_ebpf;
+mod bench_move;
 mod bench_real;
 mod calibrate;
 mod cmd;
@@ -46,6 +47,9 @@ enum Command {
     /// Real training processes (TensorFlow/Keras, scikit-learn) on this machine's cores: each
     /// policy against fair on the same arrivals, repeated; JCT, time to quality, CPU, plots.
     BenchReal(bench_real::BenchRealArgs),
+    /// What moving a job with CRIU costs in the VM bed: pause, dump, restore and bytes against
+    /// the job's memory, with and without pre-dump.
+    BenchMove(bench_move::BenchMoveArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         Command::BenchDaemon(args) => bench_daemon::run(&args),
         Command::BenchEbpf(args) => bench_ebpf::run(&args),
         Command::BenchReal(args) => bench_real::run(&args),
+        Command::BenchMove(args) => bench_move::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -248,6 +248,17 @@ pub(crate) fn run_guest_command_for(
     command: &str,
     timeout: Duration,
 ) -> Result<String> {
+    run_guest_command_with(bed, tag, command, timeout, "1G")
+}
+
+/// [`run_guest_command_for`] in a guest of `memory` (QEMU's syntax: "3G").
+pub(crate) fn run_guest_command_with(
+    bed: &Bed,
+    tag: &str,
+    command: &str,
+    timeout: Duration,
+    memory: &str,
+) -> Result<String> {
     let run_dir = new_run_dir(tag)?;
     let name = "guest";
     let script = run_dir.join("guest.sh");
@@ -265,7 +276,7 @@ pub(crate) fn run_guest_command_for(
         &GuestSpec {
             name: name.into(),
             cpus: 2,
-            memory: "1G",
+            memory,
             qemu_opts: None,
             script,
         },
