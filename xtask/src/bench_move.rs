@@ -88,15 +88,20 @@ fn guest_script(scripts: &std::path::Path) -> String {
 
 /// The measuring script, run by bash under the subreaper.
 fn measure_script(holder: &std::path::Path, sizes: &[u64]) -> String {
+    let largest = sizes.iter().copied().max().unwrap_or(64);
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
     format!(
         r#"set -u
 HOLDER={holder}
+# The images go to a tmpfs of their own, large enough for a pre-dump and a final dump of the
+# largest size (the guest's /tmp would be half its memory).
+IMAGES=/run/bench-move
+mkdir -p $IMAGES && mount -t tmpfs -o size={images_mib}m bench-move $IMAGES || exit 1
 now() {{ date +%s.%N; }}
-since() {{ echo "$(now) - $1" | bc; }}
+since() {{ awk -v a="$(now)" -v b="$1" 'BEGIN {{ printf "%.3f", a - b }}'; }}
 count() {{ cat "$1/count" 2>/dev/null || echo 0; }}
 measure() {{
-  size=$1; mode=$2; W=/tmp/mv-$size-$mode
+  size=$1; mode=$2; W=$IMAGES/mv-$size-$mode
   rm -rf $W; mkdir -p $W/img/1 $W/img/2
   setsid python3 $HOLDER $size $W/count </dev/null >$W/app.log 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   BG=$!
@@ -104,29 +109,31 @@ measure() {{
   PID=$(pgrep -f "^python3 $HOLDER $size $W/count" | head -1)
   predump=null; pre_bytes=0
   if [ $mode = pre-dump ]; then
-    t=$(now); criu pre-dump -t $PID -D $W/img/1 -o pre.log || {{ echo "pre-dump failed" >&2; grep -i error $W/img/1/pre.log | head -5 >&2; kill -9 $PID; return 1; }}
+    t=$(now); criu pre-dump -t $PID -D $W/img/1 -o pre.log || {{ echo "pre-dump failed" >&2; tail -5 $W/img/1/pre.log >&2; kill -9 $PID; return 1; }}
     predump=$(since $t); pre_bytes=$(du -sb $W/img/1 | cut -f1)
     sleep 1
-    t=$(now); criu dump -t $PID -D $W/img/2 --track-mem --prev-images-dir ../1 -o dump.log || {{ echo "dump failed" >&2; grep -i error $W/img/2/dump.log | head -5 >&2; kill -9 $PID; return 1; }}
+    t=$(now); criu dump -t $PID -D $W/img/2 --track-mem --prev-images-dir ../1 -o dump.log || {{ echo "dump failed" >&2; tail -5 $W/img/2/dump.log >&2; kill -9 $PID; return 1; }}
   else
-    t=$(now); criu dump -t $PID -D $W/img/2 -o dump.log || {{ echo "dump failed" >&2; grep -i error $W/img/2/dump.log | head -5 >&2; kill -9 $PID; return 1; }}
+    t=$(now); criu dump -t $PID -D $W/img/2 -o dump.log || {{ echo "dump failed" >&2; tail -5 $W/img/2/dump.log >&2; kill -9 $PID; return 1; }}
   fi
   dump=$(since $t)
   before=$(count $W)
   wait $BG 2>/dev/null
   for i in $(seq 200); do [ -e /proc/$PID ] || break; sleep 0.05; done
-  t=$(now); criu restore -D $W/img/2 -d -o restore.log || {{ echo "restore failed" >&2; grep -i error $W/img/2/restore.log | head -5 >&2; return 1; }}
+  t=$(now); criu restore -D $W/img/2 -d -o restore.log || {{ echo "restore failed" >&2; tail -5 $W/img/2/restore.log >&2; return 1; }}
   restore=$(since $t)
   sleep 1.5
   after=$(count $W)
   continued=false; [ "$after" -gt "$before" ] && continued=true
   bytes=$(du -sb $W/img/2 | cut -f1)
-  pause=$(echo "$dump + $restore" | bc)
+  pause=$(awk -v a="$dump" -v b="$restore" 'BEGIN {{ printf "%.3f", a + b }}')
   echo "{{\"size_mib\":$size,\"mode\":\"$mode\",\"pause_s\":$pause,\"predump_s\":$predump,\"dump_s\":$dump,\"restore_s\":$restore,\"paused_bytes\":$bytes,\"total_bytes\":$((bytes + pre_bytes)),\"continued\":$continued}}"
   kill -9 $(pgrep -f "^python3 $HOLDER $size $W/count") 2>/dev/null
   sleep 0.3
   rm -rf $W
 }}
+# A first dump loads CRIU's kernel modules (the diag families): not part of any move.
+measure 8 plain >/dev/null
 rc=0
 for size in {sizes}; do
   for mode in plain pre-dump; do
@@ -137,6 +144,7 @@ exit $rc
 "#,
         holder = holder.display(),
         sizes = sizes.join(" "),
+        images_mib = largest * 5 / 2 + 256,
     )
 }
 
@@ -153,8 +161,9 @@ pub(crate) fn run(args: &BenchMoveArgs) -> Result<()> {
     let holder = scripts.join("holder.py");
     fs::write(&holder, HOLDER)?;
     let largest = args.sizes.iter().copied().max().unwrap_or(64);
-    // The process, its images and the page cache: 2.5 × the largest size, at least 1 GiB.
-    let memory = format!("{}M", (largest * 5 / 2 + 768).max(1024));
+    // The process, its images (pre-dump and final dump on a tmpfs) and the rest: 4 × the
+    // largest size, at least 1 GiB.
+    let memory = format!("{}M", (largest * 4 + 768).max(1024));
     fs::write(
         scripts.join("move.sh"),
         measure_script(&holder, &args.sizes),
