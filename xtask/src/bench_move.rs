@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::bench_real::spread;
 use crate::{cmd, setup, vm};
 
 /// Arguments of `cargo xtask bench-move`.
@@ -34,6 +35,10 @@ pub(crate) struct BenchMoveArgs {
     /// Memory held by the moved process, MiB.
     #[arg(long, value_delimiter = ',', default_value = "64,256,1024")]
     pub sizes: Vec<u64>,
+    /// Repetitions of every size and mode (in one guest boot); the summary gives medians with
+    /// their range.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
     /// Output directory (default target/bench-move).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -42,6 +47,8 @@ pub(crate) struct BenchMoveArgs {
 /// One dump-and-restore.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct MoveResult {
+    #[serde(default)]
+    pub rep: u32,
     pub size_mib: u64,
     pub mode: String,
     /// Seconds the process did not run (dump or final dump, plus restore).
@@ -58,9 +65,10 @@ pub(crate) struct MoveResult {
 }
 
 /// The process that holds the memory: touches every page, then every 0.1 s dirties a hundredth
-/// of its pages and writes its step count to a file (closed again: CRIU carries no open file).
+/// of its pages and writes its step count to a file (closed again: CRIU carries no open file;
+/// replaced by rename, so that a reader never sees it empty).
 const HOLDER: &str = r#"
-import sys, time
+import os, sys, time
 mib, out = int(sys.argv[1]), sys.argv[2]
 buf = bytearray(mib << 20)
 pages = len(buf) // 4096
@@ -72,8 +80,9 @@ while True:
         buf[((page + k) % pages) * 4096] = n & 255
     page += step
     n += 1
-    with open(out, "w") as f:
+    with open(out + ".new", "w") as f:
         f.write(str(n))
+    os.replace(out + ".new", out)
     time.sleep(0.1)
 "#;
 
@@ -87,7 +96,7 @@ fn guest_script(scripts: &std::path::Path) -> String {
 }
 
 /// The measuring script, run by bash under the subreaper.
-fn measure_script(holder: &std::path::Path, sizes: &[u64]) -> String {
+fn measure_script(holder: &std::path::Path, sizes: &[u64], reps: u32) -> String {
     let largest = sizes.iter().copied().max().unwrap_or(64);
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
     format!(
@@ -101,7 +110,7 @@ now() {{ date +%s.%N; }}
 since() {{ awk -v a="$(now)" -v b="$1" 'BEGIN {{ printf "%.3f", a - b }}'; }}
 count() {{ cat "$1/count" 2>/dev/null || echo 0; }}
 measure() {{
-  size=$1; mode=$2; W=$IMAGES/mv-$size-$mode
+  size=$1; mode=$2; rep=$3; W=$IMAGES/mv-$size-$mode
   rm -rf $W; mkdir -p $W/img/1 $W/img/2
   setsid python3 $HOLDER $size $W/count </dev/null >$W/app.log 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   BG=$!
@@ -127,17 +136,19 @@ measure() {{
   continued=false; [ "$after" -gt "$before" ] && continued=true
   bytes=$(du -sb $W/img/2 | cut -f1)
   pause=$(awk -v a="$dump" -v b="$restore" 'BEGIN {{ printf "%.3f", a + b }}')
-  echo "{{\"size_mib\":$size,\"mode\":\"$mode\",\"pause_s\":$pause,\"predump_s\":$predump,\"dump_s\":$dump,\"restore_s\":$restore,\"paused_bytes\":$bytes,\"total_bytes\":$((bytes + pre_bytes)),\"continued\":$continued}}"
+  echo "{{\"rep\":$rep,\"size_mib\":$size,\"mode\":\"$mode\",\"pause_s\":$pause,\"predump_s\":$predump,\"dump_s\":$dump,\"restore_s\":$restore,\"paused_bytes\":$bytes,\"total_bytes\":$((bytes + pre_bytes)),\"continued\":$continued}}"
   kill -9 $(pgrep -f "^python3 $HOLDER $size $W/count") 2>/dev/null
   sleep 0.3
   rm -rf $W
 }}
 # A first dump loads CRIU's kernel modules (the diag families): not part of any move.
-measure 8 plain >/dev/null
+measure 8 plain 0 >/dev/null
 rc=0
-for size in {sizes}; do
-  for mode in plain pre-dump; do
-    measure $size $mode || rc=1
+for rep in $(seq {reps}); do
+  for size in {sizes}; do
+    for mode in plain pre-dump; do
+      measure $size $mode $rep || rc=1
+    done
   done
 done
 exit $rc
@@ -145,6 +156,7 @@ exit $rc
         holder = holder.display(),
         sizes = sizes.join(" "),
         images_mib = largest * 5 / 2 + 256,
+        reps = reps.max(1),
     )
 }
 
@@ -166,7 +178,7 @@ pub(crate) fn run(args: &BenchMoveArgs) -> Result<()> {
     let memory = format!("{}M", (largest * 4 + 768).max(1024));
     fs::write(
         scripts.join("move.sh"),
-        measure_script(&holder, &args.sizes),
+        measure_script(&holder, &args.sizes, args.reps),
     )?;
     eprintln!(
         "== CRIU in the VM bed: sizes {:?} MiB, guest memory {memory}",
@@ -196,25 +208,54 @@ pub(crate) fn run(args: &BenchMoveArgs) -> Result<()> {
     Ok(())
 }
 
+/// Median and range of seconds, as "1.23 s (1.10..1.40)" (the range only with several values).
+fn secs(v: Vec<f64>) -> String {
+    match spread(v) {
+        None => "-".into(),
+        Some(s) if s.n == 1 => format!("{:.2} s", s.median),
+        Some(s) => format!("{:.2} s ({:.2}..{:.2})", s.median, s.min, s.max),
+    }
+}
+
 fn summary(results: &[MoveResult]) -> String {
     let mut md = String::from(
-        "| memory | mode | pause | pre-dump | dump | restore | bytes while paused | bytes in all | went on |\n\
-         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| memory | mode | runs | pause | pre-dump | dump | restore | bytes while paused | bytes in all | went on |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
-    let mib = |b: u64| format!("{:.0} MiB", b as f64 / f64::from(1 << 20));
+    let mib = |v: Vec<u64>| {
+        let mut v = v;
+        v.sort_unstable();
+        v.get(v.len() / 2).map_or("-".into(), |b| {
+            format!("{:.0} MiB", *b as f64 / f64::from(1 << 20))
+        })
+    };
+    let mut keys: Vec<(u64, String)> = Vec::new();
     for r in results {
+        if !keys.contains(&(r.size_mib, r.mode.clone())) {
+            keys.push((r.size_mib, r.mode.clone()));
+        }
+    }
+    for (size, mode) in keys {
+        let g: Vec<&MoveResult> = results
+            .iter()
+            .filter(|r| r.size_mib == size && r.mode == mode)
+            .collect();
+        let went_on = g.iter().filter(|r| r.continued).count();
         let _ = writeln!(
             md,
-            "| {} MiB | {} | {:.2} s | {} | {:.2} s | {:.2} s | {} | {} | {} |",
-            r.size_mib,
-            r.mode,
-            r.pause_s,
-            r.predump_s.map_or("-".into(), |p| format!("{p:.2} s")),
-            r.dump_s,
-            r.restore_s,
-            mib(r.paused_bytes),
-            mib(r.total_bytes),
-            if r.continued { "yes" } else { "NO" },
+            "| {size} MiB | {mode} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            g.len(),
+            secs(g.iter().map(|r| r.pause_s).collect()),
+            secs(g.iter().filter_map(|r| r.predump_s).collect()),
+            secs(g.iter().map(|r| r.dump_s).collect()),
+            secs(g.iter().map(|r| r.restore_s).collect()),
+            mib(g.iter().map(|r| r.paused_bytes).collect()),
+            mib(g.iter().map(|r| r.total_bytes).collect()),
+            if went_on == g.len() {
+                "yes".to_owned()
+            } else {
+                format!("NO ({} of {})", g.len() - went_on, g.len())
+            },
         );
     }
     if let Some(fit) = fit_cost(results) {
@@ -290,6 +331,7 @@ mod tests {
     #[test]
     fn the_summary_has_a_row_per_measurement_and_flags_a_process_that_stopped() {
         let r = MoveResult {
+            rep: 1,
             size_mib: 64,
             mode: "pre-dump".into(),
             pause_s: 1.5,
@@ -303,7 +345,7 @@ mod tests {
         let md = summary(&[r]);
         assert!(
             md.contains(
-                "| 64 MiB | pre-dump | 1.50 s | 2.00 s | 1.00 s | 0.50 s | 8 MiB | 72 MiB | NO |"
+                "| 64 MiB | pre-dump | 1 | 1.50 s | 2.00 s | 1.00 s | 0.50 s | 8 MiB | 72 MiB | NO (1 of 1) |"
             ),
             "{md}"
         );
@@ -312,6 +354,7 @@ mod tests {
     #[test]
     fn the_cost_fit_recovers_a_fixed_part_and_a_rate() {
         let r = |mib: u64, dump: f64, restore: f64| MoveResult {
+            rep: 1,
             size_mib: mib,
             mode: "plain".into(),
             pause_s: dump + restore,
@@ -330,8 +373,9 @@ mod tests {
 
     #[test]
     fn the_guest_reports_one_json_line_per_measurement() {
-        let script = measure_script(std::path::Path::new("/x/holder.py"), &[64, 256]);
+        let script = measure_script(std::path::Path::new("/x/holder.py"), &[64, 256], 3);
         assert!(script.contains("for size in 64 256; do"));
+        assert!(script.contains("for rep in $(seq 3); do"));
         assert!(script.contains("--track-mem --prev-images-dir ../1"));
         let line = r#"{"size_mib":64,"mode":"plain","pause_s":1.2,"predump_s":null,"dump_s":0.8,"restore_s":0.4,"paused_bytes":1000,"total_bytes":1000,"continued":true}"#;
         let r: MoveResult = serde_json::from_str(line).unwrap();
