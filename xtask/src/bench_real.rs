@@ -549,10 +549,12 @@ impl RealEnv {
     ) -> Result<RunResult> {
         let _ = fs::remove_dir_all(dir);
         fs::create_dir_all(dir)?;
+        let slices_before = governor_slices();
         let mut daemon = self.start_daemon(policy, dir, extra_config)?;
         let result = self.drive(w, policy, sizes, rep, dir, &mut daemon);
         let daemon_cpu = process_cpu_seconds(daemon.id()).unwrap_or(f64::NAN);
         stop(&mut daemon);
+        remove_new_empty_slices(&slices_before);
         let mut r = result?;
         r.daemon_cpu_seconds = daemon_cpu;
         fs::write(dir.join("run.json"), serde_json::to_string_pretty(&r)?)?;
@@ -688,6 +690,29 @@ impl RealEnv {
             daemon_cpu_seconds: 0.0,
             jobs,
         })
+    }
+}
+
+/// The `governor.slice` groups (and their `jobs`) that exist in any hierarchy.
+fn governor_slices() -> Vec<PathBuf> {
+    ["", "cpu", "cpuacct", "pids", "unified"]
+        .iter()
+        .flat_map(|m| {
+            let base = Path::new("/sys/fs/cgroup").join(m).join("governor.slice");
+            [base.join("jobs"), base]
+        })
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// The daemon stops with its job groups removed but leaves the empty `governor.slice/jobs` it
+/// made: the benchmark removes those it created (never one that was there before its run; a
+/// group that is not empty cannot be removed).
+fn remove_new_empty_slices(before: &[PathBuf]) {
+    for dir in governor_slices() {
+        if !before.contains(&dir) {
+            let _ = fs::remove_dir(&dir);
+        }
     }
 }
 
