@@ -286,10 +286,9 @@ pub fn run_node(
             }
             live[i].cores = cores;
         }
-        let wanted: f64 = active
+        let wanted: f64 = requests
             .iter()
-            .zip(&requests)
-            .map(|(_, r)| r.demand)
+            .map(|r| r.demand)
             .sum::<f64>()
             .min(config.cores);
         let used: f64 = shares.iter().sum();

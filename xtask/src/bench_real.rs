@@ -280,13 +280,24 @@ pub(crate) struct RunResult {
 }
 
 impl RunResult {
-    fn avg_jct(&self) -> f64 {
+    pub(crate) fn avg_jct(&self) -> f64 {
         mean(self.jobs.iter().map(|j| j.jct))
     }
-    fn avg_ttq(&self) -> Option<f64> {
+    pub(crate) fn avg_ttq(&self) -> Option<f64> {
         let v: Vec<f64> = self.jobs.iter().filter_map(|j| j.ttq).collect();
         (v.len() == self.jobs.len() && !v.is_empty()).then(|| mean(v.into_iter()))
     }
+}
+
+/// One job's figure `f` in each of `runs` (where the job has it).
+pub(crate) fn job_values(
+    runs: &[RunResult],
+    name: &str,
+    f: &dyn Fn(&JobResult) -> Option<f64>,
+) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|r| f(r.jobs.iter().find(|x| x.name == name)?))
+        .collect()
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -1027,12 +1038,8 @@ fn aggregate(
         );
         for j in &w.jobs {
             let fair_median = |f: &dyn Fn(&JobResult) -> Option<f64>| {
-                spread(
-                    fair.iter()
-                        .filter_map(|r| f(r.jobs.iter().find(|x| x.name == j.name)?))
-                        .collect(),
-                )
-                .map_or("-".into(), |s| format!("{:.1}", s.median))
+                spread(job_values(&fair, &j.name, f))
+                    .map_or("-".into(), |s| format!("{:.1}", s.median))
             };
             // The job's figure under the policy over fair's, repetition by repetition.
             let ratios = |f: &dyn Fn(&JobResult) -> Option<f64>| -> Vec<f64> {

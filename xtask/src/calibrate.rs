@@ -23,7 +23,7 @@ use serde::Serialize;
 use sim::job::{JobModel, LogEvery, LossCurve, QuietPhase, Speedup};
 use sim::node::{NodeConfig, NodeRun, run_node};
 
-use crate::bench_real::{JobResult, RunResult, Sizes, Workload, run_dir, spread};
+use crate::bench_real::{JobResult, RunResult, Sizes, Workload, job_values, run_dir, spread};
 
 /// One job's fitted parameters.
 #[derive(Debug, Clone, Serialize)]
@@ -212,18 +212,21 @@ pub(crate) fn fit(
     Ok((models, fitted))
 }
 
+/// A fitted job's usable cores (1 for a job not fitted).
+fn usable_cores(fitted: &[FittedJob], name: &str) -> f64 {
+    fitted
+        .iter()
+        .find(|f| f.name == name)
+        .map_or(1.0, |f| f.usable_cores)
+}
+
 /// The cores the jobs were actually given while they could use them: `node_cores` times the
 /// median over the fair runs of the jobs' CPU-seconds over the integral of
 /// `min(usable cores of the running jobs, node_cores)` over time. Below 1 on this machine
 /// (about 0.9): the harness, the daemon, the other tenants of the shared host and each job's
 /// start latency take their part.
 pub(crate) fn effective_cores(fair: &[RunResult], fitted: &[FittedJob], node_cores: f64) -> f64 {
-    let usable = |name: &str| {
-        fitted
-            .iter()
-            .find(|f| f.name == name)
-            .map_or(1.0, |f| f.usable_cores)
-    };
+    let usable = |name: &str| usable_cores(fitted, name);
     let ratios: Vec<f64> = fair
         .iter()
         .filter_map(|run| {
@@ -261,12 +264,7 @@ pub(crate) fn fit_enforcement(
     fitted: &[FittedJob],
     node_cores: f64,
 ) -> Option<(f64, usize)> {
-    let usable = |name: &str| {
-        fitted
-            .iter()
-            .find(|f| f.name == name)
-            .map_or(1.0, |f| f.usable_cores)
-    };
+    let usable = |name: &str| usable_cores(fitted, name);
     let (mut sxy, mut sxx, mut n) = (0.0, 0.0, 0usize);
     for file in status_files {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -431,13 +429,8 @@ pub(crate) fn report(
     let mut json_rows = Vec::new();
     for (p, runs, simrun) in &rows {
         for plan in &w.jobs {
-            let real = |f: &dyn Fn(&JobResult) -> Option<f64>| {
-                median(
-                    runs.iter()
-                        .filter_map(|r| f(r.jobs.iter().find(|j| j.name == plan.name)?))
-                        .collect(),
-                )
-            };
+            let real =
+                |f: &dyn Fn(&JobResult) -> Option<f64>| median(job_values(runs, &plan.name, f));
             let (jct_real, ttq_real) = (real(&|j| Some(j.jct)), real(&|j| j.ttq));
             let s = simrun.jobs.iter().find(|j| j.id == plan.name);
             let (jct_sim, ttq_sim) = (s.and_then(|j| j.jct), s.and_then(|j| j.ttq));
@@ -525,13 +518,8 @@ pub(crate) fn report(
                     .collect(),
             )
         };
-        let avg = |r: &RunResult, f: &dyn Fn(&JobResult) -> Option<f64>| -> Option<f64> {
-            let v: Vec<f64> = r.jobs.iter().filter_map(f).collect();
-            (v.len() == r.jobs.len() && !v.is_empty())
-                .then(|| v.iter().sum::<f64>() / v.len() as f64)
-        };
-        let jct_real = real_change(&|r| avg(r, &|j| Some(j.jct)));
-        let ttq_real = real_change(&|r| avg(r, &|j| j.ttq));
+        let jct_real = real_change(&|r| Some(r.avg_jct()).filter(|x| x.is_finite()));
+        let ttq_real = real_change(&RunResult::avg_ttq);
         let jct_sim = s.avg_jct / fair_sim.avg_jct - 1.0;
         let ttq_sim = s.avg_ttq / fair_sim.avg_ttq - 1.0;
         let worst = w
