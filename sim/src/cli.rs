@@ -137,7 +137,7 @@ struct RunArgs {
     #[arg(long)]
     trace: PathBuf,
     /// `NODE_POLICY[/PLACEMENT][+FLAG]`, or a system name: fair, flowcon, specon, procon,
-    /// fifo, ours.
+    /// fifo, ours. Flags: +no-migrate, +reserve, +rebalance (SpeCon's Algorithm 3).
     #[arg(long)]
     policy: String,
     #[command(flatten)]
