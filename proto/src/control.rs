@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::InvalidMessage;
 use crate::error::{finite, non_negative, opt, positive, short, text};
 use crate::node::{
-    Category, MAX_MESSAGE_LEN, MAX_NAME_LEN, NodeCapacity, RunState, check_argv, check_log_path,
+    Category, Checkpoint, MAX_MESSAGE_LEN, MAX_NAME_LEN, NodeCapacity, RunState, check_argv,
+    check_log_path,
 };
 use crate::pb;
 
@@ -50,6 +51,9 @@ pub struct JobSpec {
     pub gang_timeout_s: Option<f64>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How it saves itself for a move; `None`: it is never moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
 }
 
 fn one() -> u32 {
@@ -72,6 +76,7 @@ impl JobSpec {
             memory_bytes: None,
             gang_timeout_s: None,
             env: BTreeMap::new(),
+            checkpoint: None,
         }
     }
 
@@ -195,6 +200,77 @@ pub struct JobSummary {
     /// Time to quality so far, seconds from submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_quality_s: Option<f64>,
+    /// The phase of its current move, if one is under way ("saving on node-a for node-b").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving: Option<String>,
+}
+
+/// The phase of a job's move between nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MovePhase {
+    /// The source was asked to save the job; it still runs there.
+    Saving,
+    /// Saved; started on the target from its checkpoint, not reported running there yet.
+    Restoring,
+    /// Running on the target: the move is over.
+    Done,
+    /// The target could not run it: being started again on the source from its checkpoint.
+    RollingBack,
+    /// Running on the source again after a failed move.
+    RolledBack,
+    /// The move did not happen (the job did not save, or ended on its own).
+    Failed,
+}
+
+impl MovePhase {
+    /// True once the move is over, whichever way.
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            MovePhase::Done | MovePhase::RolledBack | MovePhase::Failed
+        )
+    }
+}
+
+impl fmt::Display for MovePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MovePhase::Saving => "saving",
+            MovePhase::Restoring => "restoring",
+            MovePhase::Done => "done",
+            MovePhase::RollingBack => "rolling back",
+            MovePhase::RolledBack => "rolled back",
+            MovePhase::Failed => "failed",
+        })
+    }
+}
+
+/// One move of a job between nodes, with its phases' times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobMove {
+    pub from_node: String,
+    pub to_node: String,
+    /// Who asked and why.
+    pub reason: String,
+    pub phase: MovePhase,
+    pub requested_at_unix: f64,
+    /// When the source reported the job saved and exited.
+    #[serde(default)]
+    pub saved_at_unix: Option<f64>,
+    /// When it was reported running again (on the target, or on the source after a roll-back).
+    #[serde(default)]
+    pub running_at_unix: Option<f64>,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl JobMove {
+    /// Seconds the job did not run: from its save until it ran again (so far, at `now`).
+    pub fn pause_s(&self, now: f64) -> Option<f64> {
+        let saved = self.saved_at_unix?;
+        Some((self.running_at_unix.unwrap_or(now) - saved).max(0.0))
+    }
 }
 
 /// One point of a job's progress curve.
@@ -240,6 +316,9 @@ pub struct JobDetail {
     pub progress: Vec<ProgressSample>,
     pub categories: Vec<CategoryChange>,
     pub placements: Vec<PlacementDecision>,
+    /// Its moves between nodes, oldest first.
+    #[serde(default)]
+    pub moves: Vec<JobMove>,
 }
 
 /// A placement policy's name and one line about it.
@@ -317,6 +396,7 @@ impl TryFrom<pb::JobSpec> for JobSpec {
             memory_bytes: m.memory_bytes,
             gang_timeout_s: opt(m.gang_timeout_s, |v| positive("gang_timeout_s", v))?,
             env,
+            checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
         })
     }
 }
@@ -423,6 +503,11 @@ impl TryFrom<pb::JobSummary> for JobSummary {
                     MAX_MESSAGE_LEN,
                 )?)
             },
+            moving: if m.moving.is_empty() {
+                None
+            } else {
+                Some(short("moving", m.moving, MAX_MESSAGE_LEN)?)
+            },
         })
     }
 }
@@ -482,7 +567,65 @@ impl TryFrom<pb::JobDetail> for JobDetail {
                         .collect(),
                 })
                 .collect(),
+            moves: m
+                .moves
+                .into_iter()
+                .enumerate()
+                .map(|(i, mv)| JobMove::try_from(mv).map_err(|e| e.within(format!("moves[{i}]"))))
+                .collect::<Result<_, InvalidMessage>>()?,
         })
+    }
+}
+
+impl TryFrom<pb::JobMove> for JobMove {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::JobMove) -> Result<Self, InvalidMessage> {
+        let phase = match pb::MovePhase::try_from(m.phase) {
+            Ok(pb::MovePhase::Saving) => MovePhase::Saving,
+            Ok(pb::MovePhase::Restoring) => MovePhase::Restoring,
+            Ok(pb::MovePhase::Done) => MovePhase::Done,
+            Ok(pb::MovePhase::RollingBack) => MovePhase::RollingBack,
+            Ok(pb::MovePhase::RolledBack) => MovePhase::RolledBack,
+            Ok(pb::MovePhase::Failed) => MovePhase::Failed,
+            _ => {
+                return Err(InvalidMessage::new(
+                    "phase",
+                    format!("unknown value {}", m.phase),
+                ));
+            }
+        };
+        Ok(JobMove {
+            from_node: text("from_node", m.from_node, MAX_NAME_LEN)?,
+            to_node: text("to_node", m.to_node, MAX_NAME_LEN)?,
+            reason: short("reason", m.reason, MAX_MESSAGE_LEN)?,
+            phase,
+            requested_at_unix: m.requested_at_unix,
+            saved_at_unix: m.saved_at_unix,
+            running_at_unix: m.running_at_unix,
+            message: short("message", m.message, MAX_MESSAGE_LEN)?,
+        })
+    }
+}
+
+impl From<JobMove> for pb::JobMove {
+    fn from(m: JobMove) -> Self {
+        pb::JobMove {
+            from_node: m.from_node,
+            to_node: m.to_node,
+            reason: m.reason,
+            phase: match m.phase {
+                MovePhase::Saving => pb::MovePhase::Saving,
+                MovePhase::Restoring => pb::MovePhase::Restoring,
+                MovePhase::Done => pb::MovePhase::Done,
+                MovePhase::RollingBack => pb::MovePhase::RollingBack,
+                MovePhase::RolledBack => pb::MovePhase::RolledBack,
+                MovePhase::Failed => pb::MovePhase::Failed,
+            } as i32,
+            requested_at_unix: m.requested_at_unix,
+            saved_at_unix: m.saved_at_unix,
+            running_at_unix: m.running_at_unix,
+            message: m.message,
+        }
     }
 }
 
@@ -537,6 +680,7 @@ impl From<JobSpec> for pb::JobSpec {
             memory_bytes: s.memory_bytes,
             gang_timeout_s: s.gang_timeout_s,
             env: s.env.into_iter().collect(),
+            checkpoint: s.checkpoint.map(Into::into),
         }
     }
 }
@@ -614,6 +758,7 @@ impl From<JobSummary> for pb::JobSummary {
             local: j.local,
             migration_request: j.migration_request.unwrap_or_default(),
             time_to_quality_s: j.time_to_quality_s,
+            moving: j.moving.unwrap_or_default(),
         }
     }
 }
@@ -660,6 +805,7 @@ impl From<JobDetail> for pb::JobDetail {
                         .collect(),
                 })
                 .collect(),
+            moves: d.moves.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -775,6 +921,7 @@ mod tests {
             local: false,
             migration_request: Some("node n1 asks: converged".into()),
             time_to_quality_s: Some(42.0),
+            moving: Some("saving on node2 for node3".into()),
         };
         let detail = JobDetail {
             summary: summary.clone(),
@@ -799,6 +946,16 @@ mod tests {
                     score: 0.0,
                     note: "empty".into(),
                 }],
+            }],
+            moves: vec![JobMove {
+                from_node: "node1".into(),
+                to_node: "node2".into(),
+                reason: "govctl migrate".into(),
+                phase: MovePhase::Done,
+                requested_at_unix: 10.0,
+                saved_at_unix: Some(12.5),
+                running_at_unix: Some(14.0),
+                message: "checkpoint in /shared/ckpt (shared path)".into(),
             }],
         };
         assert_eq!(

@@ -149,6 +149,13 @@ pub struct JobReport {
     pub epoch_seconds: Option<f64>,
     /// Time to quality so far, seconds from the job's start on the node.
     pub time_to_quality_s: Option<f64>,
+    /// It exited with status 0 after the node asked it to save ([`SaveJob`]): its checkpoint
+    /// is complete and the same command resumes it.
+    #[serde(default)]
+    pub saved: bool,
+    /// Which start of the job this is ([`StartJob::attempt`]).
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 impl JobReport {
@@ -177,6 +184,8 @@ impl JobReport {
             max_epochs: None,
             epoch_seconds: None,
             time_to_quality_s: None,
+            saved: false,
+            attempt: 0,
         }
     }
 }
@@ -237,6 +246,72 @@ pub struct StartJob {
     pub env: BTreeMap<String, String>,
     pub cores: Option<f64>,
     pub memory_bytes: Option<u64>,
+    /// How the job saves itself for a move; `None`: it cannot be moved.
+    pub checkpoint: Option<Checkpoint>,
+    /// Which start of the job this is: 0 at first, one more for each start after a move. A
+    /// node that ran an earlier attempt to its end starts a newer one again.
+    pub attempt: u32,
+}
+
+/// How a job saves itself so that it can be moved: a framework checkpoint (Keras
+/// `BackupAndRestore`, Lightning `ckpt_path="last"`, Hugging Face `resume_from_checkpoint`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The directory it saves to and resumes from (absolute). Today it must be on storage every
+    /// node mounts at the same path: the coordinator does not carry it.
+    pub dir: String,
+    /// The signal that asks it to save at its next epoch boundary and exit with status 0.
+    pub save_signal: i32,
+}
+
+/// SIGUSR1: the save signal unless a job names another.
+pub const DEFAULT_SAVE_SIGNAL: i32 = 10;
+
+impl Checkpoint {
+    /// Check a checkpoint declaration (absolute directory, a real signal number).
+    pub fn check(&self) -> Result<(), InvalidMessage> {
+        if !self.dir.starts_with('/') || self.dir.contains('\0') {
+            return Err(InvalidMessage::new(
+                "checkpoint.dir",
+                format!("must be an absolute path, got {:?}", self.dir),
+            ));
+        }
+        if !(1..=64).contains(&self.save_signal) {
+            return Err(InvalidMessage::new(
+                "checkpoint.save_signal",
+                format!("is a signal number in 1..=64, got {}", self.save_signal),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl TryFrom<pb::Checkpoint> for Checkpoint {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::Checkpoint) -> Result<Self, InvalidMessage> {
+        let c = Checkpoint {
+            dir: short("checkpoint.dir", m.dir, MAX_MESSAGE_LEN)?,
+            save_signal: m.save_signal,
+        };
+        c.check()?;
+        Ok(c)
+    }
+}
+
+impl From<Checkpoint> for pb::Checkpoint {
+    fn from(c: Checkpoint) -> Self {
+        pb::Checkpoint {
+            dir: c.dir,
+            save_signal: c.save_signal,
+        }
+    }
+}
+
+/// Ask a job to save and exit (its [`Checkpoint::save_signal`]), to be started elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaveJob {
+    pub job_id: String,
+    pub reason: String,
 }
 
 /// Stop a job's process.
@@ -251,6 +326,7 @@ pub struct StopJob {
 pub enum NodeCommand {
     Start(StartJob),
     Stop(StopJob),
+    Save(SaveJob),
 }
 
 impl NodeCommand {
@@ -259,6 +335,7 @@ impl NodeCommand {
         match self {
             NodeCommand::Start(s) => &s.job_id,
             NodeCommand::Stop(s) => &s.job_id,
+            NodeCommand::Save(s) => &s.job_id,
         }
     }
 }
@@ -413,6 +490,8 @@ impl TryFrom<pb::JobReport> for JobReport {
             time_to_quality_s: opt(m.time_to_quality_s, |v| {
                 non_negative("time_to_quality_s", v)
             })?,
+            saved: m.saved,
+            attempt: m.attempt,
         })
     }
 }
@@ -560,6 +639,8 @@ impl TryFrom<pb::StartJob> for StartJob {
             env,
             cores: opt(m.cores, |v| positive("cores", v))?,
             memory_bytes: m.memory_bytes,
+            checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
+            attempt: m.attempt,
         })
     }
 }
@@ -580,6 +661,10 @@ impl TryFrom<pb::CoordinatorMessage> for CoordinatorMessage {
             Some(Body::StopJob(s)) => Ok(CoordinatorMessage::Command(NodeCommand::Stop(StopJob {
                 job_id: text("stop_job.job_id", s.job_id, MAX_NAME_LEN)?,
                 reason: short("stop_job.reason", s.reason, MAX_MESSAGE_LEN)?,
+            }))),
+            Some(Body::SaveJob(s)) => Ok(CoordinatorMessage::Command(NodeCommand::Save(SaveJob {
+                job_id: text("save_job.job_id", s.job_id, MAX_NAME_LEN)?,
+                reason: short("save_job.reason", s.reason, MAX_MESSAGE_LEN)?,
             }))),
         }
     }
@@ -673,6 +758,8 @@ impl From<JobReport> for pb::JobReport {
             max_epochs: j.max_epochs,
             epoch_seconds: j.epoch_seconds,
             time_to_quality_s: j.time_to_quality_s,
+            saved: j.saved,
+            attempt: j.attempt,
         }
     }
 }
@@ -732,6 +819,8 @@ impl From<StartJob> for pb::StartJob {
             env: s.env.into_iter().collect(),
             cores: s.cores,
             memory_bytes: s.memory_bytes,
+            checkpoint: s.checkpoint.map(Into::into),
+            attempt: s.attempt,
         }
     }
 }
@@ -747,6 +836,10 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
                 }),
                 CoordinatorMessage::Command(NodeCommand::Start(s)) => Body::StartJob(s.into()),
                 CoordinatorMessage::Command(NodeCommand::Stop(s)) => Body::StopJob(pb::StopJob {
+                    job_id: s.job_id,
+                    reason: s.reason,
+                }),
+                CoordinatorMessage::Command(NodeCommand::Save(s)) => Body::SaveJob(pb::SaveJob {
                     job_id: s.job_id,
                     reason: s.reason,
                 }),
@@ -893,7 +986,26 @@ mod tests {
             env: [("A".to_string(), "b".to_string())].into(),
             cores: Some(4.0),
             memory_bytes: None,
+            checkpoint: Some(Checkpoint {
+                dir: "/shared/ckpt/bert".into(),
+                save_signal: DEFAULT_SAVE_SIGNAL,
+            }),
+            attempt: 2,
         };
+        let save = CoordinatorMessage::Command(NodeCommand::Save(SaveJob {
+            job_id: "j3".into(),
+            reason: "govctl migrate".into(),
+        }));
+        assert_eq!(
+            CoordinatorMessage::try_from(pb::CoordinatorMessage::from(save.clone())).unwrap(),
+            save
+        );
+        let mut bad = pb::StartJob::from(s.clone());
+        bad.checkpoint.as_mut().unwrap().save_signal = 0;
+        assert_eq!(
+            StartJob::try_from(bad).unwrap_err().field,
+            "checkpoint.save_signal"
+        );
         let wire: pb::CoordinatorMessage =
             CoordinatorMessage::Command(NodeCommand::Start(s.clone())).into();
         assert_eq!(

@@ -184,6 +184,11 @@ struct PaperArgs {
     /// Also run this system (repeatable), e.g. `governor:converged_share=1:watching_share=1/soonest`.
     #[arg(long)]
     also: Vec<String>,
+    /// What a move costs: `default` (2 s + 500 MB/s dump, 10 Gbit/s, 1 GB/s restore),
+    /// `framework` (measured by `cargo xtask bench-move --framework`) or `criu-tcg` (measured
+    /// by `cargo xtask bench-move` in the VM bed, TCG).
+    #[arg(long)]
+    move_cost: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -512,6 +517,7 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         args.out.as_deref(),
         args.json,
         &args.also,
+        args.move_cost.as_deref(),
     )
 }
 

@@ -97,6 +97,41 @@ impl Default for MigrationCost {
 }
 
 impl MigrationCost {
+    /// A framework-checkpoint move as `cargo xtask bench-move --framework` measured it on the
+    /// development host (2026-11-26; local disk as the shared path): 0.3 s fixed (exit, start,
+    /// the coordinator's report and command), the save at ~330 MB/s (write and fsync), nothing
+    /// carried, the load from the page cache at ~1.5 GB/s. 64 MiB: 0.32 s lost, 1 GiB: 3.9 s.
+    pub fn framework_measured() -> Self {
+        MigrationCost {
+            fixed_seconds: 0.3,
+            checkpoint_bytes_per_second: 330e6,
+            transfer_bytes_per_second: 0.0,
+            restore_bytes_per_second: 1.5e9,
+        }
+    }
+
+    /// A CRIU move as `cargo xtask bench-move` measured it in the VM bed (2026-11-26, TCG:
+    /// several times slower than real hardware): dump 0.7 s + 126 MB/s, restore 0.5 s +
+    /// 85 MB/s, images carried over a 10 Gbit/s network. 64 MiB: 2.8 s, 1 GiB: 22 s.
+    pub fn criu_measured_tcg() -> Self {
+        MigrationCost {
+            fixed_seconds: 1.2,
+            checkpoint_bytes_per_second: 126e6,
+            transfer_bytes_per_second: 1.25e9,
+            restore_bytes_per_second: 85e6,
+        }
+    }
+
+    /// A named preset: `default`, `framework` or `criu-tcg`.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(MigrationCost::default()),
+            "framework" => Some(MigrationCost::framework_measured()),
+            "criu-tcg" => Some(MigrationCost::criu_measured_tcg()),
+            _ => None,
+        }
+    }
+
     /// Seconds a job with a checkpoint of `bytes` is down while it moves.
     pub fn seconds(&self, bytes: u64) -> f64 {
         let b = bytes as f64;
@@ -1448,6 +1483,22 @@ mod tests {
         assert!(close(run.jobs[0].finish.unwrap(), 100.0));
         assert!(close(run.jobs[1].start.unwrap(), 100.0), "{run:?}");
         assert!(close(run.jobs[1].finish.unwrap(), 200.0), "{run:?}");
+    }
+
+    #[test]
+    fn measured_move_costs_match_their_benchmarks() {
+        let gib = 1u64 << 30;
+        let fw = MigrationCost::by_name("framework").unwrap().seconds(gib);
+        assert!(
+            (3.5..4.5).contains(&fw),
+            "framework, 1 GiB: {fw:.2} s (measured 3.9 s)"
+        );
+        let criu = MigrationCost::by_name("criu-tcg").unwrap().seconds(gib);
+        assert!(
+            (18.0..26.0).contains(&criu),
+            "CRIU, 1 GiB: {criu:.2} s (measured 21.9 s)"
+        );
+        assert!(MigrationCost::by_name("teleport").is_none());
     }
 
     #[test]

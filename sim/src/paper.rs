@@ -508,6 +508,17 @@ pub fn run_scenario(
     seeds: &[u64],
     record_timeline: bool,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
+    run_scenario_with(s, curves, seeds, record_timeline, None)
+}
+
+/// [`run_scenario`] with the cost of a move set (`None`: the cluster's default).
+pub fn run_scenario_with(
+    s: &PaperScenario,
+    curves: &[RealCurve],
+    seeds: &[u64],
+    record_timeline: bool,
+    move_cost: Option<crate::cluster::MigrationCost>,
+) -> Result<Vec<(Trace, Vec<RunReport>)>> {
     let specs = s
         .policies()
         .iter()
@@ -518,6 +529,9 @@ pub fn run_scenario(
         .collect::<Result<Vec<_>>>()?;
     let mut config = s.cluster();
     config.record_timeline = record_timeline;
+    if let Some(cost) = move_cost {
+        config.migration = cost;
+    }
     seeds
         .iter()
         .map(|&seed| {
@@ -537,7 +551,15 @@ pub fn command(
     out: Option<&Path>,
     as_json: bool,
     also: &[String],
+    move_cost: Option<&str>,
 ) -> Result<()> {
+    let move_cost = move_cost
+        .map(|m| {
+            crate::cluster::MigrationCost::by_name(m).ok_or_else(|| {
+                anyhow::anyhow!("--move-cost {m:?}: one of default, framework, criu-tcg")
+            })
+        })
+        .transpose()?;
     // Extra systems the caller asked for (e.g. a node policy with other parameters); the
     // scenario table holds `&'static str`s, and a CLI run lives as long as they need to.
     let also: Vec<&'static str> = also
@@ -577,7 +599,7 @@ pub fn command(
     let seeds = seeds.unwrap_or_else(|| (1..=5).collect());
     let mut json_out = Vec::new();
     for s in chosen {
-        let runs = run_scenario(s, &curves, &seeds, out.is_some())?;
+        let runs = run_scenario_with(s, &curves, &seeds, out.is_some(), move_cost)?;
         if let Some(dir) = out {
             for ((trace, reports), seed) in runs.iter().zip(&seeds) {
                 std::fs::create_dir_all(dir)?;

@@ -17,6 +17,13 @@
 //! images stay on the guest's tmpfs); a move adds bytes / bandwidth to the pause. The guests run
 //! under TCG (no KVM on these machines): times are several times those of real hardware, sizes
 //! are not.
+//!
+//! `--framework` measures a framework-checkpoint move instead, on the host, through the real
+//! coordinator and two real daemons (`tests/tests/cluster_move.rs`, `bench_framework_move`):
+//! `demo-trainer --ballast-mib N` (N MiB of extra state saved with its checkpoint) is moved from
+//! one node to the other; reported: the save (asked to saved and exited), the pause (exited to
+//! running on the target), the time lost to the job (the gap between its last epoch before the
+//! move and its first after, less an epoch), and the checkpoint's bytes.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -42,6 +49,83 @@ pub(crate) struct BenchMoveArgs {
     /// Output directory (default target/bench-move).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure framework-checkpoint moves through the real coordinator and daemons on the host
+    /// instead of CRIU in the VM.
+    #[arg(long)]
+    pub framework: bool,
+}
+
+/// One framework-checkpoint move (a line of the test's JSON output).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct FrameworkMove {
+    pub mib: u64,
+    pub rep: u32,
+    pub save_s: f64,
+    pub pause_s: f64,
+    pub total_s: f64,
+    pub epoch_s: f64,
+    pub lost_s: f64,
+    pub asked_to_resumed_s: f64,
+    pub checkpoint_bytes: u64,
+}
+
+fn run_framework(args: &BenchMoveArgs, out: &std::path::Path) -> Result<()> {
+    let jsonl = out.join("framework.jsonl");
+    let _ = fs::remove_file(&jsonl);
+    let sizes: Vec<String> = args.sizes.iter().map(u64::to_string).collect();
+    eprintln!(
+        "== framework-checkpoint moves through the real coordinator and daemons: sizes {:?} MiB, {} reps",
+        args.sizes, args.reps
+    );
+    cmd::run(cmd::cargo().args(["build", "-p", "governor", "-p", "coordinator"]))?;
+    cmd::run(
+        cmd::cargo()
+            .args([
+                "test",
+                "-p",
+                "governor-integration-tests",
+                "--test",
+                "cluster_move",
+                "--",
+                "--ignored",
+                "--exact",
+                "bench_framework_move",
+                "--nocapture",
+            ])
+            .env("GOVERNOR_BENCH_SIZES", sizes.join(","))
+            .env("GOVERNOR_BENCH_REPS", args.reps.to_string())
+            .env("GOVERNOR_BENCH_OUT", &jsonl),
+    )?;
+    let results: Vec<FrameworkMove> = fs::read_to_string(&jsonl)
+        .with_context(|| format!("cannot read {}", jsonl.display()))?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("the benchmark's results")?;
+    let mut md = String::from(
+        "| state | runs | save | pause | lost to the job | epoch | checkpoint |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for size in &args.sizes {
+        let g: Vec<&FrameworkMove> = results.iter().filter(|r| r.mib == *size).collect();
+        if g.is_empty() {
+            continue;
+        }
+        let bytes = g.iter().map(|r| r.checkpoint_bytes).max().unwrap_or(0);
+        let _ = writeln!(
+            md,
+            "| {size} MiB | {} | {} | {} | {} | {} | {:.0} MiB |",
+            g.len(),
+            secs(g.iter().map(|r| r.save_s).collect()),
+            secs(g.iter().map(|r| r.pause_s).collect()),
+            secs(g.iter().map(|r| r.lost_s).collect()),
+            secs(g.iter().map(|r| r.epoch_s).collect()),
+            bytes as f64 / f64::from(1 << 20),
+        );
+    }
+    fs::write(out.join("framework.md"), &md)?;
+    println!("{md}");
+    Ok(())
 }
 
 /// One dump-and-restore.
@@ -166,6 +250,9 @@ pub(crate) fn run(args: &BenchMoveArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| cmd::target_dir().join("bench-move"));
     fs::create_dir_all(&out)?;
+    if args.framework {
+        return run_framework(args, &out);
+    }
     let bed = setup::run()?;
     // The scripts live in a directory the guest reads (the host's filesystem is shared
     // read-only; the run directory read-write).

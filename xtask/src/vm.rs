@@ -537,7 +537,8 @@ fn run_multi(bed: &Bed, exes: &[PathBuf], n: u32, args: &VmTestArgs) -> Result<(
         let name = format!("node{node}");
         let script = run_dir.join(format!("{name}.sh"));
         let body = format!(
-            r#"export GOVERNOR_BIN_DIR={bins} GOVERNOR_NODE={node} GOVERNOR_NODES={n}
+            r#"export GOVERNOR_BIN_DIR={bins} GOVERNOR_NODE={node} GOVERNOR_NODES={n} GOVERNOR_SHARED_DIR="$RUN/shared"
+mkdir -p "$GOVERNOR_SHARED_DIR"
 ifc() {{ for i in /sys/class/net/*; do [ "$(cat $i/address)" = "$1" ] && basename $i; done; }}
 modprobe virtio_net 2>/dev/null
 for t in $(seq 100); do [ -n "$(ifc 52:54:00:aa:00:0{node})" ] && break; sleep 0.1; done

@@ -65,6 +65,10 @@ start_timeout_s = 60.0     # a placed job its node has not started by then has f
 report_interval_ms = 1000  # asked of the nodes
 gang_timeout_s = 600.0     # gangs not admitted within this long fail
 progress_samples = 120     # progress points kept per job, spread over its life
+save_timeout_s = 600.0     # a job asked to save for a move that has not by then stays put
+auto_move = true           # act on the nodes' migration requests for jobs with a checkpoint
+move_after_s = 10.0        # ... once a request has stood this long
+move_cooldown_s = 300.0    # ... and not again within this long of the job's last move
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {

@@ -152,6 +152,8 @@ pub fn jobs_table(jobs: &[JobSummary], now: f64) -> String {
             } else {
                 format!("{node}: {}", j.message)
             }
+        } else if let Some(moving) = &j.moving {
+            moving.clone()
         } else {
             match &j.migration_request {
                 // Running where it is, but its node would rather see it elsewhere.
@@ -211,6 +213,9 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
     }
     if let Some(m) = &j.migration_request {
         let _ = writeln!(out, "  migration:  {m}");
+    }
+    if let Some(m) = &j.moving {
+        let _ = writeln!(out, "  moving:     {m}");
     }
     if let Some(t) = j.time_to_quality_s {
         let _ = writeln!(
@@ -318,6 +323,38 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
                 "      {:<14} score {:>10.3}  {}",
                 c.node, c.score, c.note
             );
+        }
+    }
+    for m in &d.moves {
+        let mut phases = format!(
+            "requested +{}",
+            duration(m.requested_at_unix - j.submitted_at_unix)
+        );
+        if let Some(s) = m.saved_at_unix {
+            let _ = write!(
+                phases,
+                ", saved {} later",
+                duration(s - m.requested_at_unix)
+            );
+        }
+        if let Some(r) = m.running_at_unix {
+            let _ = write!(
+                phases,
+                ", running again {} after the save",
+                duration(r - m.saved_at_unix.unwrap_or(m.requested_at_unix))
+            );
+        }
+        if let Some(p) = m.pause_s(now).filter(|_| m.running_at_unix.is_none()) {
+            let _ = write!(phases, ", paused for {} so far", duration(p));
+        }
+        let _ = writeln!(
+            out,
+            "  moved:      {} -> {}: {} ({phases})",
+            m.from_node, m.to_node, m.phase
+        );
+        let _ = writeln!(out, "      why:    {}", m.reason);
+        if !m.message.is_empty() {
+            let _ = writeln!(out, "      how:    {}", m.message);
         }
     }
     out
@@ -511,6 +548,7 @@ mod tests {
             local: false,
             migration_request: None,
             time_to_quality_s: None,
+            moving: None,
         }
     }
 
@@ -528,11 +566,59 @@ mod tests {
                 progress: Vec::new(),
                 categories: Vec::new(),
                 placements: Vec::new(),
+                moves: Vec::new(),
             },
             160.0,
         );
         assert!(
             d.contains("  migration:  node node2 asks: converged while others progress"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn a_jobs_moves_show_with_their_phases_and_pause() {
+        let mut j = summary(JobStatus::Running);
+        j.moving = Some("restoring on node3 (from node2)".into());
+        let d_summary = j.clone();
+        let d = job_detail(
+            &JobDetail {
+                summary: j,
+                spec: None,
+                progress: Vec::new(),
+                categories: Vec::new(),
+                placements: Vec::new(),
+                moves: vec![governor_proto::control::JobMove {
+                    from_node: "node2".into(),
+                    to_node: "node3".into(),
+                    reason: "govctl migrate".into(),
+                    phase: governor_proto::control::MovePhase::Restoring,
+                    requested_at_unix: 120.0,
+                    saved_at_unix: Some(125.0),
+                    running_at_unix: None,
+                    message: "framework checkpoint in /shared/ck".into(),
+                }],
+            },
+            130.0,
+        );
+        assert!(
+            d.contains("  moving:     restoring on node3 (from node2)"),
+            "{d}"
+        );
+        let t = jobs_table(std::slice::from_ref(&d_summary), 130.0);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("restoring on node3 (from node2)"),
+            "{t}"
+        );
+        assert!(
+            d.contains("  moved:      node2 -> node3: restoring (requested +20s, saved 5s later, paused for 5s so far)"),
+            "{d}"
+        );
+        assert!(
+            d.contains("      how:    framework checkpoint in /shared/ck"),
             "{d}"
         );
     }

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use governor_proto::control::{JobDetail, JobSpec, JobSummary, NodeSummary, PolicyState, Stats};
+use governor_proto::control::{
+    JobDetail, JobMove, JobSpec, JobSummary, NodeSummary, PolicyState, Stats,
+};
+use governor_proto::node::Checkpoint;
 use governor_proto::pb;
 use governor_proto::pb::control_service_client::ControlServiceClient;
 use governor_proto::tls::{TlsFiles, endpoint};
@@ -77,6 +80,15 @@ pub enum Command {
     },
     /// Cancel a queued or running job.
     Cancel { job: String },
+    /// Move a running job to another node without losing its work: it saves at its next epoch
+    /// boundary (it must have been submitted with --checkpoint-dir) and resumes on the target.
+    /// `govctl job JOB` shows the move's phases.
+    Migrate {
+        job: String,
+        /// The node to move it to (default: the ready node with the most free cores).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Live cluster view: nodes, jobs, categories, CPU shares.
     Top {
         /// Refresh interval.
@@ -179,12 +191,45 @@ pub struct SubmitArgs {
     /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
     #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,
+    /// The directory the job saves its checkpoint to and resumes from, on storage every node
+    /// mounts at this path: the job can then be moved (`govctl migrate`, or the coordinator on
+    /// a node's SpeCon request). The job must save there and exit with status 0 on the save
+    /// signal, and resume from it when started again (Keras `BackupAndRestore`...).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<String>,
+    /// The signal that asks the job to save and exit (a number or a name like SIGUSR1).
+    #[arg(long, default_value = "SIGUSR1", value_parser = parse_signal, requires = "checkpoint_dir")]
+    pub save_signal: i32,
     /// The log file the job writes (absolute path on its node).
     #[arg(long)]
     pub log: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+fn parse_signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Ok(n);
+    }
+    let name = s.to_ascii_uppercase();
+    let name = if name.starts_with("SIG") {
+        name
+    } else {
+        format!("SIG{name}")
+    };
+    // The signals a job may sensibly take as "save and exit" (Linux numbers).
+    match name.as_str() {
+        "SIGHUP" => Ok(1),
+        "SIGINT" => Ok(2),
+        "SIGQUIT" => Ok(3),
+        "SIGUSR1" => Ok(10),
+        "SIGUSR2" => Ok(12),
+        "SIGTERM" => Ok(15),
+        _ => Err(format!(
+            "{s:?} is not a signal number or one of SIGUSR1, SIGUSR2, SIGINT, SIGTERM, SIGHUP, SIGQUIT"
+        )),
+    }
 }
 
 fn parse_bytes(s: &str) -> Result<u64, governor_proto::units::ByteSizeError> {
@@ -316,6 +361,19 @@ impl Client {
             .context("the coordinator sent a bad job summary")
     }
 
+    pub async fn migrate(&mut self, id: &str, to: Option<&str>) -> Result<JobMove> {
+        let r = self
+            .inner
+            .migrate_job(pb::MigrateJobRequest {
+                job_id: id.into(),
+                target_node: to.map(str::to_owned),
+            })
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        JobMove::try_from(r.into_inner().r#move.context("no move in the answer")?)
+            .context("the coordinator sent a bad move")
+    }
+
     pub async fn policy(&mut self) -> Result<PolicyState> {
         Ok(self
             .inner
@@ -407,6 +465,10 @@ pub async fn main(cli: Cli) -> Result<()> {
                 memory_bytes: a.memory,
                 gang_timeout_s: a.gang_timeout.map(|d| d.as_secs_f64()),
                 env,
+                checkpoint: a.checkpoint_dir.map(|dir| Checkpoint {
+                    dir,
+                    save_signal: a.save_signal,
+                }),
             };
             let job = client.submit(spec).await?;
             if cli.json {
@@ -432,6 +494,17 @@ pub async fn main(cli: Cli) -> Result<()> {
                 print_json(&j)?;
             } else {
                 println!("{} {}", j.id, j.status);
+            }
+        }
+        Command::Migrate { job, to } => {
+            let m = client.migrate(&job, to.as_deref()).await?;
+            if cli.json {
+                print_json(&m)?;
+            } else {
+                println!(
+                    "{job}: moving from {} to {} ({}); `govctl job {job}` shows its phases",
+                    m.from_node, m.to_node, m.message
+                );
             }
         }
         Command::Policy { action } => {

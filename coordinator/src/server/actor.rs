@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use governor_proto::control::{JobDetail, JobSpec, JobSummary, NodeSummary, PolicyState, Stats};
+use governor_proto::control::{
+    JobDetail, JobMove, JobSpec, JobSummary, NodeSummary, PolicyState, Stats,
+};
 use governor_proto::node::{CoordinatorMessage, Hello, NodeReport, Welcome};
 use governor_proto::pb;
 use tokio::sync::{mpsc, oneshot};
@@ -56,6 +58,11 @@ enum Msg {
     Cancel {
         id: String,
         reply: oneshot::Sender<Result<JobSummary, ControlError>>,
+    },
+    Migrate {
+        id: String,
+        target: Option<String>,
+        reply: oneshot::Sender<Result<JobMove, ControlError>>,
     },
     Nodes(oneshot::Sender<Vec<NodeSummary>>),
     Jobs {
@@ -165,6 +172,14 @@ impl Coordinator {
 
     pub async fn cancel(&self, id: String) -> Result<Result<JobSummary, ControlError>, Status> {
         self.ask(|reply| Msg::Cancel { id, reply }).await
+    }
+
+    pub async fn migrate(
+        &self,
+        id: String,
+        target: Option<String>,
+    ) -> Result<Result<JobMove, ControlError>, Status> {
+        self.ask(|reply| Msg::Migrate { id, target, reply }).await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeSummary>, Status> {
@@ -328,6 +343,11 @@ impl Actor {
             }
             Msg::Cancel { id, reply } => {
                 let r = self.timed(|s, now| s.cancel(now, &id));
+                let _ = reply.send(r);
+            }
+            Msg::Migrate { id, target, reply } => {
+                let r =
+                    self.timed(|s, now| s.migrate(now, &id, target.as_deref(), "govctl migrate"));
                 let _ = reply.send(r);
             }
             Msg::Nodes(reply) => {

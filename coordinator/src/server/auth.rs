@@ -18,6 +18,7 @@
 //! | `NodeService/Session`                     | no                 | yes, as node `NAME` only      | no      |
 //! | `ControlService/SubmitJob`                | yes                | no                            | no      |
 //! | `ControlService/CancelJob`                | yes                | no                            | no      |
+//! | `ControlService/MigrateJob`               | yes                | no                            | no      |
 //! | `ControlService/SetPolicy`                | yes                | no                            | no      |
 //! | `ControlService/GetJob`                   | yes                | no (the detail holds the job's command and environment) | no |
 //! | `ControlService/ListNodes`, `ListJobs`, `GetPolicy`, `GetStats` | yes | yes (the cluster view: summaries only) | no |
@@ -66,6 +67,7 @@ pub(super) enum Method {
     NodeSession,
     SubmitJob,
     CancelJob,
+    MigrateJob,
     SetPolicy,
     GetJob,
     ListNodes,
@@ -87,9 +89,11 @@ impl Method {
     fn allowed(self) -> Allowed {
         match self {
             Method::NodeSession => Allowed::NodeOnly,
-            Method::SubmitJob | Method::CancelJob | Method::SetPolicy | Method::GetJob => {
-                Allowed::AdminOnly
-            }
+            Method::SubmitJob
+            | Method::CancelJob
+            | Method::MigrateJob
+            | Method::SetPolicy
+            | Method::GetJob => Allowed::AdminOnly,
             Method::ListNodes | Method::ListJobs | Method::GetPolicy | Method::GetStats => {
                 Allowed::NodeOrAdmin
             }
@@ -102,6 +106,7 @@ impl Method {
             Method::NodeSession => "open a node session",
             Method::SubmitJob => "submit jobs",
             Method::CancelJob => "cancel jobs",
+            Method::MigrateJob => "move jobs between nodes",
             Method::SetPolicy => "change the placement policy",
             Method::GetJob => "read a job's details (its command and environment)",
             Method::ListNodes => "list the nodes",
@@ -218,6 +223,7 @@ mod tests {
             NodeSession,
             SubmitJob,
             CancelJob,
+            MigrateJob,
             SetPolicy,
             GetJob,
             ListNodes,
@@ -234,7 +240,8 @@ mod tests {
         assert_eq!(
             for_role(Role::Admin),
             [
-                SubmitJob, CancelJob, SetPolicy, GetJob, ListNodes, ListJobs, GetPolicy, GetStats
+                SubmitJob, CancelJob, MigrateJob, SetPolicy, GetJob, ListNodes, ListJobs,
+                GetPolicy, GetStats
             ]
         );
         assert_eq!(for_role(Role::Other), []);

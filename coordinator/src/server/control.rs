@@ -35,6 +35,10 @@ fn control_status(e: ControlError) -> Status {
             Status::failed_precondition(e.to_string())
         }
         ControlError::UnknownPolicy(_) => Status::invalid_argument(e.to_string()),
+        ControlError::Move(crate::state::MoveError::NoSuchNode { .. }) => {
+            Status::not_found(e.to_string())
+        }
+        ControlError::Move(_) => Status::failed_precondition(e.to_string()),
     }
 }
 
@@ -65,6 +69,22 @@ impl ControlService for ControlSvc {
         let job = self.coordinator.cancel(id).await?.map_err(control_status)?;
         Ok(Response::new(pb::CancelJobResponse {
             job: Some(job.into()),
+        }))
+    }
+
+    async fn migrate_job(
+        &self,
+        request: Request<pb::MigrateJobRequest>,
+    ) -> Result<Response<pb::MigrateJobResponse>, Status> {
+        self.authorize(&request, Method::MigrateJob)?;
+        let r = request.into_inner();
+        let moved = self
+            .coordinator
+            .migrate(r.job_id, r.target_node.filter(|t| !t.is_empty()))
+            .await?
+            .map_err(control_status)?;
+        Ok(Response::new(pb::MigrateJobResponse {
+            r#move: Some(moved.into()),
         }))
     }
 

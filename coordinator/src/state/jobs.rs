@@ -169,8 +169,11 @@ impl ClusterState {
             }
         }
         for id in late {
+            // A start that failed on a move's target rolls back to the source first.
+            self.advance_move(&id, now);
             self.refresh_job(&id, now);
         }
+        self.tick_moves(now);
         self.dispatch(now);
     }
 
@@ -201,6 +204,7 @@ impl ClusterState {
             deadline,
             migration_request: None,
             time_to_quality_s: None,
+            moves: Vec::new(),
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));
@@ -335,6 +339,8 @@ impl ClusterState {
                     memory_bytes: 0,
                     exit_code: None,
                     message: String::new(),
+                    saved: false,
+                    attempt: 0,
                 });
                 job.placements.push(PlacementDecision {
                     at_unix: now,
@@ -402,6 +408,8 @@ impl ClusterState {
             env,
             cores: spec.cores,
             memory_bytes: spec.memory_bytes,
+            checkpoint: spec.checkpoint.clone(),
+            attempt: member.attempt,
         }))
     }
 

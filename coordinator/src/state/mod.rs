@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use governor_proto::control::{
-    CategoryChange, JobMember, JobSpec, JobStatus, JobSummary, NodeStatus, PlacementDecision,
-    ProgressSample,
+    CategoryChange, JobMember, JobMove, JobSpec, JobStatus, JobSummary, NodeStatus,
+    PlacementDecision, ProgressSample,
 };
 use governor_proto::node::{Category, NodeCapacity, NodeCommand, NodeReport, RunState};
 use serde::{Deserialize, Serialize};
@@ -26,11 +26,13 @@ use crate::placement::{self, ClusterView, PlacementPolicy, UnknownPolicy};
 use crate::queue::{Queue, Seconds};
 
 mod jobs;
+mod moves;
 mod nodes;
 mod queries;
 mod view;
 
 use jobs::queued;
+pub use moves::MoveError;
 use nodes::local_id;
 pub use queries::Counters;
 
@@ -49,6 +51,16 @@ pub struct StateConfig {
     /// Progress samples kept per job (the sparkline in `govctl job`). The history covers the
     /// job's whole life: when it is full, every other sample goes and the spacing doubles.
     pub progress_samples: usize,
+    /// A job asked to save for a move that has not within this long keeps running where it is
+    /// (the move fails). Its save waits for the end of an epoch: leave room for a long one.
+    pub save_timeout_s: f64,
+    /// Act on the nodes' migration requests (SpeCon Algorithm 2) for jobs that declared a
+    /// checkpoint: move them to the node the coordinator picks.
+    pub auto_move: bool,
+    /// A migration request must stand this long before the coordinator acts on it.
+    pub move_after_s: f64,
+    /// A job is not moved automatically again within this long of its last move.
+    pub move_cooldown_s: f64,
 }
 
 impl Default for StateConfig {
@@ -59,6 +71,10 @@ impl Default for StateConfig {
             report_interval_ms: 1000,
             gang_timeout_s: 600.0,
             progress_samples: 120,
+            save_timeout_s: 600.0,
+            auto_move: true,
+            move_after_s: 10.0,
+            move_cooldown_s: 300.0,
         }
     }
 }
@@ -95,6 +111,13 @@ pub struct MemberRecord {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub message: String,
+    /// Its node reported it exited after a save for a move (its checkpoint is complete).
+    #[serde(default)]
+    pub saved: bool,
+    /// Which start of the job runs here (0, then one more per start after a move); reports of
+    /// an earlier start are ignored.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 /// What the store keeps about a job.
@@ -122,13 +145,16 @@ pub struct JobRecord {
     pub placements: Vec<PlacementDecision>,
     /// Gangs: fail when not admitted by this time.
     pub deadline: Option<Seconds>,
-    /// A node's policy asks for the job to be moved elsewhere (SpeCon's converged jobs). Kept
-    /// and shown; moving jobs (CRIU, framework checkpoints) is the next step.
+    /// A node's policy asks for the job to be moved elsewhere (SpeCon's converged jobs). Acted
+    /// on for jobs that declared a checkpoint ([`StateConfig::auto_move`]).
     #[serde(default)]
     pub migration_request: Option<MigrationAsk>,
     /// Time to quality so far as its node reports it (seconds from its start there).
     #[serde(default)]
     pub time_to_quality_s: Option<f64>,
+    /// Its moves between nodes, oldest first; the last one may be under way.
+    #[serde(default)]
+    pub moves: Vec<JobMove>,
 }
 
 /// A node's request to move one of its jobs.
@@ -143,6 +169,11 @@ pub struct MigrationAsk {
 impl JobRecord {
     pub fn is_local(&self) -> bool {
         self.spec.is_none()
+    }
+
+    /// Its move under way, if any.
+    pub fn active_move(&self) -> Option<&JobMove> {
+        self.moves.last().filter(|m| !m.phase.is_over())
     }
 
     fn replicas(&self) -> u32 {
@@ -189,6 +220,15 @@ impl JobRecord {
                 .migration_request
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
+            moving: self.active_move().map(|m| match m.phase {
+                governor_proto::control::MovePhase::Saving => {
+                    format!("saving on {} for {}", m.from_node, m.to_node)
+                }
+                governor_proto::control::MovePhase::Restoring => {
+                    format!("restoring on {} (from {})", m.to_node, m.from_node)
+                }
+                _ => format!("rolling back to {} ({})", m.from_node, m.message),
+            }),
             // From submission: the wait in the queue counts (a local job: from its start).
             time_to_quality_s: self.time_to_quality_s.map(|t| {
                 t + self
@@ -256,6 +296,8 @@ pub enum ControlError {
     LocalJob { id: String, node: String },
     #[error(transparent)]
     UnknownPolicy(#[from] UnknownPolicy),
+    #[error(transparent)]
+    Move(#[from] MoveError),
 }
 
 /// The coordinator's state.

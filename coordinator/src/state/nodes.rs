@@ -76,6 +76,7 @@ impl ClusterState {
                 self.outbox.push((name.clone(), cmd));
             }
         }
+        self.resend_saves(&name);
         self.refresh_jobs_on(&name, now);
         self.sync_view(&name);
         Welcome {
@@ -145,6 +146,7 @@ impl ClusterState {
         }
         self.forget_vanished(now, node_name, &present);
         self.note_migration_requests(now, node_name, &present);
+        self.advance_moves_on(node_name, now);
         self.refresh_jobs_on(node_name, now);
         self.sync_view(node_name);
         Ok(())
@@ -251,6 +253,8 @@ impl ClusterState {
                     memory_bytes: 0,
                     exit_code: None,
                     message: String::new(),
+                    saved: false,
+                    attempt: 0,
                 }],
                 category: Category::Unknown,
                 categories: Vec::new(),
@@ -260,6 +264,7 @@ impl ClusterState {
                 deadline: None,
                 migration_request: None,
                 time_to_quality_s: None,
+                moves: Vec::new(),
             }
         });
         let limit = self.config.progress_samples;
@@ -297,9 +302,35 @@ impl ClusterState {
             .iter_mut()
             .find(|m| m.replica == report.replica && m.node == node)
         else {
-            warn!(node, job = %report.job_id, replica = report.replica, "node reports a member placed elsewhere; ignoring it");
+            // The node a job moved away from reports its saved run for a while: expected.
+            let moved_away = job
+                .moves
+                .iter()
+                .any(|m| m.from_node == node || m.to_node == node);
+            if !moved_away {
+                warn!(node, job = %report.job_id, replica = report.replica, "node reports a member placed elsewhere; ignoring it");
+            } else if !report.state.is_finished() {
+                // A target lost mid-move that comes back running the job, which was started
+                // again on its source meanwhile: it must run on one node only.
+                let key = (job.id.clone(), report.replica);
+                if self.stops_sent.get(&key) != Some(&session) {
+                    warn!(node, job = %report.job_id, "a moved job runs on a node it moved away from; stopping it there");
+                    self.stops_sent.insert(key, session);
+                    self.outbox.push((
+                        node.to_owned(),
+                        NodeCommand::Stop(StopJob {
+                            job_id: job.id.clone(),
+                            reason: "the job runs on another node after a move".into(),
+                        }),
+                    ));
+                }
+            }
             return false;
         };
+        // An earlier start of a job moved back here: its end is not the new start's.
+        if report.attempt < member.attempt {
+            return true;
+        }
         // A job we consider over (cancelled, failed gang) that still runs there: stop it, once
         // per session.
         if job.status.is_finished() && !report.state.is_finished() {
@@ -386,6 +417,7 @@ pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
     member.cpu_limit_cores = report.cpu_limit_cores;
     member.memory_bytes = report.memory_bytes;
     member.exit_code = report.exit_code;
+    member.saved = report.saved;
 }
 
 /// Record category changes and progress samples. Replica 0 speaks for a gang.
@@ -410,7 +442,14 @@ pub(super) fn track_progress(
         });
         dirty.jobs.insert(job.id.clone());
     }
-    if report.time_to_quality_s.is_some() && report.time_to_quality_s != job.time_to_quality_s {
+    // A node that resumed a moved job reads the records from before the move all at once and
+    // times them from its own start: its time to quality would be made up. The job's keeps
+    // the figure of its first start (known limitation: a quality reached after a move is not
+    // shown).
+    if report.attempt == 0
+        && report.time_to_quality_s.is_some()
+        && report.time_to_quality_s != job.time_to_quality_s
+    {
         job.time_to_quality_s = report.time_to_quality_s;
         dirty.jobs.insert(job.id.clone());
     }

@@ -77,6 +77,7 @@ impl ClusterState {
             progress: job.progress.iter().copied().collect(),
             categories: job.categories.clone(),
             placements: job.placements.clone(),
+            moves: job.moves.clone(),
         })
     }
 

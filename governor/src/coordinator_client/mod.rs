@@ -26,7 +26,7 @@ use std::time::Duration;
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
 pub use governor_proto::node::{
     GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest, NodeCapacity, NodeCommand,
-    NodeReport, RunState, StartJob, StopJob,
+    NodeReport, RunState, SaveJob, StartJob, StopJob,
 };
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;

@@ -667,6 +667,9 @@ impl Shell {
             NodeCommand::Stop(stop) => {
                 c.launcher.stop(self.core.actuator().fs(), &stop, now);
             }
+            NodeCommand::Save(save) => {
+                c.launcher.save(&save);
+            }
         }
         self.publish_report(now);
     }

@@ -74,6 +74,8 @@ pub fn node_report<'a>(
         report.state = cj.state;
         report.exit_code = cj.exit_code;
         report.message = clip(&cj.message, MAX_MESSAGE_LEN);
+        report.saved = cj.saved;
+        report.attempt = cj.attempt;
         if let Some(g) = governed
             && !cj.state.is_finished()
         {
@@ -268,6 +270,8 @@ mod tests {
             exit_code: None,
             message: String::new(),
             gpu_indices: Vec::new(),
+            saved: false,
+            attempt: 0,
         }
     }
 

@@ -13,6 +13,16 @@
 //! ```text
 //! demo-trainer --log /tmp/job1.csv --format keras-csv --epochs 60 --seed 1 [--threads 2]
 //! ```
+//!
+//! With `--checkpoint-dir DIR` it behaves like a framework with a checkpoint callback (Keras
+//! `BackupAndRestore`): on SIGUSR1 it finishes the epoch under way, saves its whole state
+//! (epoch, weights, generator, sample order; floats as their exact bits) to `DIR/state.json`
+//! and exits with status 0; started again with the same arguments it resumes from that state,
+//! appending to its log. A moved run therefore ends with the same loss, bit for bit, as a run
+//! that was never interrupted. `--pause-ms N` sleeps N ms after each epoch (a slower job for
+//! the tests, without changing a single number). `--ballast-mib N` adds N MiB of state (like
+//! optimizer moments), rewritten in part every epoch and saved with the checkpoint, to measure
+//! what a move costs against the size of a job's state.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -31,12 +41,16 @@ struct Args {
     seed: u64,
     threads: usize,
     log_every_steps: usize,
+    checkpoint_dir: Option<PathBuf>,
+    pause_ms: u64,
+    ballast_mib: usize,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: demo-trainer --log PATH [--format keras-csv|lightning-csv|hf-console|pytorch-print] \
-         [--epochs N] [--samples N] [--features N] [--hidden N] [--batch N] [--lr X] [--seed N] [--threads N] [--log-every-steps N]"
+         [--epochs N] [--samples N] [--features N] [--hidden N] [--batch N] [--lr X] [--seed N] [--threads N] [--log-every-steps N] \
+         [--checkpoint-dir DIR] [--pause-ms N] [--ballast-mib N]"
     );
     std::process::exit(2);
 }
@@ -54,6 +68,9 @@ fn parse_args() -> Args {
         seed: 1,
         threads: 1,
         log_every_steps: 16,
+        checkpoint_dir: None,
+        pause_ms: 0,
+        ballast_mib: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +87,9 @@ fn parse_args() -> Args {
             "--seed" => a.seed = val().parse().unwrap_or_else(|_| usage()),
             "--threads" => a.threads = val().parse().unwrap_or_else(|_| usage()),
             "--log-every-steps" => a.log_every_steps = val().parse().unwrap_or_else(|_| usage()),
+            "--checkpoint-dir" => a.checkpoint_dir = Some(PathBuf::from(val())),
+            "--pause-ms" => a.pause_ms = val().parse().unwrap_or_else(|_| usage()),
+            "--ballast-mib" => a.ballast_mib = val().parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -237,14 +257,25 @@ struct ProgressLog {
 }
 
 impl ProgressLog {
+    /// A new log, or (resuming) the existing one continued.
     fn open(
         path: &PathBuf,
         format: &str,
         epochs: usize,
         steps_per_epoch: usize,
+        resume: bool,
     ) -> std::io::Result<ProgressLog> {
-        let mut out = BufWriter::new(File::create(path)?);
+        let file = if resume {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?
+        } else {
+            File::create(path)?
+        };
+        let mut out = BufWriter::new(file);
         match format {
+            _ if resume => {}
             "keras-csv" => writeln!(out, "epoch,accuracy,loss")?,
             "lightning-csv" => writeln!(out, "epoch,step,train_loss,train_acc")?,
             "hf-console" | "pytorch-print" => {}
@@ -297,16 +328,113 @@ impl ProgressLog {
     }
 }
 
+/// Set by SIGUSR1: save at the end of the epoch under way, then exit.
+static SAVE_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_save_signal(_: libc::c_int) {
+    SAVE_ASKED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Everything a run needs to go on exactly where it stopped.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    /// The next epoch to run.
+    epoch: usize,
+    rng: u64,
+    order: Vec<usize>,
+    /// f64 values as their bits, so that nothing is rounded.
+    w1: Vec<u64>,
+    b1: Vec<u64>,
+    w2: Vec<u64>,
+    b2: u64,
+}
+
+fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn floats(v: &[u64]) -> Vec<f64> {
+    v.iter().map(|b| f64::from_bits(*b)).collect()
+}
+
+/// Write the state atomically (a crash mid-save leaves the previous one): the ballast first,
+/// then the state that names the epoch.
+fn save(dir: &std::path::Path, c: &Checkpoint, ballast: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if !ballast.is_empty() {
+        let tmp = dir.join("ballast.bin.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(ballast)?;
+        f.sync_all()?;
+        std::fs::rename(tmp, dir.join("ballast.bin"))?;
+    }
+    let tmp = dir.join("state.json.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec(c).map_err(std::io::Error::other)?)?;
+    f.sync_all()?;
+    std::fs::rename(tmp, dir.join("state.json"))
+}
+
+fn load(dir: &std::path::Path) -> std::io::Result<Option<Checkpoint>> {
+    match std::fs::read(dir.join("state.json")) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(std::io::Error::other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 fn main() -> std::io::Result<()> {
     let a = parse_args();
     let data = Dataset::synthetic(a.samples, a.features, a.seed);
     let mut rng = Rng(a.seed);
     let mut model = Mlp::random(a.features, a.hidden, 1.0, &mut rng);
     let steps_per_epoch = a.samples / a.batch;
-    let mut log = ProgressLog::open(&a.log, &a.format, a.epochs, steps_per_epoch)?;
     let mut order: Vec<usize> = (0..a.samples).collect();
+    let mut first_epoch = 0;
+    // Extra state: from the checkpoint when resuming, else deterministic from the seed.
+    let mut ballast: Vec<u8> = Vec::new();
+    if let Some(dir) = &a.checkpoint_dir {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                libc::SIGUSR1,
+                on_save_signal as *const () as libc::sighandler_t,
+            );
+        }
+        if let Some(c) = load(dir)? {
+            first_epoch = c.epoch;
+            rng = Rng(c.rng);
+            order = c.order;
+            model.w1 = floats(&c.w1);
+            model.b1 = floats(&c.b1);
+            model.w2 = floats(&c.w2);
+            model.b2 = f64::from_bits(c.b2);
+            if a.ballast_mib > 0 {
+                ballast = std::fs::read(dir.join("ballast.bin"))?;
+            }
+            println!(
+                "demo-trainer: resuming at epoch {first_epoch} from {}",
+                dir.display()
+            );
+        }
+    }
+    if ballast.is_empty() && a.ballast_mib > 0 {
+        let mut r = Rng(a.seed ^ 0xBA11);
+        ballast = (0..a.ballast_mib * (1 << 20) / 8)
+            .flat_map(|_| r.next_u64().to_le_bytes())
+            .collect();
+    }
+    let mut log = ProgressLog::open(
+        &a.log,
+        &a.format,
+        a.epochs,
+        steps_per_epoch,
+        first_epoch > 0,
+    )?;
     let started = Instant::now();
-    for epoch in 0..a.epochs {
+    for epoch in first_epoch..a.epochs {
         // Fisher-Yates shuffle per epoch.
         for i in (1..order.len()).rev() {
             let j = (rng.next_u64() % (i as u64 + 1)) as usize;
@@ -360,6 +488,37 @@ fn main() -> std::io::Result<()> {
         }
         let n = (steps_per_epoch * a.batch) as f64;
         log.epoch(epoch, epoch_loss / n, epoch_correct as f64 / n)?;
+        // Rewrite a sixteenth of the ballast, as an optimizer rewrites its state.
+        let stride = 16 * 4096;
+        for page in (epoch % 16 * 4096..ballast.len()).step_by(stride) {
+            ballast[page] = ballast[page].wrapping_add(1);
+        }
+        if a.pause_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(a.pause_ms));
+        }
+        if let Some(dir) = &a.checkpoint_dir
+            && SAVE_ASKED.load(std::sync::atomic::Ordering::SeqCst)
+            && epoch + 1 < a.epochs
+        {
+            save(
+                dir,
+                &Checkpoint {
+                    epoch: epoch + 1,
+                    rng: rng.0,
+                    order,
+                    w1: bits(&model.w1),
+                    b1: bits(&model.b1),
+                    w2: bits(&model.w2),
+                    b2: model.b2.to_bits(),
+                },
+                &ballast,
+            )?;
+            println!(
+                "demo-trainer: saved after epoch {epoch} to {}; exiting",
+                dir.display()
+            );
+            return Ok(());
+        }
     }
     println!(
         "demo-trainer: {} epochs in {:.1} s",

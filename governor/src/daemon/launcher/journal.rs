@@ -24,6 +24,12 @@ pub(super) struct JournalEntry {
     /// Where its supervisor records how it ended ([`crate::supervise::ExitRecord`]).
     #[serde(default)]
     pub(super) exit_file: Option<PathBuf>,
+    /// Which start of the job this is (the coordinator's attempt number).
+    #[serde(default)]
+    pub(super) attempt: u32,
+    /// The signal that asks it to save for a move, if it declared a checkpoint.
+    #[serde(default)]
+    pub(super) save_signal: Option<i32>,
 }
 
 /// The journal file's content.

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use crate::cgroup::jobs::signal_child;
 use crate::cgroup::{CgroupFs, JobCgroup};
 use crate::control::AdoptJob;
-use crate::coordinator_client::{RunState, StartJob, StopJob};
+use crate::coordinator_client::{RunState, SaveJob, StartJob, StopJob};
 
 pub use journal::JOURNAL_FILE_NAME;
 use journal::JournalEntry;
@@ -48,6 +48,10 @@ pub struct CoordinatorJob {
     pub exit_code: Option<i32>,
     pub message: String,
     pub gpu_indices: Vec<u32>,
+    /// It exited with status 0 after a save for a move: its checkpoint is complete.
+    pub saved: bool,
+    /// Which start of the job this is (the coordinator's attempt number).
+    pub attempt: u32,
 }
 
 /// The end of a job's main process, from its waiting task.
@@ -116,6 +120,10 @@ struct Launched {
     /// SIGKILL is due then (a stop's grace period).
     kill_at: Option<Instant>,
     finished_at: Option<Instant>,
+    /// The signal that asks it to save for a move (its declared checkpoint), if any.
+    save_signal: Option<i32>,
+    /// It was asked to save and has not exited yet.
+    saving: bool,
 }
 
 /// A job cgroup whose main process ended: stragglers get SIGTERM, then SIGKILL, then the group
@@ -175,8 +183,17 @@ impl Launcher {
     /// Start a job (idempotent per job id and replica). Must run inside a tokio runtime.
     pub fn start(&mut self, fs: &CgroupFs, s: StartJob) -> StartOutcome {
         let key = (s.job_id.clone(), s.replica);
-        if self.jobs.contains_key(&key) {
-            return StartOutcome::Duplicate;
+        if let Some(known) = self.jobs.get(&key) {
+            // A newer start of a job that ended here (moved back after a failed move) runs
+            // again; anything else is a resend.
+            if !known.info.state.is_finished() || s.attempt <= known.info.attempt {
+                return StartOutcome::Duplicate;
+            }
+            self.jobs.remove(&key);
+            // Its previous run's teardown must not signal the new run in the same group.
+            let group = format!("/{}", group_name(&s.name, &s.job_id, s.replica, s.replicas));
+            self.teardowns
+                .retain(|t| !t.group.to_string().ends_with(&group));
         }
         let mut info = CoordinatorJob {
             job_id: s.job_id.clone(),
@@ -187,6 +204,8 @@ impl Launcher {
             exit_code: None,
             message: String::new(),
             gpu_indices: s.gpu_indices.clone(),
+            saved: false,
+            attempt: s.attempt,
         };
         let mut launched = Launched {
             info: info.clone(),
@@ -197,6 +216,8 @@ impl Launcher {
             stop_reason: None,
             kill_at: None,
             finished_at: None,
+            save_signal: s.checkpoint.as_ref().map(|c| c.save_signal),
+            saving: false,
         };
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
@@ -212,6 +233,8 @@ impl Launcher {
                     priority: started.priority,
                     start_ticks: crate::sys::process_start_ticks(started.adopt.pid),
                     exit_file: launched.exit_file.clone(),
+                    attempt: s.attempt,
+                    save_signal: launched.save_signal,
                 });
                 self.jobs.insert(key, launched);
                 self.persist();
@@ -405,6 +428,46 @@ impl Launcher {
         stopped
     }
 
+    /// Ask a job to save and exit for a move: its declared save signal to its main process
+    /// (the supervisor passes it on; never to the whole cgroup, whose helper processes may
+    /// die of it). Nothing else: no grace period, no kill; the coordinator gives up on the move
+    /// if it does not save in time, and the job runs on. Returns whether it was signalled.
+    pub fn save(&mut self, s: &SaveJob) -> bool {
+        let Some(l) = self
+            .jobs
+            .values_mut()
+            .find(|l| l.info.job_id == s.job_id && !l.info.state.is_finished())
+        else {
+            self.warn_once(
+                format!("save:{}", s.job_id),
+                &format!(
+                    "the coordinator asked job {} to save, which is not running here; ignored",
+                    s.job_id
+                ),
+            );
+            return false;
+        };
+        if l.saving || l.stop_reason.is_some() {
+            return false;
+        }
+        let signal = l.save_signal.and_then(|n| Signal::try_from(n).ok());
+        let (Some(signal), Some(tx)) = (signal, l.signals.as_ref()) else {
+            let id = l.info.job_id.clone();
+            self.warn_once(
+                format!("save:{id}"),
+                &format!(
+                    "the coordinator asked job {id} to save, but it declared no checkpoint (or its process cannot be signalled); it runs on"
+                ),
+            );
+            return false;
+        };
+        info!(job = %s.job_id, signal = %signal, reason = %s.reason, "asking a job to save for a move");
+        let _ = tx.send(signal);
+        l.saving = true;
+        l.info.message = format!("saving for a move ({})", s.reason);
+        true
+    }
+
     /// A job's main process ended. Returns its cgroup, which the daemon stops governing; the
     /// launcher tears it down (stragglers signalled, group removed).
     pub fn on_exit(&mut self, fs: &CgroupFs, exit: JobExit, now: Instant) -> Option<JobCgroup> {
@@ -456,7 +519,12 @@ impl Launcher {
                 l.info.message = format!("lost track of the process: {e}");
             }
         }
-        info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, "a coordinator job ended");
+        if l.saving && l.info.state == RunState::Exited && l.info.exit_code == Some(0) {
+            l.info.saved = true;
+            l.info.message = "saved for a move; the same command resumes it".into();
+        }
+        l.saving = false;
+        info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, saved = l.info.saved, "a coordinator job ended");
         l.signals = None;
         l.kill_at = None;
         l.finished_at = Some(now);

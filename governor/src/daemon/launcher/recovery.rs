@@ -60,6 +60,8 @@ impl Launcher {
                     exit_code: None,
                     message: entry.message.clone(),
                     gpu_indices: entry.gpu_indices.clone(),
+                    saved: false,
+                    attempt: entry.attempt,
                 },
                 record: Some(entry.clone()),
                 exit_file: entry.exit_file.clone(),
@@ -68,6 +70,8 @@ impl Launcher {
                 stop_reason: None,
                 kill_at: None,
                 finished_at: None,
+                save_signal: entry.save_signal,
+                saving: false,
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {

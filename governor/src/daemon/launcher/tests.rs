@@ -84,6 +84,8 @@ fn start_job(id: &str, name: &str, script: &str) -> StartJob {
         env: [("GOVERNOR_JOB_ID".to_owned(), id.to_owned())].into(),
         cores: None,
         memory_bytes: None,
+        checkpoint: None,
+        attempt: 0,
     }
 }
 
@@ -404,6 +406,8 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         priority: 0,
         start_ticks: crate::sys::process_start_ticks(me).map(|t| t + 1),
         exit_file: None,
+        attempt: 0,
+        save_signal: None,
     };
     let journal = Journal {
         version: JOURNAL_VERSION,
@@ -451,7 +455,93 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         priority: 0,
         start_ticks,
         exit_file: Some(exit_file.to_owned()),
+        attempt: 0,
+        save_signal: None,
     }
+}
+
+#[tokio::test]
+async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_it_again() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.prepare_group("vae-j4");
+    // A framework that saves on SIGUSR1 at the end of its step and exits 0.
+    let mut s = start_job(
+        "j4",
+        "vae",
+        "trap 'echo saved; exit 0' USR1; echo running; while :; do sleep 0.05; done",
+    );
+    s.checkpoint = Some(governor_proto::node::Checkpoint {
+        dir: "/shared/ckpt/vae".into(),
+        save_signal: 10,
+    });
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s.clone()),
+        StartOutcome::Started(_)
+    ));
+    // Let the shell set its trap first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let save = SaveJob {
+        job_id: "j4".into(),
+        reason: "govctl migrate".into(),
+    };
+    assert!(bed.launcher.save(&save), "signalled");
+    assert!(!bed.launcher.save(&save), "a resent save is not sent twice");
+    assert!(bed.state("j4").message.contains("saving for a move"));
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let job = bed.state("j4");
+    assert_eq!(
+        (job.state, job.exit_code, job.saved),
+        (RunState::Exited, Some(0), true)
+    );
+    let output = std::fs::read_to_string(bed.dir.path().join("out/vae-j4.out")).unwrap();
+    assert_eq!(output, "running\nsaved\n");
+
+    // The same start again is a resend; a newer attempt (moved back here) runs it again.
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s.clone()),
+        StartOutcome::Duplicate
+    ));
+    bed.launcher.poll(&bed.fs, Instant::now());
+    bed.prepare_group("vae-j4");
+    s.attempt = 2;
+    s.argv = vec!["/bin/sh".into(), "-c".into(), "echo resumed".into()];
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s),
+        StartOutcome::Started(_)
+    ));
+    let job = bed.state("j4");
+    assert_eq!(
+        (job.state, job.attempt, job.saved),
+        (RunState::Running, 2, false)
+    );
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    assert_eq!(bed.state("j4").exit_code, Some(0));
+}
+
+#[tokio::test]
+async fn a_save_for_a_job_without_a_checkpoint_is_refused_and_the_job_runs_on() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.prepare_group("plain-j5");
+    assert!(matches!(
+        bed.launcher
+            .start(&bed.fs, start_job("j5", "plain", "sleep 0.5")),
+        StartOutcome::Started(_)
+    ));
+    let save = SaveJob {
+        job_id: "j5".into(),
+        reason: "x".into(),
+    };
+    assert!(!bed.launcher.save(&save));
+    assert_eq!(bed.state("j5").state, RunState::Running);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let job = bed.state("j5");
+    assert_eq!(
+        (job.state, job.exit_code, job.saved),
+        (RunState::Exited, Some(0), false)
+    );
 }
 
 /// The supervisor's records (written here by hand; `governor supervise` itself is tested

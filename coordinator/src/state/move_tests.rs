@@ -1,0 +1,366 @@
+//! Moves driven by hand: every path ends with the job running on exactly one node.
+
+use governor_proto::control::{JobSpec, JobStatus, MovePhase};
+use governor_proto::node::{
+    Checkpoint, Hello, JobReport, MigrationRequest, NodeCapacity, NodeCommand, NodeReport, RunState,
+};
+
+use super::super::{ClusterState, ControlError, StateConfig};
+use super::MoveError;
+
+fn hello(name: &str) -> Hello {
+    Hello {
+        node_name: name.into(),
+        capacity: NodeCapacity::cpu_only(4.0, 16 << 30),
+        agent_version: "test".into(),
+    }
+}
+
+fn movable(name: &str) -> JobSpec {
+    JobSpec {
+        checkpoint: Some(Checkpoint {
+            dir: format!("/shared/ckpt/{name}"),
+            save_signal: 10,
+        }),
+        ..JobSpec::new(name, vec!["train".into()], "/shared/train.log")
+    }
+}
+
+/// The report of j1 on a node, in `state`, from start `attempt`.
+fn j1(state: RunState, attempt: u32, saved: bool) -> NodeReport {
+    let mut job = JobReport::running("j1", "train");
+    job.state = state;
+    job.attempt = attempt;
+    job.saved = saved;
+    if state == RunState::Exited {
+        job.exit_code = Some(0);
+    }
+    NodeReport {
+        jobs: vec![job],
+        ..NodeReport::default()
+    }
+}
+
+fn idle() -> NodeReport {
+    NodeReport::default()
+}
+
+/// Nodes a and b; j1 (movable) placed on a by first-fit and reported running there.
+fn running_on_a() -> (ClusterState, u64, u64) {
+    let mut s = ClusterState::new(StateConfig::default(), "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, movable("train"));
+    let placed = s.job_record("j1").unwrap().members[0].node.clone();
+    assert_eq!(placed, "a");
+    s.report(2.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    s.report(2.0, "b", b, idle()).unwrap();
+    s.take_outbox();
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Running);
+    (s, a, b)
+}
+
+fn commands(s: &mut ClusterState) -> Vec<String> {
+    s.take_outbox()
+        .into_iter()
+        .map(|(node, c)| match c {
+            NodeCommand::Start(st) => {
+                format!("start {} on {node} attempt {}", st.job_id, st.attempt)
+            }
+            NodeCommand::Stop(st) => format!("stop {} on {node}", st.job_id),
+            NodeCommand::Save(st) => format!("save {} on {node}", st.job_id),
+        })
+        .collect()
+}
+
+fn phase(s: &ClusterState) -> MovePhase {
+    s.job_record("j1").unwrap().moves.last().unwrap().phase
+}
+
+fn runs_on(s: &ClusterState) -> (String, RunState, JobStatus) {
+    let j = s.job_record("j1").unwrap();
+    (j.members[0].node.clone(), j.members[0].state, j.status)
+}
+
+#[test]
+fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
+    let (mut s, a, b) = running_on_a();
+    let mut with_quality = j1(RunState::Running, 0, false);
+    with_quality.jobs[0].time_to_quality_s = Some(5.0);
+    s.report(3.0, "a", a, with_quality).unwrap();
+    let m = s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "b"));
+    assert!(m.message.contains("/shared/ckpt/train"), "{}", m.message);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    assert_eq!(
+        s.job_detail("j1").unwrap().summary.moving.as_deref(),
+        Some("saving on a for b")
+    );
+    // Still running on a until it saved.
+    s.report(11.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+    // Saved and exited: started on b, next attempt; not "completed".
+    s.report(14.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["start j1 on b attempt 1"]);
+    assert_eq!(phase(&s), MovePhase::Restoring);
+    assert_eq!(
+        runs_on(&s),
+        ("b".into(), RunState::Starting, JobStatus::Starting)
+    );
+    // a keeps reporting the saved run for a while: ignored, nothing sent.
+    s.report(15.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert!(commands(&mut s).is_empty());
+    let mut resumed = j1(RunState::Running, 1, false);
+    // The target read the records from before the move at once: its figure is not the job's.
+    resumed.jobs[0].time_to_quality_s = Some(1.0);
+    s.report(16.0, "b", b, resumed).unwrap();
+    assert_eq!(phase(&s), MovePhase::Done);
+    assert_eq!(s.job_record("j1").unwrap().time_to_quality_s, Some(5.0));
+    assert_eq!(
+        runs_on(&s),
+        ("b".into(), RunState::Running, JobStatus::Running)
+    );
+    let mv = &s.job_detail("j1").unwrap().moves[0];
+    assert_eq!(mv.saved_at_unix, Some(14.0));
+    assert_eq!(mv.running_at_unix, Some(16.0));
+    assert_eq!(mv.pause_s(99.0), Some(2.0));
+    assert_eq!(s.job_detail("j1").unwrap().summary.moving, None);
+    // It ends on b: completed there.
+    s.report(30.0, "b", b, j1(RunState::Exited, 1, false))
+        .unwrap();
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Completed);
+}
+
+#[test]
+fn what_cannot_move_is_refused_with_the_reason() {
+    let (mut s, _, _) = running_on_a();
+    let err = |r: Result<_, ControlError>| r.unwrap_err().to_string();
+    assert!(err(s.migrate(10.0, "j1", Some("a"), "x")).contains("already runs on a"));
+    assert!(err(s.migrate(10.0, "j1", Some("zz"), "x")).contains("no node zz"));
+    assert!(err(s.migrate(10.0, "j9", None, "x")).contains("no job j9"));
+    s.submit(10.0, JobSpec::new("plain", vec!["t".into()], "/tmp/p.log"));
+    assert!(matches!(
+        s.migrate(10.0, "j2", None, "x"),
+        Err(ControlError::Move(MoveError::NoCheckpoint { .. }))
+    ));
+    // The coordinator picks b (the only other node); a second move waits for the first.
+    assert_eq!(s.migrate(10.0, "j1", None, "x").unwrap().to_node, "b");
+    assert!(matches!(
+        s.migrate(11.0, "j1", None, "x"),
+        Err(ControlError::Move(MoveError::AlreadyMoving { .. }))
+    ));
+    assert_eq!(
+        commands(&mut s),
+        ["start j2 on a attempt 0", "save j1 on a"]
+    );
+}
+
+#[test]
+fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
+    let (mut s, a, b) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    commands(&mut s);
+    let mut failed = j1(RunState::Failed, 1, false);
+    failed.jobs[0].message = "cannot start \"train\": not found".into();
+    s.report(13.0, "b", b, failed).unwrap();
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    let why = &s.job_record("j1").unwrap().moves[0].message;
+    assert!(
+        why.contains("target b could not run it") && why.contains("not found"),
+        "{why}"
+    );
+    // a's report of the saved run (attempt 0) is not the new start's end.
+    s.report(13.5, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Starting, JobStatus::Starting)
+    );
+    s.report(14.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::RolledBack);
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+    // b's failed report no longer counts.
+    s.report(15.0, "b", b, j1(RunState::Failed, 1, false))
+        .unwrap();
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+    assert!(commands(&mut s).is_empty());
+}
+
+#[test]
+fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns() {
+    let (mut s, a, _) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    commands(&mut s);
+    // b goes silent; a keeps reporting.
+    s.report(20.0, "a", a, idle()).unwrap();
+    s.tick(20.0);
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    assert!(
+        s.job_record("j1").unwrap().moves[0]
+            .message
+            .contains("target b was lost")
+    );
+    s.report(21.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+    // b comes back running it after all: it is told to stop there.
+    let b2 = s.register(30.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.report(30.0, "b", b2, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["stop j1 on b"]);
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+}
+
+#[test]
+fn a_job_that_does_not_save_in_time_keeps_running_and_a_late_save_restarts_it_in_place() {
+    let (mut s, a, b) = running_on_a();
+    let timeout = s.config().save_timeout_s;
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    commands(&mut s);
+    let later = 10.0 + timeout + 1.0;
+    s.report(later, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    s.report(later, "b", b, idle()).unwrap();
+    s.tick(later);
+    assert_eq!(phase(&s), MovePhase::Failed);
+    assert!(
+        s.job_record("j1").unwrap().moves[0]
+            .message
+            .contains("did not save")
+    );
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+    assert!(commands(&mut s).is_empty());
+    // The save signal took effect after all: it exited saved on a, so it starts there again.
+    s.report(later + 1.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 1"]);
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Starting, JobStatus::Starting)
+    );
+}
+
+#[test]
+fn a_job_that_ends_on_its_own_while_saving_keeps_its_own_outcome() {
+    let (mut s, a, _) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    commands(&mut s);
+    s.report(11.0, "a", a, j1(RunState::Exited, 0, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::Failed);
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Completed);
+    assert!(commands(&mut s).is_empty());
+}
+
+#[test]
+fn a_restarted_coordinator_carries_on_with_the_move() {
+    for saved in [false, true] {
+        let (mut s, a, _) = running_on_a();
+        s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+        if saved {
+            s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+                .unwrap();
+        }
+        commands(&mut s);
+        let nodes = s.nodes.values().map(|n| n.record.clone()).collect();
+        let jobs = s.jobs.values().cloned().collect();
+        let mut r =
+            ClusterState::restore(StateConfig::default(), 20.0, Some(s.meta()), nodes, jobs)
+                .unwrap();
+        let ra = r.register(21.0, hello("a"), "10.0.0.1:1".into()).session_id;
+        let rb = r.register(21.0, hello("b"), "10.0.0.2:1".into()).session_id;
+        if saved {
+            // The start on the target it has not confirmed is sent again.
+            assert_eq!(commands(&mut r), ["start j1 on b attempt 1"]);
+            r.report(22.0, "a", ra, j1(RunState::Exited, 0, true))
+                .unwrap();
+            r.report(22.0, "b", rb, j1(RunState::Running, 1, false))
+                .unwrap();
+            assert_eq!(phase(&r), MovePhase::Done);
+            assert_eq!(
+                runs_on(&r),
+                ("b".into(), RunState::Running, JobStatus::Running)
+            );
+        } else {
+            // The save it has not confirmed is sent again.
+            assert_eq!(commands(&mut r), ["save j1 on a"]);
+            r.report(22.0, "a", ra, j1(RunState::Exited, 0, true))
+                .unwrap();
+            assert_eq!(commands(&mut r), ["start j1 on b attempt 1"]);
+        }
+    }
+}
+
+#[test]
+fn a_standing_migration_request_moves_a_job_that_declared_a_checkpoint() {
+    let (mut s, a, b) = running_on_a();
+    let mut report = j1(RunState::Running, 0, false);
+    report.cpu_used_cores = 3.9;
+    report.migrations = vec![MigrationRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    s.report(20.0, "a", a, report.clone()).unwrap();
+    s.report(20.0, "b", b, idle()).unwrap();
+    s.tick(20.0);
+    assert!(
+        commands(&mut s).is_empty(),
+        "the request must stand a while first"
+    );
+    let after = 20.0 + s.config().move_after_s;
+    s.report(after, "a", a, report).unwrap();
+    s.report(after, "b", b, idle()).unwrap();
+    s.tick(after);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    let m = s.job_record("j1").unwrap().moves[0].clone();
+    assert_eq!(m.to_node, "b");
+    assert_eq!(m.reason, "node a asks: converged while others progress");
+}
+
+#[test]
+fn a_job_cancelled_while_it_moves_ends_its_move_and_runs_nowhere() {
+    let (mut s, a, _) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    commands(&mut s);
+    s.cancel(13.0, "j1").unwrap();
+    assert_eq!(commands(&mut s), ["stop j1 on b"]);
+    s.tick(14.0);
+    assert_eq!(phase(&s), MovePhase::Failed);
+    assert!(
+        s.job_record("j1").unwrap().moves[0]
+            .message
+            .contains("cancelled")
+    );
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Cancelled);
+}

@@ -1,0 +1,479 @@
+//! Moving a running job to another node without losing its work: a framework checkpoint on a
+//! path every node mounts.
+//!
+//! A move goes `saving` (the source node is sent [`SaveJob`]: the job gets its save signal,
+//! saves at its next epoch boundary and exits with status 0; until then it runs) → the source
+//! reports it exited *saved* → `restoring` (the member is re-pointed at the target and started
+//! there with the next attempt number; the same command resumes from the checkpoint directory,
+//! which both nodes see, so nothing is carried) → the target reports it running → `done`.
+//!
+//! Every failure ends with the job running on exactly one node, and the job's record says what
+//! happened ([`JobMove::message`]):
+//! - it does not save within [`StateConfig::save_timeout_s`](super::StateConfig): the move
+//!   `failed` and the job keeps running on the source. Should its save arrive later, it is
+//!   started again on the source (it has exited there);
+//! - it ends on its own while saving (its last epoch, a crash): the move `failed`, and the
+//!   job's own outcome stands;
+//! - the target cannot start it, reports it failed, or is lost before it ran there: `rolling
+//!   back`, started again on the source from the checkpoint, `rolled back` once it runs (if the
+//!   source cannot run it either, the job fails as any job whose start fails);
+//! - the coordinator restarts: the move is in the store with the job; a node that reconnects is
+//!   sent again the save or the start it has not confirmed (both are idempotent on the node).
+//!
+//! Single-member CPU jobs only: a gang would need all members saved at the same epoch, and a
+//! GPU job its devices on the target (and `cuda-checkpoint` for a transparent move).
+
+use governor_proto::control::{JobMove, JobStatus, MovePhase, NodeStatus};
+use governor_proto::node::{NodeCommand, RunState, SaveJob};
+use tracing::{info, warn};
+
+use crate::queue::Seconds;
+
+use super::{ClusterState, JobRecord};
+
+/// Why a move is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MoveError {
+    #[error(
+        "job {id} declared no checkpoint, so it cannot be moved without losing its work (submit it with --checkpoint-dir)"
+    )]
+    NoCheckpoint { id: String },
+    #[error("job {id} is {status}; only a running job can be moved")]
+    NotRunning { id: String, status: JobStatus },
+    #[error("job {id} has {members} members or GPUs; only single-member CPU jobs move for now")]
+    Gang { id: String, members: u32 },
+    #[error("job {id} is already moving ({phase} {from} -> {to})")]
+    AlreadyMoving {
+        id: String,
+        phase: MovePhase,
+        from: String,
+        to: String,
+    },
+    #[error("node {node} is not ready ({status})")]
+    TargetNotReady { node: String, status: NodeStatus },
+    #[error("no node {node}: `govctl nodes` lists them")]
+    NoSuchNode { node: String },
+    #[error("job {id} already runs on {node}")]
+    SameNode { id: String, node: String },
+    #[error("no other ready node has room for job {id}")]
+    NoTarget { id: String },
+}
+
+impl ClusterState {
+    /// Move a running job to `target` (or the node the coordinator picks): ask its node to save
+    /// it. Returns the move as recorded.
+    pub fn migrate(
+        &mut self,
+        now: Seconds,
+        id: &str,
+        target: Option<&str>,
+        reason: &str,
+    ) -> Result<JobMove, super::ControlError> {
+        let job = self
+            .jobs
+            .get(id)
+            .ok_or_else(|| super::ControlError::NoSuchJob { id: id.into() })?;
+        let source = self.check_movable(job)?;
+        let target = match target {
+            Some(t) => {
+                let node = self
+                    .nodes
+                    .get(t)
+                    .ok_or_else(|| MoveError::NoSuchNode { node: t.into() })?;
+                if t == source {
+                    return Err(MoveError::SameNode {
+                        id: id.into(),
+                        node: t.into(),
+                    }
+                    .into());
+                }
+                if node.status != NodeStatus::Ready || node.session.is_none() {
+                    return Err(MoveError::TargetNotReady {
+                        node: t.into(),
+                        status: node.status,
+                    }
+                    .into());
+                }
+                t.to_owned()
+            }
+            None => self
+                .pick_target(job, &source)
+                .ok_or_else(|| MoveError::NoTarget { id: id.into() })?,
+        };
+        let dir = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.checkpoint.as_ref())
+            .map(|c| c.dir.clone())
+            .unwrap_or_default();
+        let record = JobMove {
+            from_node: source.clone(),
+            to_node: target.clone(),
+            reason: reason.to_owned(),
+            phase: MovePhase::Saving,
+            requested_at_unix: now,
+            saved_at_unix: None,
+            running_at_unix: None,
+            message: format!("framework checkpoint in {dir} (a path both nodes mount)"),
+        };
+        info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
+        let job = self.jobs.get_mut(id).expect("checked above");
+        job.moves.push(record.clone());
+        self.outbox.push((
+            source,
+            NodeCommand::Save(SaveJob {
+                job_id: id.to_owned(),
+                reason: reason.to_owned(),
+            }),
+        ));
+        self.dirty.jobs.insert(id.to_owned());
+        Ok(record)
+    }
+
+    /// The node a movable job runs on, or why it cannot move.
+    fn check_movable(&self, job: &JobRecord) -> Result<String, super::ControlError> {
+        let id = job.id.clone();
+        let Some(spec) = job.spec.as_ref() else {
+            let node = job
+                .members
+                .first()
+                .map(|m| m.node.clone())
+                .unwrap_or_default();
+            return Err(super::ControlError::LocalJob { id, node });
+        };
+        if spec.checkpoint.is_none() {
+            return Err(MoveError::NoCheckpoint { id }.into());
+        }
+        if spec.replicas > 1 || spec.gpus > 0 {
+            return Err(MoveError::Gang {
+                id,
+                members: spec.replicas.max(spec.gpus),
+            }
+            .into());
+        }
+        if let Some(m) = job.active_move() {
+            return Err(MoveError::AlreadyMoving {
+                id,
+                phase: m.phase,
+                from: m.from_node.clone(),
+                to: m.to_node.clone(),
+            }
+            .into());
+        }
+        let member = job.members.first();
+        match member {
+            Some(m) if job.status == JobStatus::Running && m.state == RunState::Running => {
+                Ok(m.node.clone())
+            }
+            _ => Err(MoveError::NotRunning {
+                id,
+                status: job.status,
+            }
+            .into()),
+        }
+    }
+
+    /// SpeCon Algorithm 2's choice of target: the ready node, other than the source, with the
+    /// most free cores (capacity less its reported use), then the fewest jobs, then by name;
+    /// it must have the cores and memory the job declared.
+    fn pick_target(&self, job: &JobRecord, source: &str) -> Option<String> {
+        let spec = job.spec.as_ref()?;
+        let need_cores = spec.cores.unwrap_or(0.0);
+        let need_memory = spec.memory_bytes.unwrap_or(0);
+        self.nodes
+            .values()
+            .filter(|n| {
+                n.record.name != source && n.status == NodeStatus::Ready && n.session.is_some()
+            })
+            .map(|n| {
+                let free = (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0);
+                let free_memory = n
+                    .record
+                    .capacity
+                    .memory_bytes
+                    .saturating_sub(n.report.memory_used_bytes);
+                (n, free, free_memory)
+            })
+            .filter(|(_, free, free_memory)| *free >= need_cores && *free_memory >= need_memory)
+            .max_by(|a, b| {
+                a.1.total_cmp(&b.1)
+                    .then(b.0.report.jobs.len().cmp(&a.0.report.jobs.len()))
+                    .then(b.0.record.name.cmp(&a.0.record.name))
+            })
+            .map(|(n, _, _)| n.record.name.clone())
+    }
+
+    /// Advance the moves of the jobs with a member on `node` after its report (before the
+    /// jobs' status is derived, so that a saved exit does not read as the job's completion).
+    pub(super) fn advance_moves_on(&mut self, node: &str, now: Seconds) {
+        for id in self.jobs_on(node) {
+            self.advance_move(&id, now);
+        }
+    }
+
+    /// One step of a job's move from what its member's node reported.
+    pub(super) fn advance_move(&mut self, id: &str, now: Seconds) {
+        let Some(job) = self.jobs.get(id) else { return };
+        let Some(member) = job.members.first() else {
+            return;
+        };
+        let (state, saved, node_status) = (
+            member.state,
+            member.saved,
+            self.nodes.get(&member.node).map(|n| n.status),
+        );
+        let Some(mv) = job.moves.last().cloned() else {
+            return;
+        };
+        if job.status.is_finished() {
+            // Cancelled (or failed) while it moved: nothing more to do.
+            if !mv.phase.is_over() {
+                let status = job.status;
+                self.set_move(id, |m| {
+                    m.phase = MovePhase::Failed;
+                    m.message = format!("the job ended ({status}) during the move");
+                });
+            }
+            return;
+        }
+        match mv.phase {
+            MovePhase::Saving if state == RunState::Exited && saved => {
+                self.repoint(id, now, &mv.to_node, MovePhase::Restoring, |m| {
+                    m.saved_at_unix = Some(now);
+                });
+                info!(job = id, from = %mv.from_node, to = %mv.to_node, "saved; starting it on the target");
+            }
+            MovePhase::Saving if state.is_finished() => {
+                // It ended on its own (finished, crashed) before it saved: its own outcome.
+                self.set_move(id, |m| {
+                    m.phase = MovePhase::Failed;
+                    m.message = format!(
+                        "the job ended on {} before it saved ({state}); nothing to move",
+                        m.from_node
+                    );
+                });
+            }
+            MovePhase::Restoring | MovePhase::RollingBack if state == RunState::Running => {
+                let done = if mv.phase == MovePhase::Restoring {
+                    MovePhase::Done
+                } else {
+                    MovePhase::RolledBack
+                };
+                info!(job = id, node = %job.members[0].node, phase = %done, "a moved job runs again");
+                self.set_move(id, |m| {
+                    m.phase = done;
+                    m.running_at_unix = Some(now);
+                });
+            }
+            MovePhase::Restoring | MovePhase::RollingBack
+                if state == RunState::Exited && job.members[0].exit_code == Some(0) =>
+            {
+                // Resumed and finished at once (it had saved after its last epoch).
+                let done = if mv.phase == MovePhase::Restoring {
+                    MovePhase::Done
+                } else {
+                    MovePhase::RolledBack
+                };
+                self.set_move(id, |m| {
+                    m.phase = done;
+                    m.running_at_unix = Some(now);
+                });
+            }
+            MovePhase::Restoring
+                if state.is_finished() || node_status == Some(NodeStatus::Lost) =>
+            {
+                let why = if node_status == Some(NodeStatus::Lost) {
+                    format!("target {} was lost before the job ran there", mv.to_node)
+                } else {
+                    let m = &job.members[0];
+                    format!(
+                        "target {} could not run it ({state}{}{})",
+                        mv.to_node,
+                        m.exit_code
+                            .map(|c| format!(", status {c}"))
+                            .unwrap_or_default(),
+                        if m.message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", m.message)
+                        }
+                    )
+                };
+                warn!(job = id, reason = %why, "move failed; starting the job again on its source");
+                // Should a lost target come back running it, it is told to stop there
+                // (`update_member`): the job runs on one node only.
+                self.repoint(id, now, &mv.from_node, MovePhase::RollingBack, |m| {
+                    m.message = why.clone();
+                });
+            }
+            // A save that came after the move gave up: the job exited on the source, saved.
+            MovePhase::Failed | MovePhase::Done | MovePhase::RolledBack
+                if state == RunState::Exited && saved =>
+            {
+                let here = job.members[0].node.clone();
+                info!(job = id, node = %here, "a job saved after its move ended; starting it again where it was");
+                self.repoint(id, now, &here, mv.phase, |m| {
+                    m.message
+                        .push_str("; it saved later and was started again where it was");
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Point the job's member at `node` as a new start (next attempt), send the start, and
+    /// update the move.
+    fn repoint(
+        &mut self,
+        id: &str,
+        now: Seconds,
+        node: &str,
+        phase: MovePhase,
+        update: impl FnOnce(&mut JobMove),
+    ) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let Some(member) = job.members.first_mut() else {
+            return;
+        };
+        let previous = member.node.clone();
+        member.node = node.to_owned();
+        member.state = RunState::Starting;
+        member.seen = false;
+        member.saved = false;
+        member.exit_code = None;
+        member.message = String::new();
+        member.placed_at = now;
+        member.attempt += 1;
+        member.cpu_cores = 0.0;
+        member.memory_bytes = 0;
+        if let Some(m) = job.moves.last_mut() {
+            m.phase = phase;
+            update(m);
+        }
+        self.dirty.jobs.insert(id.to_owned());
+        self.index_job(id);
+        if let Some(cmd) = self.start_command(id, 0)
+            && self.session_of(node).is_some()
+        {
+            self.outbox.push((node.to_owned(), cmd));
+        }
+        self.sync_view(&previous);
+        self.sync_view(node);
+        self.refresh_job(id, now);
+    }
+
+    fn set_move(&mut self, id: &str, update: impl FnOnce(&mut JobMove)) {
+        if let Some(m) = self.jobs.get_mut(id).and_then(|j| j.moves.last_mut()) {
+            update(m);
+            self.dirty.jobs.insert(id.to_owned());
+        }
+    }
+
+    /// Time passes for moves: saves that never came, targets lost mid-move, and the nodes'
+    /// standing migration requests acted on.
+    pub(super) fn tick_moves(&mut self, now: Seconds) {
+        let timeout = self.config.save_timeout_s;
+        let moving: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.active_move().is_some())
+            .map(|j| j.id.clone())
+            .collect();
+        for id in moving {
+            let mv = self.jobs[&id].moves.last().cloned().expect("active");
+            if mv.phase == MovePhase::Saving && now - mv.requested_at_unix > timeout {
+                warn!(job = %id, node = %mv.from_node, timeout_s = timeout, "the job did not save in time; it keeps running where it is");
+                self.set_move(&id, |m| {
+                    m.phase = MovePhase::Failed;
+                    m.message = format!(
+                        "the job did not save within {timeout:.0} s; it keeps running on {}",
+                        m.from_node
+                    );
+                });
+            } else {
+                self.advance_move(&id, now);
+            }
+        }
+        if self.config.auto_move {
+            self.act_on_migration_requests(now);
+        }
+    }
+
+    /// SpeCon Algorithm 2: a node asks for a job to go elsewhere; the coordinator picks the
+    /// target. Only jobs that declared a checkpoint, whose request has stood for
+    /// `move_after_s`, not moved within `move_cooldown_s`, and only to a node with more free
+    /// cores than the source.
+    fn act_on_migration_requests(&mut self, now: Seconds) {
+        let after = self.config.move_after_s;
+        let cooldown = self.config.move_cooldown_s;
+        let candidates: Vec<(String, String, String)> = self
+            .jobs
+            .values()
+            .filter_map(|j| {
+                let ask = j.migration_request.as_ref()?;
+                let movable = j.spec.as_ref()?.checkpoint.is_some()
+                    && now - ask.since >= after
+                    && j.moves
+                        .last()
+                        .is_none_or(|m| now - m.requested_at_unix >= cooldown);
+                movable.then(|| (j.id.clone(), ask.node.clone(), ask.reason.clone()))
+            })
+            .collect();
+        for (id, source, reason) in candidates {
+            let job = &self.jobs[&id];
+            if self.check_movable(job).ok().as_deref() != Some(source.as_str()) {
+                continue;
+            }
+            let Some(target) = self.pick_target(job, &source) else {
+                continue;
+            };
+            let free = |name: &str| {
+                self.nodes.get(name).map_or(0.0, |n| {
+                    (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0)
+                })
+            };
+            if free(&target) <= free(&source) {
+                continue;
+            }
+            let why = format!("node {source} asks: {reason}");
+            if let Err(e) = self.migrate(now, &id, Some(&target), &why) {
+                warn!(job = %id, error = %e, "cannot act on a migration request");
+            }
+        }
+    }
+
+    /// Saves this node has not confirmed, sent again when it reconnects.
+    pub(super) fn resend_saves(&mut self, node: &str) {
+        let saves: Vec<String> = self
+            .jobs_on(node)
+            .into_iter()
+            .filter(|id| {
+                self.jobs.get(id).is_some_and(|j| {
+                    j.active_move().is_some_and(|m| {
+                        m.phase == MovePhase::Saving
+                            && m.from_node == node
+                            && j.members
+                                .first()
+                                .is_some_and(|mem| !mem.state.is_finished())
+                    })
+                })
+            })
+            .collect();
+        for id in saves {
+            let reason = self.jobs[&id].moves.last().map(|m| m.reason.clone());
+            self.outbox.push((
+                node.to_owned(),
+                NodeCommand::Save(SaveJob {
+                    job_id: id,
+                    reason: reason.unwrap_or_default(),
+                }),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "move_tests.rs"]
+mod tests;
