@@ -221,6 +221,8 @@ pub enum MovePhase {
     RolledBack,
     /// The move did not happen (the job did not save, or ended on its own).
     Failed,
+    /// Saved; its checkpoint is being carried to the coordinator (no shared path).
+    Transferring,
 }
 
 impl MovePhase {
@@ -242,6 +244,7 @@ impl fmt::Display for MovePhase {
             MovePhase::RollingBack => "rolling back",
             MovePhase::RolledBack => "rolled back",
             MovePhase::Failed => "failed",
+            MovePhase::Transferring => "transferring",
         })
     }
 }
@@ -263,6 +266,9 @@ pub struct JobMove {
     pub running_at_unix: Option<f64>,
     #[serde(default)]
     pub message: String,
+    /// Bytes of checkpoint the coordinator carried (0 with a shared path).
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl JobMove {
@@ -587,6 +593,7 @@ impl TryFrom<pb::JobMove> for JobMove {
             Ok(pb::MovePhase::RollingBack) => MovePhase::RollingBack,
             Ok(pb::MovePhase::RolledBack) => MovePhase::RolledBack,
             Ok(pb::MovePhase::Failed) => MovePhase::Failed,
+            Ok(pb::MovePhase::Transferring) => MovePhase::Transferring,
             _ => {
                 return Err(InvalidMessage::new(
                     "phase",
@@ -603,6 +610,7 @@ impl TryFrom<pb::JobMove> for JobMove {
             saved_at_unix: m.saved_at_unix,
             running_at_unix: m.running_at_unix,
             message: short("message", m.message, MAX_MESSAGE_LEN)?,
+            bytes: m.bytes,
         })
     }
 }
@@ -620,11 +628,13 @@ impl From<JobMove> for pb::JobMove {
                 MovePhase::RollingBack => pb::MovePhase::RollingBack,
                 MovePhase::RolledBack => pb::MovePhase::RolledBack,
                 MovePhase::Failed => pb::MovePhase::Failed,
+                MovePhase::Transferring => pb::MovePhase::Transferring,
             } as i32,
             requested_at_unix: m.requested_at_unix,
             saved_at_unix: m.saved_at_unix,
             running_at_unix: m.running_at_unix,
             message: m.message,
+            bytes: m.bytes,
         }
     }
 }
@@ -956,6 +966,7 @@ mod tests {
                 saved_at_unix: Some(12.5),
                 running_at_unix: Some(14.0),
                 message: "checkpoint in /shared/ckpt (shared path)".into(),
+                bytes: 0,
             }],
         };
         assert_eq!(

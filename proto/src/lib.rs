@@ -12,6 +12,7 @@
 //! pure-Rust compiler, so no `protoc` is needed.
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod codec;
 pub mod control;
 pub mod control_socket;

@@ -251,6 +251,71 @@ pub struct StartJob {
     /// Which start of the job this is: 0 at first, one more for each start after a move. A
     /// node that ran an earlier attempt to its end starts a newer one again.
     pub attempt: u32,
+    /// Its checkpoint arrives in [`CheckpointChunk`]s before this start: unpack it into
+    /// `checkpoint.dir`, and start only if it arrived whole.
+    pub carried_checkpoint: bool,
+}
+
+/// Upload a saved job's checkpoint directory to the coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadCheckpoint {
+    pub job_id: String,
+    /// The attempt that saved it.
+    pub attempt: u32,
+    /// The directory (absolute).
+    pub dir: String,
+}
+
+/// A piece of a checkpoint archive ([`crate::archive`]), in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointChunk {
+    pub job_id: String,
+    pub attempt: u32,
+    pub offset: u64,
+    pub data: Vec<u8>,
+    /// The last piece: `sha256` and `total_bytes` describe the whole archive.
+    pub last: bool,
+    pub sha256: String,
+    pub total_bytes: u64,
+    /// The sender could not make the archive: why (on the last piece, with no data).
+    pub error: String,
+}
+
+impl TryFrom<pb::CheckpointChunk> for CheckpointChunk {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::CheckpointChunk) -> Result<Self, InvalidMessage> {
+        if m.data.len() > 2 * crate::archive::CHUNK_BYTES {
+            return Err(InvalidMessage::new(
+                "data",
+                format!("{} bytes in one piece", m.data.len()),
+            ));
+        }
+        Ok(CheckpointChunk {
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            attempt: m.attempt,
+            offset: m.offset,
+            data: m.data,
+            last: m.last,
+            sha256: short("sha256", m.sha256, 64)?,
+            total_bytes: m.total_bytes,
+            error: short("error", m.error, MAX_MESSAGE_LEN)?,
+        })
+    }
+}
+
+impl From<CheckpointChunk> for pb::CheckpointChunk {
+    fn from(c: CheckpointChunk) -> Self {
+        pb::CheckpointChunk {
+            job_id: c.job_id,
+            attempt: c.attempt,
+            offset: c.offset,
+            data: c.data,
+            last: c.last,
+            sha256: c.sha256,
+            total_bytes: c.total_bytes,
+            error: c.error,
+        }
+    }
 }
 
 /// How a job saves itself so that it can be moved: a framework checkpoint (Keras
@@ -262,6 +327,10 @@ pub struct Checkpoint {
     pub dir: String,
     /// The signal that asks it to save at its next epoch boundary and exit with status 0.
     pub save_signal: i32,
+    /// The nodes do not share `dir`: the coordinator carries it from the node that saved it to
+    /// the node that resumes it.
+    #[serde(default)]
+    pub carry: bool,
 }
 
 /// SIGUSR1: the save signal unless a job names another.
@@ -292,6 +361,7 @@ impl TryFrom<pb::Checkpoint> for Checkpoint {
         let c = Checkpoint {
             dir: short("checkpoint.dir", m.dir, MAX_MESSAGE_LEN)?,
             save_signal: m.save_signal,
+            carry: m.carry,
         };
         c.check()?;
         Ok(c)
@@ -303,6 +373,7 @@ impl From<Checkpoint> for pb::Checkpoint {
         pb::Checkpoint {
             dir: c.dir,
             save_signal: c.save_signal,
+            carry: c.carry,
         }
     }
 }
@@ -327,6 +398,8 @@ pub enum NodeCommand {
     Start(StartJob),
     Stop(StopJob),
     Save(SaveJob),
+    Upload(UploadCheckpoint),
+    Chunk(CheckpointChunk),
 }
 
 impl NodeCommand {
@@ -336,6 +409,8 @@ impl NodeCommand {
             NodeCommand::Start(s) => &s.job_id,
             NodeCommand::Stop(s) => &s.job_id,
             NodeCommand::Save(s) => &s.job_id,
+            NodeCommand::Upload(u) => &u.job_id,
+            NodeCommand::Chunk(c) => &c.job_id,
         }
     }
 }
@@ -345,6 +420,7 @@ impl NodeCommand {
 pub enum NodeMessage {
     Hello(Hello),
     Report(NodeReport),
+    Chunk(CheckpointChunk),
 }
 
 /// What the coordinator sends on a node's stream.
@@ -574,6 +650,9 @@ impl TryFrom<pb::NodeMessage> for NodeMessage {
             Some(pb::node_message::Body::Report(r)) => NodeReport::try_from(r)
                 .map(NodeMessage::Report)
                 .map_err(|e| e.within("report")),
+            Some(pb::node_message::Body::CheckpointChunk(c)) => CheckpointChunk::try_from(c)
+                .map(NodeMessage::Chunk)
+                .map_err(|e| e.within("checkpoint_chunk")),
         }
     }
 }
@@ -641,6 +720,7 @@ impl TryFrom<pb::StartJob> for StartJob {
             memory_bytes: m.memory_bytes,
             checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
             attempt: m.attempt,
+            carried_checkpoint: m.carried_checkpoint,
         })
     }
 }
@@ -666,6 +746,16 @@ impl TryFrom<pb::CoordinatorMessage> for CoordinatorMessage {
                 job_id: text("save_job.job_id", s.job_id, MAX_NAME_LEN)?,
                 reason: short("save_job.reason", s.reason, MAX_MESSAGE_LEN)?,
             }))),
+            Some(Body::UploadCheckpoint(u)) => Ok(CoordinatorMessage::Command(
+                NodeCommand::Upload(UploadCheckpoint {
+                    job_id: text("upload_checkpoint.job_id", u.job_id, MAX_NAME_LEN)?,
+                    attempt: u.attempt,
+                    dir: short("upload_checkpoint.dir", u.dir, MAX_MESSAGE_LEN)?,
+                }),
+            )),
+            Some(Body::CheckpointChunk(c)) => CheckpointChunk::try_from(c)
+                .map(|c| CoordinatorMessage::Command(NodeCommand::Chunk(c)))
+                .map_err(|e| e.within("checkpoint_chunk")),
         }
     }
 }
@@ -798,6 +888,7 @@ impl From<NodeMessage> for pb::NodeMessage {
             body: Some(match m {
                 NodeMessage::Hello(h) => pb::node_message::Body::Hello(h.into()),
                 NodeMessage::Report(r) => pb::node_message::Body::Report(r.into()),
+                NodeMessage::Chunk(c) => pb::node_message::Body::CheckpointChunk(c.into()),
             }),
         }
     }
@@ -821,6 +912,7 @@ impl From<StartJob> for pb::StartJob {
             memory_bytes: s.memory_bytes,
             checkpoint: s.checkpoint.map(Into::into),
             attempt: s.attempt,
+            carried_checkpoint: s.carried_checkpoint,
         }
     }
 }
@@ -843,6 +935,16 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
                     job_id: s.job_id,
                     reason: s.reason,
                 }),
+                CoordinatorMessage::Command(NodeCommand::Upload(u)) => {
+                    Body::UploadCheckpoint(pb::UploadCheckpoint {
+                        job_id: u.job_id,
+                        attempt: u.attempt,
+                        dir: u.dir,
+                    })
+                }
+                CoordinatorMessage::Command(NodeCommand::Chunk(c)) => {
+                    Body::CheckpointChunk(c.into())
+                }
             }),
         }
     }
@@ -989,9 +1091,25 @@ mod tests {
             checkpoint: Some(Checkpoint {
                 dir: "/shared/ckpt/bert".into(),
                 save_signal: DEFAULT_SAVE_SIGNAL,
+                carry: true,
             }),
             attempt: 2,
+            carried_checkpoint: true,
         };
+        let chunk = CoordinatorMessage::Command(NodeCommand::Chunk(CheckpointChunk {
+            job_id: "j3".into(),
+            attempt: 2,
+            offset: 4096,
+            data: vec![1, 2, 3],
+            last: true,
+            sha256: "ab".repeat(32),
+            total_bytes: 4099,
+            error: String::new(),
+        }));
+        assert_eq!(
+            CoordinatorMessage::try_from(pb::CoordinatorMessage::from(chunk.clone())).unwrap(),
+            chunk
+        );
         let save = CoordinatorMessage::Command(NodeCommand::Save(SaveJob {
             job_id: "j3".into(),
             reason: "govctl migrate".into(),

@@ -212,6 +212,7 @@ fn movable(name: &str, argv: Vec<String>, log: &Path, ckpt: &Path) -> JobSpec {
     spec.checkpoint = Some(Checkpoint {
         dir: ckpt.display().to_string(),
         save_signal: DEFAULT_SAVE_SIGNAL,
+        carry: false,
     });
     spec
 }

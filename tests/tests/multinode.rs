@@ -530,6 +530,28 @@ fn coordinator_node(n: u32) {
 
     if n >= 3 {
         move_a_job_both_ways(&certs);
+        move_to_a_target_that_cannot_run_it(&certs);
+        move_a_job_without_a_shared_path(&certs);
+
+        // The coordinator killed while a job saves for a move: the restarted one (on the same
+        // store) finishes the move.
+        let job = submit_movable(&certs, "survivor", 17, None, false);
+        wait_for("a few epochs", 240, || {
+            (keras_epochs(&job.log).len() >= 3).then_some(())
+        });
+        govctl(&certs, &["migrate", &job.id, "--to", "node3"]);
+        let _ = coordinator.0.kill();
+        let _ = coordinator.0.wait();
+        eprintln!("node1: coordinator killed mid-move; restarting on the same store");
+        coordinator = spawn(
+            "coordinator",
+            &mut coordinator_cmd(&certs),
+            &work.join("coordinator-3.log"),
+        );
+        let _show3 = ShowOnPanic(work.join("coordinator-3.log"));
+        let m = wait_move(&certs, &job.id, "done", "node3");
+        eprintln!("node1: moved across a coordinator restart: {m}");
+        check_completed_unharmed(&certs, &job);
     }
 
     std::mem::forget(farewell);
@@ -559,16 +581,33 @@ fn keras_epochs(log: &Path) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// A deterministic training process (`demo-trainer --checkpoint-dir`) moved by its framework
-/// checkpoint from node2 to node3 and back, on the directory every guest shares: its log goes
-/// on from the epoch it left each time, and its losses equal, bit for bit, those of the same
-/// run never moved (run here on node1).
-fn move_a_job_both_ways(certs: &Path) {
+/// Epochs of a movable job: long enough (about 1 s each) for two moves, each confirmed after
+/// the coordinator's `move_confirm_s` (10 s).
+const MOVABLE_EPOCHS: u64 = 40;
+
+/// A deterministic training job with a framework checkpoint on the guests' shared directory.
+struct Movable {
+    id: String,
+    log: PathBuf,
+    /// The epochs of the same run never moved (run here, on node1).
+    expected: Vec<(u64, String)>,
+}
+
+/// Run `demo-trainer` once here for the reference, then submit the same run as `name` with its
+/// checkpoint in the shared directory, or (`carry`) in each guest's own /tmp with the
+/// coordinator carrying it (`wrapper`: a shell prologue the job runs first).
+fn submit_movable(
+    certs: &Path,
+    name: &str,
+    seed: u32,
+    wrapper: Option<&str>,
+    carry: bool,
+) -> Movable {
     let shared = PathBuf::from(
         std::env::var("GOVERNOR_SHARED_DIR")
             .expect("GOVERNOR_SHARED_DIR (the guests' shared run directory)"),
     )
-    .join("move");
+    .join(name);
     let _ = std::fs::remove_dir_all(&shared);
     std::fs::create_dir_all(&shared).unwrap();
     let trainer = bin("demo-trainer").display().to_string();
@@ -580,7 +619,7 @@ fn move_a_job_both_ways(certs: &Path) {
             "--format",
             "keras-csv",
             "--epochs",
-            "24",
+            &MOVABLE_EPOCHS.to_string(),
             "--samples",
             "256",
             "--features",
@@ -590,7 +629,7 @@ fn move_a_job_both_ways(certs: &Path) {
             "--batch",
             "64",
             "--seed",
-            "11",
+            &seed.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -605,26 +644,41 @@ fn move_a_job_both_ways(certs: &Path) {
         .expect("demo-trainer runs");
     assert!(status.success());
     let expected = keras_epochs(&reference);
-    assert_eq!(expected.len(), 24);
+    assert_eq!(expected.len() as u64, MOVABLE_EPOCHS);
 
-    let log = shared.join("mover.csv");
-    let ckpt = shared.join("ckpt").display().to_string();
+    let log = shared.join("train.csv");
+    let ckpt = if carry {
+        format!("/tmp/{name}-ckpt")
+    } else {
+        shared.join("ckpt").display().to_string()
+    };
     let mut submit: Vec<String> = [
         "submit",
         "--name",
-        "mover",
+        name,
         "--checkpoint-dir",
         &ckpt,
         "--log",
         &log.display().to_string(),
-        "--",
     ]
     .map(str::to_owned)
     .to_vec();
+    if carry {
+        submit.push("--carry".into());
+    }
+    submit.push("--".into());
+    if let Some(w) = wrapper {
+        submit.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("{w}; exec \"$@\""),
+            "sh".into(),
+        ]);
+    }
     submit.extend(args(&log));
     submit.extend([
         "--checkpoint-dir".into(),
-        ckpt.clone(),
+        ckpt,
         "--pause-ms".into(),
         "1000".into(),
     ]);
@@ -635,45 +689,103 @@ fn move_a_job_both_ways(certs: &Path) {
     let id = out.split_whitespace().next().unwrap_or_default().to_owned();
     assert!(
         out.contains("on node2"),
-        "first-fit places mover on node2: {out}"
+        "first-fit places {name} on node2: {out}"
     );
-    let mut at = 0;
-    for to in ["node3", "node2"] {
-        wait_for("a few more epochs", 240, || {
-            (keras_epochs(&log).len() >= at + 3).then_some(())
-        });
-        let said = govctl(certs, &["migrate", &id, "--to", to]);
-        eprintln!("node1: {}", said.trim());
-        let detail = wait_for(&format!("mover to run on {to}"), 240, || {
-            let d = govctl_json(certs, &["job", &id]);
-            let done = d["moves"].as_array()?.last()?["phase"] == "done"
-                && d["summary"]["members"][0]["node"] == to;
-            done.then_some(d)
-        });
-        eprintln!(
-            "node1: moved to {to}: {}",
-            detail["moves"].as_array().unwrap().last().unwrap()
-        );
-        at = keras_epochs(&log).len();
-    }
-    wait_for("mover to complete", 300, || {
+    Movable { id, log, expected }
+}
+
+/// The job's current move, once its phase is `phase` (and the job runs on `node`).
+fn wait_move(certs: &Path, id: &str, phase: &str, node: &str) -> serde_json::Value {
+    wait_for(&format!("{id}'s move to be {phase} on {node}"), 240, || {
+        // The coordinator may be restarting: not answering yet is not a failure.
+        let text = try_govctl(certs, &["job", id, "--json"]).ok()?;
+        let d: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let m = d["moves"].as_array()?.last()?.clone();
+        (m["phase"] == phase && d["summary"]["members"][0]["node"] == node).then_some(m)
+    })
+}
+
+/// The job completed, and its log holds every epoch once, in order, with the losses of the run
+/// that never moved, bit for bit.
+fn check_completed_unharmed(certs: &Path, job: &Movable) {
+    wait_for(&format!("{} to complete", job.id), 300, || {
         let jobs = govctl_json(certs, &["jobs", "--all"]);
         let j = jobs
             .as_array()?
             .iter()
-            .find(|j| j["id"] == id.as_str())?
+            .find(|j| j["id"] == job.id.as_str())?
             .clone();
         (j["status"] == "completed").then_some(())
     });
-    eprintln!("node1: {}", govctl(certs, &["job", &id]));
-    let got = keras_epochs(&log);
+    eprintln!("node1: {}", govctl(certs, &["job", &job.id]));
+    let got = keras_epochs(&job.log);
     let numbers: Vec<u64> = got.iter().map(|(e, _)| *e).collect();
     assert_eq!(
         numbers,
-        (0..24).collect::<Vec<u64>>(),
+        (0..MOVABLE_EPOCHS).collect::<Vec<u64>>(),
         "every epoch once, in order: {got:?}"
     );
-    assert_eq!(got, expected, "the moved run learnt something else");
+    assert_eq!(got, job.expected, "the moved run learnt something else");
+}
+
+/// A deterministic training process (`demo-trainer --checkpoint-dir`) moved by its framework
+/// checkpoint from node2 to node3 and back, on the directory every guest shares: its log goes
+/// on from the epoch it left each time, and its losses equal, bit for bit, those of the same
+/// run never moved (run here on node1).
+fn move_a_job_both_ways(certs: &Path) {
+    let job = submit_movable(certs, "mover", 11, None, false);
+    let mut at = 0;
+    for to in ["node3", "node2"] {
+        wait_for("a few more epochs", 240, || {
+            (keras_epochs(&job.log).len() >= at + 3).then_some(())
+        });
+        let said = govctl(certs, &["migrate", &job.id, "--to", to]);
+        eprintln!("node1: {}", said.trim());
+        let m = wait_move(certs, &job.id, "done", to);
+        eprintln!("node1: moved to {to}: {m}");
+        at = keras_epochs(&job.log).len();
+    }
+    check_completed_unharmed(certs, &job);
+}
+
+/// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries
+/// it from node2 to node3, checksummed, and the job resumes from it there.
+fn move_a_job_without_a_shared_path(certs: &Path) {
+    let job = submit_movable(certs, "carried", 19, None, true);
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    let said = govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    assert!(said.contains("carried by the coordinator"), "{said}");
+    let m = wait_move(certs, &job.id, "done", "node3");
+    eprintln!("node1: carried to node3: {m}");
+    assert!(m["bytes"].as_u64().is_some_and(|b| b > 0), "{m}");
+    check_completed_unharmed(certs, &job);
+}
+
+/// A target that cannot run the job (its restore fails: it exits 3 on node3): the job goes
+/// back to node2 from its checkpoint and ends there, unharmed.
+fn move_to_a_target_that_cannot_run_it(certs: &Path) {
+    let job = submit_movable(
+        certs,
+        "homesick",
+        13,
+        Some("if [ \"$GOVERNOR_NODE\" = 3 ]; then echo cannot restore here >&2; exit 3; fi"),
+        false,
+    );
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let m = wait_move(certs, &job.id, "rolled_back", "node2");
+    eprintln!("node1: rolled back: {m}");
+    assert!(
+        m["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("target node3 could not run it")),
+        "{m}"
+    );
+    check_completed_unharmed(certs, &job);
 }
 
 fn worker_node(me: u32) {

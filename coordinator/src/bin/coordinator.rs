@@ -69,6 +69,7 @@ save_timeout_s = 600.0     # a job asked to save for a move that has not by then
 auto_move = true           # act on the nodes' migration requests for jobs with a checkpoint
 move_after_s = 10.0        # ... once a request has stood this long
 move_cooldown_s = 300.0    # ... and not again within this long of the job's last move
+move_confirm_s = 10.0      # a moved job runs this long on its target before the move is over
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {

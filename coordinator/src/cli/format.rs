@@ -347,6 +347,9 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
         if let Some(p) = m.pause_s(now).filter(|_| m.running_at_unix.is_none()) {
             let _ = write!(phases, ", paused for {} so far", duration(p));
         }
+        if m.bytes > 0 {
+            let _ = write!(phases, ", {} carried", bytes(m.bytes));
+        }
         let _ = writeln!(
             out,
             "  moved:      {} -> {}: {} ({phases})",
@@ -597,6 +600,7 @@ mod tests {
                     saved_at_unix: Some(125.0),
                     running_at_unix: None,
                     message: "framework checkpoint in /shared/ck".into(),
+                    bytes: 0,
                 }],
             },
             130.0,

@@ -200,6 +200,10 @@ pub struct SubmitArgs {
     /// The signal that asks the job to save and exit (a number or a name like SIGUSR1).
     #[arg(long, default_value = "SIGUSR1", value_parser = parse_signal, requires = "checkpoint_dir")]
     pub save_signal: i32,
+    /// The nodes do not share the checkpoint directory: the coordinator carries it from the
+    /// node that saved it to the one that resumes it (checksummed end to end).
+    #[arg(long, requires = "checkpoint_dir")]
+    pub carry: bool,
     /// The log file the job writes (absolute path on its node).
     #[arg(long)]
     pub log: String,
@@ -468,6 +472,7 @@ pub async fn main(cli: Cli) -> Result<()> {
                 checkpoint: a.checkpoint_dir.map(|dir| Checkpoint {
                     dir,
                     save_signal: a.save_signal,
+                    carry: a.carry,
                 }),
             };
             let job = client.submit(spec).await?;

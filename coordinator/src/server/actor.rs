@@ -6,7 +6,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use governor_proto::control::{
     JobDetail, JobMove, JobSpec, JobSummary, NodeSummary, PolicyState, Stats,
 };
-use governor_proto::node::{CoordinatorMessage, Hello, NodeReport, Welcome};
+use governor_proto::node::{
+    CheckpointChunk, CoordinatorMessage, Hello, NodeCommand, NodeReport, Welcome,
+};
 use governor_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -50,6 +52,11 @@ enum Msg {
     Disconnected {
         node: String,
         session: u64,
+    },
+    Chunk {
+        node: String,
+        session: u64,
+        chunk: CheckpointChunk,
     },
     Submit {
         spec: JobSpec,
@@ -162,6 +169,18 @@ impl Coordinator {
         .await
     }
 
+    /// A piece of a checkpoint a node uploads (no answer: a bad piece fails the transfer).
+    pub(crate) async fn chunk(&self, node: String, session: u64, chunk: CheckpointChunk) {
+        let _ = self
+            .tx
+            .send(Msg::Chunk {
+                node,
+                session,
+                chunk,
+            })
+            .await;
+    }
+
     pub(crate) async fn disconnected(&self, node: String, session: u64) {
         let _ = self.tx.send(Msg::Disconnected { node, session }).await;
     }
@@ -231,10 +250,13 @@ struct Actor {
     store_failing: bool,
     /// Answered once the store is closed, so a new coordinator can open it at once.
     shutdown_reply: Option<oneshot::Sender<()>>,
+    /// Checkpoints carried between nodes (moves without a shared path).
+    carried: super::carry::Carried,
 }
 
 impl Actor {
     fn new(state: ClusterState, store: Store) -> Self {
+        let carried = super::carry::Carried::beside(store.path());
         Actor {
             state,
             store,
@@ -243,6 +265,7 @@ impl Actor {
             started: Instant::now(),
             store_failing: false,
             shutdown_reply: None,
+            carried,
         }
     }
 
@@ -331,6 +354,15 @@ impl Actor {
                 });
                 let _ = reply.send(result);
             }
+            Msg::Chunk {
+                node,
+                session,
+                chunk,
+            } => {
+                if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
+                    self.on_chunk(&node, chunk);
+                }
+            }
             Msg::Disconnected { node, session } => {
                 self.state.disconnected(&node, session);
                 if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
@@ -399,13 +431,26 @@ impl Actor {
         false
     }
 
-    /// Send the commands the state produced and persist what changed.
+    /// Persist what changed, then send the commands the state produced: a command never goes
+    /// out for a state the store does not hold (a save for a move a crash would forget would
+    /// read, after the restart, as the job's completion).
     fn flush(&mut self) {
+        self.persist();
+        for job in self.state.take_spent_checkpoints() {
+            self.carried.discard(&job);
+        }
         for (node, cmd) in self.state.take_outbox() {
             let Some((_, tx)) = self.sessions.get(&node) else {
                 debug!(%node, job = cmd.job_id(), "node not connected; the command is resent when it reconnects");
                 continue;
             };
+            if let NodeCommand::Start(start) = &cmd
+                && start.carried_checkpoint
+            {
+                let archive = self.carried.archive(&start.job_id);
+                super::carry::send_with_checkpoint(archive, start.clone(), tx.clone());
+                continue;
+            }
             if let Err(e) = tx.try_send(Box::new(Ok(
                 CoordinatorMessage::Command(cmd.clone()).into()
             ))) {
@@ -413,6 +458,25 @@ impl Actor {
                 self.sessions.remove(&node);
             }
         }
+    }
+
+    /// A piece of a checkpoint a node uploads; the whole (or a broken) upload goes to the state.
+    fn on_chunk(&mut self, node: &str, chunk: CheckpointChunk) {
+        use super::carry::Arrival;
+        match self.carried.receive(node, chunk) {
+            Arrival::More => {}
+            Arrival::Whole { job, bytes } => {
+                self.timed(|s, now| s.checkpoint_arrived(now, &job, node, Ok(bytes)));
+            }
+            Arrival::Broken { job, reason } => {
+                warn!(%node, %job, %reason, "a carried checkpoint did not arrive intact");
+                self.timed(|s, now| s.checkpoint_arrived(now, &job, node, Err(reason)));
+            }
+        }
+    }
+
+    /// Write the records that changed to the store (kept dirty for the next try on failure).
+    fn persist(&mut self) {
         let dirty = self.state.take_dirty();
         if dirty.is_empty() {
             return;

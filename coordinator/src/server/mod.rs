@@ -8,6 +8,7 @@
 
 mod actor;
 mod auth;
+mod carry;
 mod control;
 mod node;
 

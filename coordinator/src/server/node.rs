@@ -53,7 +53,7 @@ impl NodeService for NodeSvc {
             .ok_or_else(|| Status::invalid_argument("the stream ended before the node's hello"))?;
         let hello = match NodeMessage::try_from(first)? {
             NodeMessage::Hello(h) => h,
-            NodeMessage::Report(_) => {
+            NodeMessage::Report(_) | NodeMessage::Chunk(_) => {
                 return Err(Status::failed_precondition(
                     "the first message of a session must be a hello (registration)",
                 ));
@@ -81,6 +81,10 @@ impl NodeService for NodeSvc {
                 };
                 let report = match NodeMessage::try_from(msg) {
                     Ok(NodeMessage::Report(r)) => r,
+                    Ok(NodeMessage::Chunk(c)) => {
+                        coordinator.chunk(node.clone(), session, c).await;
+                        continue;
+                    }
                     Ok(NodeMessage::Hello(_)) => {
                         let _ = tx
                             .send(Box::new(Err(Status::failed_precondition(

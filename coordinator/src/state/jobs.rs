@@ -39,10 +39,11 @@ impl ClusterState {
             m.state == RunState::Failed
                 || (m.state == RunState::Exited && m.exit_code.unwrap_or(0) != 0)
         });
+        // A member that exited saved for a move has not completed: it waits to be resumed.
         let all_exited_ok = job
             .members
             .iter()
-            .all(|m| m.state == RunState::Exited && m.exit_code.unwrap_or(0) == 0);
+            .all(|m| m.state == RunState::Exited && m.exit_code.unwrap_or(0) == 0 && !m.saved);
         let all_running = job.members.iter().all(|m| m.state == RunState::Running);
         let (status, message) = if let Some(m) = failed {
             let what = match m.state {
@@ -341,6 +342,7 @@ impl ClusterState {
                     message: String::new(),
                     saved: false,
                     attempt: 0,
+                    carried: false,
                 });
                 job.placements.push(PlacementDecision {
                     at_unix: now,
@@ -410,6 +412,7 @@ impl ClusterState {
             memory_bytes: spec.memory_bytes,
             checkpoint: spec.checkpoint.clone(),
             attempt: member.attempt,
+            carried_checkpoint: member.carried,
         }))
     }
 

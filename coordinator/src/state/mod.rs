@@ -61,6 +61,9 @@ pub struct StateConfig {
     pub move_after_s: f64,
     /// A job is not moved automatically again within this long of its last move.
     pub move_cooldown_s: f64,
+    /// A moved job must run this long on its new node before the move is over; should it fail
+    /// sooner (its restore failed), it goes back to its source.
+    pub move_confirm_s: f64,
 }
 
 impl Default for StateConfig {
@@ -75,6 +78,7 @@ impl Default for StateConfig {
             auto_move: true,
             move_after_s: 10.0,
             move_cooldown_s: 300.0,
+            move_confirm_s: 10.0,
         }
     }
 }
@@ -118,6 +122,9 @@ pub struct MemberRecord {
     /// an earlier start are ignored.
     #[serde(default)]
     pub attempt: u32,
+    /// Its start waits for the checkpoint the coordinator carries to it.
+    #[serde(default)]
+    pub carried: bool,
 }
 
 /// What the store keeps about a job.
@@ -227,6 +234,12 @@ impl JobRecord {
                 governor_proto::control::MovePhase::Restoring => {
                     format!("restoring on {} (from {})", m.to_node, m.from_node)
                 }
+                governor_proto::control::MovePhase::Transferring => {
+                    format!(
+                        "carrying its checkpoint from {} for {}",
+                        m.from_node, m.to_node
+                    )
+                }
                 _ => format!("rolling back to {} ({})", m.from_node, m.message),
             }),
             // From submission: the wait in the queue counts (a local job: from its start).
@@ -325,6 +338,8 @@ pub struct ClusterState {
     placements: u64,
     /// Capacity may have freed since the last admission round.
     needs_dispatch: bool,
+    /// Jobs whose carried checkpoint is no longer needed (their move is over).
+    spent_checkpoints: Vec<String>,
 }
 
 impl ClusterState {
@@ -347,6 +362,7 @@ impl ClusterState {
             reports: 0,
             placements: 0,
             needs_dispatch: false,
+            spent_checkpoints: Vec::new(),
         })
     }
 

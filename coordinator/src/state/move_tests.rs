@@ -21,6 +21,7 @@ fn movable(name: &str) -> JobSpec {
         checkpoint: Some(Checkpoint {
             dir: format!("/shared/ckpt/{name}"),
             save_signal: 10,
+            carry: false,
         }),
         ..JobSpec::new(name, vec!["train".into()], "/shared/train.log")
     }
@@ -70,6 +71,7 @@ fn commands(s: &mut ClusterState) -> Vec<String> {
             }
             NodeCommand::Stop(st) => format!("stop {} on {node}", st.job_id),
             NodeCommand::Save(st) => format!("save {} on {node}", st.job_id),
+            other => format!("{other:?}"),
         })
         .collect()
 }
@@ -120,7 +122,10 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     let mut resumed = j1(RunState::Running, 1, false);
     // The target read the records from before the move at once: its figure is not the job's.
     resumed.jobs[0].time_to_quality_s = Some(1.0);
-    s.report(16.0, "b", b, resumed).unwrap();
+    s.report(16.0, "b", b, resumed.clone()).unwrap();
+    // Started is not yet restored: over once it has run there for `move_confirm_s`.
+    assert_eq!(phase(&s), MovePhase::Restoring);
+    s.report(27.0, "b", b, resumed).unwrap();
     assert_eq!(phase(&s), MovePhase::Done);
     assert_eq!(s.job_record("j1").unwrap().time_to_quality_s, Some(5.0));
     assert_eq!(
@@ -187,6 +192,8 @@ fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
         ("a".into(), RunState::Starting, JobStatus::Starting)
     );
     s.report(14.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
+    s.report(25.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
     assert_eq!(phase(&s), MovePhase::RolledBack);
     assert_eq!(
@@ -305,6 +312,8 @@ fn a_restarted_coordinator_carries_on_with_the_move() {
                 .unwrap();
             r.report(22.0, "b", rb, j1(RunState::Running, 1, false))
                 .unwrap();
+            r.report(33.0, "b", rb, j1(RunState::Running, 1, false))
+                .unwrap();
             assert_eq!(phase(&r), MovePhase::Done);
             assert_eq!(
                 runs_on(&r),
@@ -363,4 +372,164 @@ fn a_job_cancelled_while_it_moves_ends_its_move_and_runs_nowhere() {
             .contains("cancelled")
     );
     assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Cancelled);
+}
+
+#[test]
+fn a_saved_exit_without_a_known_move_is_resumed_not_completed() {
+    let (mut s, a, _) = running_on_a();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 1"]);
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Starting, JobStatus::Starting)
+    );
+}
+
+/// Nodes a and b; j1 (its checkpoint carried by the coordinator) running on a.
+fn carried_running_on_a() -> (ClusterState, u64, u64) {
+    let mut s = ClusterState::new(StateConfig::default(), "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    let mut spec = movable("train");
+    spec.checkpoint.as_mut().unwrap().carry = true;
+    s.submit(1.0, spec);
+    s.report(2.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    s.report(2.0, "b", b, idle()).unwrap();
+    s.take_outbox();
+    (s, a, b)
+}
+
+fn carried_starts(s: &mut ClusterState) -> Vec<String> {
+    s.take_outbox()
+        .into_iter()
+        .map(|(node, c)| match c {
+            NodeCommand::Start(st) => format!(
+                "start {} on {node} attempt {} carried {}",
+                st.job_id, st.attempt, st.carried_checkpoint
+            ),
+            NodeCommand::Upload(u) => format!("upload {} from {node} ({})", u.job_id, u.dir),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_carried_checkpoint_goes_through_the_coordinator_before_the_target_starts() {
+    let (mut s, a, b) = carried_running_on_a();
+    let m = s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    assert!(
+        m.message.contains("carried by the coordinator"),
+        "{}",
+        m.message
+    );
+    s.take_outbox();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(
+        carried_starts(&mut s),
+        ["upload j1 from a (/shared/ckpt/train)"]
+    );
+    assert_eq!(phase(&s), MovePhase::Transferring);
+    // Saved is not completed: it waits to be resumed.
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Starting);
+    assert_eq!(
+        s.job_detail("j1").unwrap().summary.moving.as_deref(),
+        Some("carrying its checkpoint from a for b")
+    );
+    s.checkpoint_arrived(14.0, "j1", "a", Ok(4096));
+    assert_eq!(
+        carried_starts(&mut s),
+        ["start j1 on b attempt 1 carried true"]
+    );
+    assert_eq!(phase(&s), MovePhase::Restoring);
+    s.report(15.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    s.report(26.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::Done);
+    assert_eq!(s.job_record("j1").unwrap().moves[0].bytes, 4096);
+    assert_eq!(s.take_spent_checkpoints(), ["j1"]);
+}
+
+#[test]
+fn a_checkpoint_that_does_not_arrive_whole_sends_the_job_back_to_its_source() {
+    let (mut s, a, _) = carried_running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    s.take_outbox();
+    s.checkpoint_arrived(14.0, "j1", "a", Err("checksum mismatch".into()));
+    // The source resumes from its own directory: nothing carried.
+    assert_eq!(
+        carried_starts(&mut s),
+        ["start j1 on a attempt 1 carried false"]
+    );
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    assert!(
+        s.job_record("j1").unwrap().moves[0]
+            .message
+            .contains("checksum mismatch")
+    );
+    s.report(15.0, "a", a, j1(RunState::Running, 1, false))
+        .unwrap();
+    s.report(26.0, "a", a, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::RolledBack);
+    // A piece from a node no move waits for is dropped.
+    s.checkpoint_arrived(16.0, "j1", "a", Ok(1));
+    assert_eq!(phase(&s), MovePhase::RolledBack);
+}
+
+#[test]
+fn an_upload_that_never_ends_times_out_and_a_reconnecting_source_is_asked_again() {
+    let (mut s, a, b) = carried_running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    s.take_outbox();
+    // a reconnects mid-upload: asked again.
+    let a2 = s.register(20.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    assert_eq!(
+        carried_starts(&mut s),
+        ["upload j1 from a (/shared/ckpt/train)"]
+    );
+    let later = 12.0 + s.config().save_timeout_s + 1.0;
+    s.report(later, "a", a2, j1(RunState::Exited, 0, true))
+        .unwrap();
+    s.report(later, "b", b, idle()).unwrap();
+    s.tick(later);
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    assert!(carried_starts(&mut s).contains(&"start j1 on a attempt 1 carried false".to_owned()));
+}
+
+#[test]
+fn a_restore_that_fails_just_after_it_started_goes_back_to_the_source() {
+    // Seen in the 3-guest bed: the target reported the job running, and 0.2 s later it exited
+    // 3 (its restore failed). That must roll back, not fail the job.
+    let (mut s, a, b) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    commands(&mut s);
+    s.report(13.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    let mut failed = j1(RunState::Exited, 1, false);
+    failed.jobs[0].exit_code = Some(3);
+    s.report(13.2, "b", b, failed).unwrap();
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Starting, JobStatus::Starting)
+    );
+    s.report(14.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
+    s.tick(25.0);
+    assert_eq!(phase(&s), MovePhase::RolledBack);
+    assert_eq!(
+        s.job_record("j1").unwrap().moves[0].running_at_unix,
+        Some(14.0)
+    );
 }

@@ -24,7 +24,7 @@
 //! GPU job its devices on the target (and `cuda-checkpoint` for a transparent move).
 
 use governor_proto::control::{JobMove, JobStatus, MovePhase, NodeStatus};
-use governor_proto::node::{NodeCommand, RunState, SaveJob};
+use governor_proto::node::{NodeCommand, RunState, SaveJob, UploadCheckpoint};
 use tracing::{info, warn};
 
 use crate::queue::Seconds;
@@ -100,11 +100,11 @@ impl ClusterState {
                 .pick_target(job, &source)
                 .ok_or_else(|| MoveError::NoTarget { id: id.into() })?,
         };
-        let dir = job
+        let (dir, carry) = job
             .spec
             .as_ref()
             .and_then(|s| s.checkpoint.as_ref())
-            .map(|c| c.dir.clone())
+            .map(|c| (c.dir.clone(), c.carry))
             .unwrap_or_default();
         let record = JobMove {
             from_node: source.clone(),
@@ -114,7 +114,12 @@ impl ClusterState {
             requested_at_unix: now,
             saved_at_unix: None,
             running_at_unix: None,
-            message: format!("framework checkpoint in {dir} (a path both nodes mount)"),
+            message: if carry {
+                format!("framework checkpoint in {dir}, carried by the coordinator")
+            } else {
+                format!("framework checkpoint in {dir} (a path both nodes mount)")
+            },
+            bytes: 0,
         };
         info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
         let job = self.jobs.get_mut(id).expect("checked above");
@@ -223,6 +228,13 @@ impl ClusterState {
             self.nodes.get(&member.node).map(|n| n.status),
         );
         let Some(mv) = job.moves.last().cloned() else {
+            if state == RunState::Exited && saved && !job.status.is_finished() {
+                // Saved for a move this coordinator does not know (lost in a crash): it has not
+                // completed, it waits to be resumed. Start it again where it was.
+                let here = member.node.clone();
+                warn!(job = id, node = %here, "a job saved for a move no one remembers; starting it again where it was");
+                self.repoint(id, now, &here, MovePhase::Failed, false, |_| {});
+            }
             return;
         };
         if job.status.is_finished() {
@@ -236,9 +248,32 @@ impl ClusterState {
             }
             return;
         }
+        let carry = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.checkpoint.as_ref())
+            .map(|c| (c.carry, c.dir.clone()));
         match mv.phase {
             MovePhase::Saving if state == RunState::Exited && saved => {
-                self.repoint(id, now, &mv.to_node, MovePhase::Restoring, |m| {
+                if let Some((true, dir)) = carry {
+                    // No shared path: the checkpoint comes to the coordinator first.
+                    let attempt = member.attempt;
+                    self.set_move(id, |m| {
+                        m.phase = MovePhase::Transferring;
+                        m.saved_at_unix = Some(now);
+                    });
+                    self.outbox.push((
+                        mv.from_node.clone(),
+                        NodeCommand::Upload(UploadCheckpoint {
+                            job_id: id.to_owned(),
+                            attempt,
+                            dir,
+                        }),
+                    ));
+                    info!(job = id, from = %mv.from_node, "saved; carrying its checkpoint");
+                    return;
+                }
+                self.repoint(id, now, &mv.to_node, MovePhase::Restoring, false, |m| {
                     m.saved_at_unix = Some(now);
                 });
                 info!(job = id, from = %mv.from_node, to = %mv.to_node, "saved; starting it on the target");
@@ -254,16 +289,23 @@ impl ClusterState {
                 });
             }
             MovePhase::Restoring | MovePhase::RollingBack if state == RunState::Running => {
+                // Started is not restored: a restore that fails does so in its first seconds
+                // (measured in the VM bed: exit 0.2 s after "running"). The move is over once
+                // the job has run there for `move_confirm_s`; until then a failure rolls back.
+                let Some(since) = mv.running_at_unix else {
+                    self.set_move(id, |m| m.running_at_unix = Some(now));
+                    return;
+                };
+                if now - since < self.config.move_confirm_s {
+                    return;
+                }
                 let done = if mv.phase == MovePhase::Restoring {
                     MovePhase::Done
                 } else {
                     MovePhase::RolledBack
                 };
                 info!(job = id, node = %job.members[0].node, phase = %done, "a moved job runs again");
-                self.set_move(id, |m| {
-                    m.phase = done;
-                    m.running_at_unix = Some(now);
-                });
+                self.set_move(id, |m| m.phase = done);
             }
             MovePhase::Restoring | MovePhase::RollingBack
                 if state == RunState::Exited && job.members[0].exit_code == Some(0) =>
@@ -276,7 +318,7 @@ impl ClusterState {
                 };
                 self.set_move(id, |m| {
                     m.phase = done;
-                    m.running_at_unix = Some(now);
+                    m.running_at_unix.get_or_insert(now);
                 });
             }
             MovePhase::Restoring
@@ -302,7 +344,8 @@ impl ClusterState {
                 warn!(job = id, reason = %why, "move failed; starting the job again on its source");
                 // Should a lost target come back running it, it is told to stop there
                 // (`update_member`): the job runs on one node only.
-                self.repoint(id, now, &mv.from_node, MovePhase::RollingBack, |m| {
+                // The source resumes from its own directory (the copy came from there).
+                self.repoint(id, now, &mv.from_node, MovePhase::RollingBack, false, |m| {
                     m.message = why.clone();
                 });
             }
@@ -312,7 +355,7 @@ impl ClusterState {
             {
                 let here = job.members[0].node.clone();
                 info!(job = id, node = %here, "a job saved after its move ended; starting it again where it was");
-                self.repoint(id, now, &here, mv.phase, |m| {
+                self.repoint(id, now, &here, mv.phase, false, |m| {
                     m.message
                         .push_str("; it saved later and was started again where it was");
                 });
@@ -323,12 +366,14 @@ impl ClusterState {
 
     /// Point the job's member at `node` as a new start (next attempt), send the start, and
     /// update the move.
+    #[allow(clippy::too_many_arguments)]
     fn repoint(
         &mut self,
         id: &str,
         now: Seconds,
         node: &str,
         phase: MovePhase,
+        carried: bool,
         update: impl FnOnce(&mut JobMove),
     ) {
         let Some(job) = self.jobs.get_mut(id) else {
@@ -348,8 +393,11 @@ impl ClusterState {
         member.attempt += 1;
         member.cpu_cores = 0.0;
         member.memory_bytes = 0;
+        member.carried = carried;
         if let Some(m) = job.moves.last_mut() {
             m.phase = phase;
+            // Running again is counted from this start.
+            m.running_at_unix = None;
             update(m);
         }
         self.dirty.jobs.insert(id.to_owned());
@@ -367,8 +415,55 @@ impl ClusterState {
     fn set_move(&mut self, id: &str, update: impl FnOnce(&mut JobMove)) {
         if let Some(m) = self.jobs.get_mut(id).and_then(|j| j.moves.last_mut()) {
             update(m);
+            if m.phase.is_over() && m.bytes > 0 {
+                self.spent_checkpoints.push(id.to_owned());
+            }
             self.dirty.jobs.insert(id.to_owned());
         }
+    }
+
+    /// The checkpoint a node uploaded arrived whole (`Ok(bytes)`) or not: start the job on the
+    /// target with it, or back on its source from its own directory.
+    pub fn checkpoint_arrived(
+        &mut self,
+        now: Seconds,
+        id: &str,
+        node: &str,
+        result: Result<u64, String>,
+    ) {
+        let Some(mv) = self
+            .jobs
+            .get(id)
+            .and_then(|j| j.active_move())
+            .filter(|m| m.phase == MovePhase::Transferring && m.from_node == node)
+            .cloned()
+        else {
+            warn!(
+                job = id,
+                node, "a checkpoint arrived for no move waiting for it; dropped"
+            );
+            self.spent_checkpoints.push(id.to_owned());
+            return;
+        };
+        match result {
+            Ok(bytes) => {
+                info!(job = id, to = %mv.to_node, bytes, "checkpoint carried; starting the job on the target");
+                self.repoint(id, now, &mv.to_node, MovePhase::Restoring, true, |m| {
+                    m.bytes = bytes;
+                });
+            }
+            Err(reason) => {
+                warn!(job = id, %reason, "the checkpoint did not arrive; starting the job again on its source");
+                self.repoint(id, now, &mv.from_node, MovePhase::RollingBack, false, |m| {
+                    m.message = format!("the checkpoint did not reach the coordinator: {reason}");
+                });
+            }
+        }
+    }
+
+    /// Carried checkpoints whose move is over (the server deletes its copies).
+    pub fn take_spent_checkpoints(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.spent_checkpoints)
     }
 
     /// Time passes for moves: saves that never came, targets lost mid-move, and the nodes'
@@ -383,7 +478,23 @@ impl ClusterState {
             .collect();
         for id in moving {
             let mv = self.jobs[&id].moves.last().cloned().expect("active");
-            if mv.phase == MovePhase::Saving && now - mv.requested_at_unix > timeout {
+            if mv.phase == MovePhase::Transferring
+                && now - mv.saved_at_unix.unwrap_or(mv.requested_at_unix) > timeout
+            {
+                warn!(job = %id, node = %mv.from_node, "the checkpoint did not arrive in time; starting the job again on its source");
+                self.repoint(
+                    &id,
+                    now,
+                    &mv.from_node,
+                    MovePhase::RollingBack,
+                    false,
+                    |m| {
+                        m.message = format!(
+                            "the checkpoint did not reach the coordinator within {timeout:.0} s"
+                        );
+                    },
+                );
+            } else if mv.phase == MovePhase::Saving && now - mv.requested_at_unix > timeout {
                 warn!(job = %id, node = %mv.from_node, timeout_s = timeout, "the job did not save in time; it keeps running where it is");
                 self.set_move(&id, |m| {
                     m.phase = MovePhase::Failed;
@@ -444,8 +555,34 @@ impl ClusterState {
         }
     }
 
-    /// Saves this node has not confirmed, sent again when it reconnects.
+    /// Saves (and checkpoint uploads) this node has not confirmed, sent again when it
+    /// reconnects.
     pub(super) fn resend_saves(&mut self, node: &str) {
+        let uploads: Vec<(String, u32, String)> = self
+            .jobs
+            .values()
+            .filter_map(|j| {
+                let m = j.active_move()?;
+                let dir = j.spec.as_ref()?.checkpoint.as_ref()?.dir.clone();
+                (m.phase == MovePhase::Transferring && m.from_node == node).then(|| {
+                    (
+                        j.id.clone(),
+                        j.members.first().map_or(0, |m| m.attempt),
+                        dir,
+                    )
+                })
+            })
+            .collect();
+        for (job_id, attempt, dir) in uploads {
+            self.outbox.push((
+                node.to_owned(),
+                NodeCommand::Upload(UploadCheckpoint {
+                    job_id,
+                    attempt,
+                    dir,
+                }),
+            ));
+        }
         let saves: Vec<String> = self
             .jobs_on(node)
             .into_iter()

@@ -255,6 +255,7 @@ impl ClusterState {
                     message: String::new(),
                     saved: false,
                     attempt: 0,
+                    carried: false,
                 }],
                 category: Category::Unknown,
                 categories: Vec::new(),

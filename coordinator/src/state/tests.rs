@@ -39,7 +39,7 @@ fn starts(out: &[(String, NodeCommand)]) -> Vec<(String, String, u32)> {
     out.iter()
         .filter_map(|(n, c)| match c {
             NodeCommand::Start(s) => Some((n.clone(), s.job_id.clone(), s.replica)),
-            NodeCommand::Stop(_) | NodeCommand::Save(_) => None,
+            _ => None,
         })
         .collect()
 }

@@ -23,11 +23,11 @@
 
 use std::time::Duration;
 
-use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
 pub use governor_proto::node::{
-    GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest, NodeCapacity, NodeCommand,
-    NodeReport, RunState, SaveJob, StartJob, StopJob,
+    CheckpointChunk, GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest, NodeCapacity,
+    NodeCommand, NodeReport, RunState, SaveJob, StartJob, StopJob, UploadCheckpoint,
 };
+use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;
 pub use governor_proto::tls::TlsFiles;
@@ -199,8 +199,21 @@ impl NodeAgent {
         reports: watch::Receiver<NodeReport>,
         commands: mpsc::Sender<NodeCommand>,
     ) -> (JoinHandle<()>, watch::Receiver<AgentStatus>) {
+        // No uploads: a closed channel.
+        let (_, uploads) = mpsc::channel(1);
+        Self::spawn_with_uploads(config, reports, commands, uploads)
+    }
+
+    /// [`Self::spawn_with_status`], also sending the checkpoint pieces the daemon uploads
+    /// (in order, waiting for room in the session's stream).
+    pub fn spawn_with_uploads(
+        config: AgentConfig,
+        reports: watch::Receiver<NodeReport>,
+        commands: mpsc::Sender<NodeCommand>,
+        uploads: mpsc::Receiver<CheckpointChunk>,
+    ) -> (JoinHandle<()>, watch::Receiver<AgentStatus>) {
         let (status_tx, status_rx) = watch::channel(AgentStatus::Connecting { attempt: 1 });
-        let handle = tokio::spawn(run(config, reports, commands, status_tx));
+        let handle = tokio::spawn(run(config, reports, commands, uploads, status_tx));
         (handle, status_rx)
     }
 }
@@ -209,8 +222,10 @@ async fn run(
     config: AgentConfig,
     mut reports: watch::Receiver<NodeReport>,
     commands: mpsc::Sender<NodeCommand>,
+    mut uploads: mpsc::Receiver<CheckpointChunk>,
     status: watch::Sender<AgentStatus>,
 ) {
+    let mut uploads_open = true;
     if let Err(e) = config.validate() {
         warn!(error = %e, "cluster agent not started; the node keeps governing on its own");
         status.send_replace(AgentStatus::Stopped);
@@ -234,6 +249,7 @@ async fn run(
             &config,
             &mut reports,
             &commands,
+            (&mut uploads, &mut uploads_open),
             &status,
             &mut daemon_gone_logged,
         )
@@ -282,6 +298,7 @@ async fn session(
     config: &AgentConfig,
     reports: &mut watch::Receiver<NodeReport>,
     commands: &mpsc::Sender<NodeCommand>,
+    (uploads, uploads_open): (&mut mpsc::Receiver<CheckpointChunk>, &mut bool),
     status: &watch::Sender<AgentStatus>,
     daemon_gone_logged: &mut bool,
 ) -> Result<End, AgentError> {
@@ -372,6 +389,16 @@ async fn session(
                 },
                 Ok(None) => return Ok(End::Closed),
                 Err(s) => return Err(session_err(format!("{:?}: {}", s.code(), s.message()))),
+            },
+            piece = uploads.recv(), if *uploads_open => match piece {
+                // Waits for room: an upload is paced by the stream, reports are not held up for
+                // long (a piece is 1 MiB).
+                Some(p) => {
+                    if tx.send(NodeMessage::Chunk(p).into()).await.is_err() {
+                        return Err(session_err("the stream closed during an upload".into()));
+                    }
+                }
+                None => *uploads_open = false,
             },
             changed = reports.changed(), if !pending => {
                 if changed.is_err() {

@@ -7,6 +7,7 @@
 //! Shutdown (SIGTERM, SIGINT, or an error in the loop) restores every file the daemon changed.
 
 mod access;
+mod carry;
 pub mod core;
 mod job_sources;
 pub mod launcher;
@@ -541,6 +542,8 @@ struct ClusterSide {
     address: String,
     reports: watch::Sender<NodeReport>,
     launcher: launcher::Launcher,
+    /// Checkpoints carried through the coordinator (moves without a shared path).
+    carrier: carry::Carrier,
     gpus: crate::gpu::Gpus,
     /// Where the agent stands, for `governor status`.
     agent: AgentStatus,
@@ -581,13 +584,17 @@ impl ClusterSide {
         });
         let (reports, report_rx) = watch::channel(NodeReport::default());
         let (command_tx, commands) = mpsc::channel(64);
-        let (task, agent) = NodeAgent::spawn_with_status(agent_config, report_rx, command_tx);
+        let (uploads_tx, uploads) = mpsc::channel(4);
+        let carrier = carry::Carrier::new(c.job_output_dir.join("carry"), uploads_tx);
+        let (task, agent) =
+            NodeAgent::spawn_with_uploads(agent_config, report_rx, command_tx, uploads);
         info!(coordinator = %c.address, node = %settings.node_name, tls = !c.insecure, gpus = inventory.len(), "cluster agent started");
         Ok((
             ClusterSide {
                 address: c.address.clone(),
                 reports,
                 launcher,
+                carrier,
                 gpus,
                 agent: AgentStatus::Connecting { attempt: 1 },
                 last_error: None,
@@ -657,6 +664,28 @@ impl Shell {
         };
         match cmd {
             NodeCommand::Start(start) => {
+                if start.carried_checkpoint && !c.launcher.is_duplicate(&start) {
+                    // Its checkpoint came first, in pieces: unpacked whole, or no start.
+                    let dir = start
+                        .checkpoint
+                        .as_ref()
+                        .map(|k| k.dir.clone())
+                        .unwrap_or_default();
+                    match c
+                        .carrier
+                        .unpack_for(&start.job_id, start.attempt, &dir)
+                        .await
+                    {
+                        Ok(files) => {
+                            info!(job = %start.job_id, dir = %dir, files, "carried checkpoint unpacked")
+                        }
+                        Err(reason) => {
+                            c.launcher.refuse(start, reason);
+                            self.publish_report(now);
+                            return;
+                        }
+                    }
+                }
                 let outcome = c.launcher.start(self.core.actuator().fs(), start);
                 if let launcher::StartOutcome::Started(started) = outcome {
                     self.govern_coordinator_job(now, &started.job_id, &started)
@@ -670,6 +699,8 @@ impl Shell {
             NodeCommand::Save(save) => {
                 c.launcher.save(&save);
             }
+            NodeCommand::Upload(upload) => c.carrier.upload(upload),
+            NodeCommand::Chunk(piece) => c.carrier.receive(piece),
         }
         self.publish_report(now);
     }

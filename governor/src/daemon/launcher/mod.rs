@@ -180,6 +180,50 @@ impl Launcher {
         }
     }
 
+    /// Whether `s` is a resend of a start this node already has (running, or this attempt or a
+    /// later one ended here): nothing to do for it.
+    pub fn is_duplicate(&self, s: &StartJob) -> bool {
+        self.jobs
+            .get(&(s.job_id.clone(), s.replica))
+            .is_some_and(|known| !known.info.state.is_finished() || s.attempt <= known.info.attempt)
+    }
+
+    /// Record a start this node refuses before trying it (its carried checkpoint did not
+    /// arrive whole): reported `failed` with the reason, like a start that could not run.
+    pub fn refuse(&mut self, s: StartJob, reason: String) {
+        if self.is_duplicate(&s) {
+            return;
+        }
+        warn!(job = %s.job_id, replica = s.replica, %reason, "refusing to start a job for the coordinator");
+        let key = (s.job_id.clone(), s.replica);
+        self.jobs.insert(
+            key,
+            Launched {
+                info: CoordinatorJob {
+                    job_id: s.job_id,
+                    replica: s.replica,
+                    name: s.name,
+                    cgroup: None,
+                    state: RunState::Failed,
+                    exit_code: None,
+                    message: reason,
+                    gpu_indices: s.gpu_indices,
+                    saved: false,
+                    attempt: s.attempt,
+                },
+                record: None,
+                exit_file: None,
+                group: None,
+                signals: None,
+                stop_reason: None,
+                kill_at: None,
+                finished_at: Some(Instant::now()),
+                save_signal: None,
+                saving: false,
+            },
+        );
+    }
+
     /// Start a job (idempotent per job id and replica). Must run inside a tokio runtime.
     pub fn start(&mut self, fs: &CgroupFs, s: StartJob) -> StartOutcome {
         let key = (s.job_id.clone(), s.replica);

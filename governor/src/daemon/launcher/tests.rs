@@ -86,6 +86,7 @@ fn start_job(id: &str, name: &str, script: &str) -> StartJob {
         memory_bytes: None,
         checkpoint: None,
         attempt: 0,
+        carried_checkpoint: false,
     }
 }
 
@@ -473,6 +474,7 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
     s.checkpoint = Some(governor_proto::node::Checkpoint {
         dir: "/shared/ckpt/vae".into(),
         save_signal: 10,
+        carry: false,
     });
     assert!(matches!(
         bed.launcher.start(&bed.fs, s.clone()),

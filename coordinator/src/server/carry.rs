@@ -1,0 +1,280 @@
+//! Checkpoints the coordinator carries between nodes (a move without a shared path).
+//!
+//! Relayed rather than sent node to node: the nodes hold only their mTLS session to the
+//! coordinator (no node listens, no node needs to trust another), and the coordinator keeps
+//! the verified copy until the move is over, so a source that dies after its upload does not
+//! take the job's work with it. The cost is the bytes crossing the coordinator twice.
+//!
+//! The node that saved the job uploads its archive ([`governor_proto::archive`]) in pieces on its
+//! session; they are written to `<store>.checkpoints/<job>.part`, hashed on the way, and on the
+//! last piece checked against the sender's SHA-256 and size, then kept as `<job>.ckpt`. A start
+//! command with `carried_checkpoint` is preceded, on the target's session, by that file in pieces
+//! (with backpressure: a task awaits room in the session's queue), and the node checks the
+//! SHA-256 again before it unpacks and starts.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use governor_proto::archive::{CHUNK_BYTES, Sha256};
+use governor_proto::node::{CheckpointChunk, CoordinatorMessage, NodeCommand, StartJob};
+use tracing::{info, warn};
+
+use super::actor::SessionTx;
+
+/// What a piece completed.
+#[derive(Debug, PartialEq)]
+pub(super) enum Arrival {
+    /// More pieces to come.
+    More,
+    /// The whole archive arrived intact.
+    Whole { job: String, bytes: u64 },
+    /// The upload failed (the sender said so, a piece was out of order, or the checksum did not
+    /// match).
+    Broken { job: String, reason: String },
+}
+
+struct Incoming {
+    node: String,
+    attempt: u32,
+    file: fs::File,
+    hash: Sha256,
+    next: u64,
+}
+
+/// The checkpoints on their way through the coordinator.
+pub(super) struct Carried {
+    dir: PathBuf,
+    incoming: HashMap<String, Incoming>,
+}
+
+impl Carried {
+    /// Kept beside the store: `<store>.checkpoints/`.
+    pub(super) fn beside(store: &Path) -> Carried {
+        Carried {
+            dir: store.with_extension("checkpoints"),
+            incoming: HashMap::new(),
+        }
+    }
+
+    /// The verified archive of a job, once it arrived.
+    pub(super) fn archive(&self, job: &str) -> PathBuf {
+        self.dir.join(format!("{job}.ckpt"))
+    }
+
+    /// Take one uploaded piece from `node`.
+    pub(super) fn receive(&mut self, node: &str, c: CheckpointChunk) -> Arrival {
+        let job = c.job_id.clone();
+        let broken = |reason: String| Arrival::Broken {
+            job: job.clone(),
+            reason,
+        };
+        if c.offset == 0 {
+            // A (new) upload starts: whatever came before is dropped.
+            if let Err(e) = fs::create_dir_all(&self.dir) {
+                return broken(format!("cannot create {}: {e}", self.dir.display()));
+            }
+            let part = self.dir.join(format!("{job}.part"));
+            match fs::File::create(&part) {
+                Ok(file) => {
+                    self.incoming.insert(
+                        job.clone(),
+                        Incoming {
+                            node: node.to_owned(),
+                            attempt: c.attempt,
+                            file,
+                            hash: Sha256::default(),
+                            next: 0,
+                        },
+                    );
+                }
+                Err(e) => return broken(format!("cannot create {}: {e}", part.display())),
+            }
+        }
+        let Some(inc) = self.incoming.get_mut(&job) else {
+            return broken(format!("a piece at {} with no upload under way", c.offset));
+        };
+        if inc.node != node || inc.attempt != c.attempt || inc.next != c.offset {
+            self.incoming.remove(&job);
+            return broken(format!(
+                "a piece out of order (at {} from {node}, attempt {})",
+                c.offset, c.attempt
+            ));
+        }
+        if let Err(e) = inc.file.write_all(&c.data) {
+            self.incoming.remove(&job);
+            return broken(format!("cannot write the checkpoint: {e}"));
+        }
+        inc.hash.update(&c.data);
+        inc.next += c.data.len() as u64;
+        if !c.last {
+            return Arrival::More;
+        }
+        let inc = self.incoming.remove(&job).expect("present");
+        let part = self.dir.join(format!("{job}.part"));
+        if !c.error.is_empty() {
+            let _ = fs::remove_file(&part);
+            return broken(format!("node {node} could not send it: {}", c.error));
+        }
+        let sum = inc.hash.hex();
+        if inc.next != c.total_bytes || sum != c.sha256 {
+            let _ = fs::remove_file(&part);
+            return broken(format!(
+                "checksum mismatch: {} bytes with SHA-256 {sum}, the sender sent {} bytes with {}",
+                inc.next, c.total_bytes, c.sha256
+            ));
+        }
+        if let Err(e) = inc
+            .file
+            .sync_all()
+            .and_then(|()| fs::rename(&part, self.archive(&job)))
+        {
+            return broken(format!("cannot keep the checkpoint: {e}"));
+        }
+        info!(job = %job, bytes = inc.next, from = node, "a carried checkpoint arrived intact");
+        Arrival::Whole {
+            job,
+            bytes: inc.next,
+        }
+    }
+
+    /// Forget a job's archive (its move is over).
+    pub(super) fn discard(&mut self, job: &str) {
+        self.incoming.remove(job);
+        let _ = fs::remove_file(self.archive(job));
+        let _ = fs::remove_file(self.dir.join(format!("{job}.part")));
+    }
+}
+
+/// Send the job's archive in pieces, then its start, on a node's session (a task: it waits for
+/// room in the session's queue). A missing archive sends the start alone: the node refuses it
+/// ("did not arrive") and the move rolls back.
+pub(super) fn send_with_checkpoint(archive: PathBuf, start: StartJob, tx: SessionTx) {
+    tokio::spawn(async move {
+        let (job, attempt) = (start.job_id.clone(), start.attempt);
+        // A reader thread hands pieces over a small channel: at most a few MiB in memory.
+        let (pieces_tx, mut pieces) =
+            tokio::sync::mpsc::channel::<std::io::Result<CheckpointChunk>>(4);
+        tokio::task::spawn_blocking(move || {
+            let read = || -> std::io::Result<()> {
+                let mut f = fs::File::open(&archive)?;
+                let total = f.metadata()?.len();
+                let mut hash = Sha256::default();
+                let mut offset = 0u64;
+                loop {
+                    let mut buf = vec![0u8; CHUNK_BYTES];
+                    let mut n = 0;
+                    while n < buf.len() {
+                        let got = f.read(&mut buf[n..])?;
+                        if got == 0 {
+                            break;
+                        }
+                        n += got;
+                    }
+                    buf.truncate(n);
+                    hash.update(&buf);
+                    let last = offset + n as u64 >= total;
+                    let piece = CheckpointChunk {
+                        job_id: job.clone(),
+                        attempt,
+                        offset,
+                        data: buf,
+                        last,
+                        sha256: if last {
+                            std::mem::take(&mut hash).hex()
+                        } else {
+                            String::new()
+                        },
+                        total_bytes: total,
+                        error: String::new(),
+                    };
+                    offset += n as u64;
+                    if pieces_tx.blocking_send(Ok(piece)).is_err() || last {
+                        return Ok(());
+                    }
+                }
+            };
+            if let Err(e) = read() {
+                let _ = pieces_tx.blocking_send(Err(e));
+            }
+        });
+        while let Some(piece) = pieces.recv().await {
+            match piece {
+                Ok(p) => {
+                    let msg = CoordinatorMessage::Command(NodeCommand::Chunk(p)).into();
+                    if tx.send(Box::new(Ok(msg))).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    warn!(job = %start.job_id, error = %e, "cannot read the carried checkpoint; sending the start alone");
+                    break;
+                }
+            }
+        }
+        let msg = CoordinatorMessage::Command(NodeCommand::Start(start)).into();
+        let _ = tx.send(Box::new(Ok(msg))).await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(job: &str, offset: u64, data: &[u8], last: Option<(&str, u64)>) -> CheckpointChunk {
+        CheckpointChunk {
+            job_id: job.into(),
+            attempt: 0,
+            offset,
+            data: data.to_vec(),
+            last: last.is_some(),
+            sha256: last.map(|l| l.0.to_owned()).unwrap_or_default(),
+            total_bytes: last.map_or(0, |l| l.1),
+            error: String::new(),
+        }
+    }
+
+    #[test]
+    fn pieces_in_order_with_the_right_checksum_arrive_and_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Carried::beside(&dir.path().join("coordinator.redb"));
+        let mut h = Sha256::default();
+        h.update(b"hello world");
+        let sum = h.hex();
+        assert_eq!(
+            c.receive("a", piece("j1", 0, b"hello ", None)),
+            Arrival::More
+        );
+        assert_eq!(
+            c.receive("a", piece("j1", 6, b"world", Some((&sum, 11)))),
+            Arrival::Whole {
+                job: "j1".into(),
+                bytes: 11
+            }
+        );
+        assert_eq!(fs::read(c.archive("j1")).unwrap(), b"hello world");
+
+        // A corrupted piece: the checksum does not match.
+        c.receive("a", piece("j2", 0, b"hellO ", None));
+        let got = c.receive("a", piece("j2", 6, b"world", Some((&sum, 11))));
+        assert!(
+            matches!(&got, Arrival::Broken { reason, .. } if reason.contains("checksum mismatch")),
+            "{got:?}"
+        );
+        assert!(!c.archive("j2").exists());
+
+        // A piece out of order, or from another node.
+        c.receive("a", piece("j3", 0, b"hello ", None));
+        assert!(matches!(
+            c.receive("b", piece("j3", 6, b"world", None)),
+            Arrival::Broken { .. }
+        ));
+        assert!(matches!(
+            c.receive("a", piece("j4", 5, b"x", None)),
+            Arrival::Broken { .. }
+        ));
+        c.discard("j1");
+        assert!(!c.archive("j1").exists());
+    }
+}
