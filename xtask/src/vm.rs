@@ -432,6 +432,10 @@ fn tests_run(log: &str) -> usize {
 /// `cargo xtask test` runs them on the host, never in a guest.
 pub(crate) const ROOT_HOST_PREFIX: &str = "root_host_";
 
+/// Ignored tests named so are benchmarks an xtask command runs (`bench-move --framework`), not
+/// tests for the VM bed.
+pub(crate) const BENCH_PREFIX: &str = "bench_";
+
 fn test_loop(exes: &[&PathBuf], test_args: &str) -> String {
     let mut s = String::from("rc=0\n");
     for exe in exes {
@@ -459,7 +463,9 @@ fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
         } else {
             test_loop(
                 &selected,
-                &format!("{filter} --skip multinode_ --skip {ROOT_HOST_PREFIX}"),
+                &format!(
+                    "{filter} --skip multinode_ --skip {ROOT_HOST_PREFIX} --skip {BENCH_PREFIX}"
+                ),
             )
         }
     );
