@@ -187,6 +187,20 @@ pub fn unpack(input: &mut impl Read, dir: &Path) -> Result<u64, ArchiveError> {
     }
 }
 
+/// The next piece of a stream: [`CHUNK_BYTES`] bytes, fewer only at its end (empty there).
+pub fn read_piece(f: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
 /// SHA-256 of a stream being written, as lowercase hex at the end.
 pub struct Sha256 {
     ctx: ring::digest::Context,

@@ -215,3 +215,19 @@ pub fn remove_empty_governor_subtree() {
         let _ = fs::remove_dir(base.join("governor.slice"));
     }
 }
+
+/// The (epoch, loss) records of a Keras CSV log (`epoch,accuracy,loss`, as `demo-trainer`
+/// writes it); the loss kept as written, so that runs compare bit for bit.
+pub fn keras_epochs(log: &Path) -> Vec<(u64, String)> {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut f = l.split(',');
+            let epoch = f.next()?.parse().ok()?;
+            let loss = f.nth(1)?.to_owned();
+            Some((epoch, loss))
+        })
+        .collect()
+}

@@ -19,6 +19,7 @@ use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::keras_epochs;
 use governor_proto::control::{JobSpec, JobStatus, MovePhase, NodeStatus};
 use governor_proto::node::{Checkpoint, DEFAULT_SAVE_SIGNAL};
 
@@ -42,21 +43,6 @@ fn wait_for<T>(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The (epoch, loss) records of a Keras CSV log.
-fn epochs(log: &Path) -> Vec<(u64, String)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            let epoch = f.next()?.parse().ok()?;
-            let loss = f.nth(1)?.to_owned();
-            Some((epoch, loss))
-        })
-        .collect()
 }
 
 /// A coordinator (first-fit) and the daemons of node-a and node-b, joined over mTLS.
@@ -231,7 +217,7 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
         .status()
         .expect("demo-trainer runs");
     assert!(status.success());
-    let expected = epochs(&reference);
+    let expected = keras_epochs(&reference);
     assert_eq!(expected.len(), 20);
 
     let log = shared.join("train.csv");
@@ -255,7 +241,7 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
         "a few epochs on node-a",
         Duration::from_secs(60),
         &[&c.a, &c.b],
-        || (epochs(&log).len() >= 4).then_some(()),
+        || (keras_epochs(&log).len() >= 4).then_some(()),
     );
 
     let moving =
@@ -292,7 +278,7 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
     assert_eq!(done.summary.members[0].node, "node-b");
 
     // Every epoch once, in order: it went on from the epoch it left.
-    let got = epochs(&log);
+    let got = keras_epochs(&log);
     let numbers: Vec<u64> = got.iter().map(|(e, _)| *e).collect();
     assert_eq!(numbers, (0..20).collect::<Vec<u64>>(), "{got:?}");
     // And learnt exactly what the run that never moved learnt.
@@ -365,7 +351,7 @@ fn bench_framework_move() {
             // Epoch lines as they appear, with when.
             let mut seen: Vec<Instant> = Vec::new();
             let watch = |seen: &mut Vec<Instant>| {
-                let n = epochs(&log).len();
+                let n = keras_epochs(&log).len();
                 while seen.len() < n {
                     seen.push(Instant::now());
                 }

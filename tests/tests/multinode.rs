@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use governor_integration_tests::require_vm;
+use governor_integration_tests::{keras_epochs, require_vm};
 
 fn node_env() -> (u32, u32) {
     let get = |k: &str| -> u32 {
@@ -564,21 +564,6 @@ fn coordinator_node(n: u32) {
         tail(&work.join("coordinator-2.log"))
     );
     drop(coordinator);
-}
-
-/// The (epoch, loss) records of a Keras CSV log.
-fn keras_epochs(log: &Path) -> Vec<(u64, String)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            let epoch = f.next()?.parse().ok()?;
-            let loss = f.nth(1)?.to_owned();
-            Some((epoch, loss))
-        })
-        .collect()
 }
 
 /// Epochs of a movable job: long enough (about 1 s each) for two moves, each confirmed after

@@ -14,10 +14,10 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use governor_proto::archive::{CHUNK_BYTES, Sha256};
+use governor_proto::archive::{Sha256, read_piece};
 use governor_proto::node::{CheckpointChunk, CoordinatorMessage, NodeCommand, StartJob};
 use tracing::{info, warn};
 
@@ -163,16 +163,8 @@ pub(super) fn send_with_checkpoint(archive: PathBuf, start: StartJob, tx: Sessio
                 let mut hash = Sha256::default();
                 let mut offset = 0u64;
                 loop {
-                    let mut buf = vec![0u8; CHUNK_BYTES];
-                    let mut n = 0;
-                    while n < buf.len() {
-                        let got = f.read(&mut buf[n..])?;
-                        if got == 0 {
-                            break;
-                        }
-                        n += got;
-                    }
-                    buf.truncate(n);
+                    let buf = read_piece(&mut f)?;
+                    let n = buf.len();
                     hash.update(&buf);
                     let last = offset + n as u64 >= total;
                     let piece = CheckpointChunk {

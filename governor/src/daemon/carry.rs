@@ -14,12 +14,12 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use governor_proto::archive::{self, CHUNK_BYTES, Sha256};
+use governor_proto::archive::{self, Sha256};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -136,20 +136,15 @@ impl Carrier {
                 if !current() {
                     break; // a newer upload of this job took over
                 }
-                let mut buf = vec![0u8; CHUNK_BYTES];
-                let mut n = 0;
-                while n < buf.len() {
-                    match f.read(&mut buf[n..]) {
-                        Ok(0) => break,
-                        Ok(got) => n += got,
-                        Err(e) => {
-                            warn!(job = %job, error = %e, "cannot read back the packed checkpoint");
-                            let _ = fs::remove_file(&file);
-                            return;
-                        }
+                let buf = match archive::read_piece(&mut f) {
+                    Ok(buf) => buf,
+                    Err(e) => {
+                        warn!(job = %job, error = %e, "cannot read back the packed checkpoint");
+                        let _ = fs::remove_file(&file);
+                        return;
                     }
-                }
-                buf.truncate(n);
+                };
+                let n = buf.len();
                 let last = offset + n as u64 >= total;
                 let piece = CheckpointChunk {
                     job_id: job.clone(),
@@ -267,6 +262,7 @@ impl Carrier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor_proto::archive::CHUNK_BYTES;
 
     #[tokio::test]
     async fn a_checkpoint_goes_up_in_pieces_and_comes_down_whole_or_is_refused() {
