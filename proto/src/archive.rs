@@ -12,6 +12,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
+use crate::node::CheckpointChunk;
+
 /// The archive's first bytes.
 pub const MAGIC: &[u8; 8] = b"GOVCKPT1";
 
@@ -188,7 +190,7 @@ pub fn unpack(input: &mut impl Read, dir: &Path) -> Result<u64, ArchiveError> {
 }
 
 /// The next piece of a stream: [`CHUNK_BYTES`] bytes, fewer only at its end (empty there).
-pub fn read_piece(f: &mut impl Read) -> io::Result<Vec<u8>> {
+fn read_piece(f: &mut impl Read) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut n = 0;
     while n < buf.len() {
@@ -199,6 +201,70 @@ pub fn read_piece(f: &mut impl Read) -> io::Result<Vec<u8>> {
     }
     buf.truncate(n);
     Ok(buf)
+}
+
+/// An archive file as the pieces that carry it ([`CheckpointChunk`]s), in order; the last one
+/// holds the SHA-256 and the size of the whole, hashed while it is read.
+pub struct Pieces {
+    file: fs::File,
+    job_id: String,
+    attempt: u32,
+    offset: u64,
+    total: u64,
+    hash: Sha256,
+    done: bool,
+}
+
+impl Pieces {
+    pub fn open(path: &Path, job_id: &str, attempt: u32) -> io::Result<Pieces> {
+        let file = fs::File::open(path)?;
+        let total = file.metadata()?.len();
+        Ok(Pieces {
+            file,
+            job_id: job_id.to_owned(),
+            attempt,
+            offset: 0,
+            total,
+            hash: Sha256::default(),
+            done: false,
+        })
+    }
+}
+
+impl Iterator for Pieces {
+    type Item = io::Result<CheckpointChunk>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let data = match read_piece(&mut self.file) {
+            Ok(d) => d,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+        };
+        self.hash.update(&data);
+        let offset = self.offset;
+        self.offset += data.len() as u64;
+        let last = self.offset >= self.total;
+        self.done = last;
+        Some(Ok(CheckpointChunk {
+            job_id: self.job_id.clone(),
+            attempt: self.attempt,
+            offset,
+            data,
+            last,
+            sha256: if last {
+                std::mem::take(&mut self.hash).hex()
+            } else {
+                String::new()
+            },
+            total_bytes: self.total,
+            error: String::new(),
+        }))
+    }
 }
 
 /// SHA-256 of a stream being written, as lowercase hex at the end.
@@ -226,20 +292,6 @@ impl Sha256 {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
-    }
-
-    /// The checksum of a whole file.
-    pub fn of_file(path: &Path) -> io::Result<String> {
-        let mut f = fs::File::open(path)?;
-        let mut h = Sha256::default();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                return Ok(h.hex());
-            }
-            h.update(&buf[..n]);
-        }
     }
 }
 

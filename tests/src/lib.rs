@@ -231,3 +231,29 @@ pub fn keras_epochs(log: &Path) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// `demo-trainer`'s command line for a small deterministic run (8 features, 8 hidden units,
+/// batches of 64) that logs Keras CSV to `log`.
+pub fn demo_trainer_argv(
+    trainer: &Path,
+    log: &Path,
+    epochs: u64,
+    samples: u32,
+    seed: u32,
+) -> Vec<String> {
+    let mut argv = vec![trainer.display().to_string(), "--log".into()];
+    argv.push(log.display().to_string());
+    for (flag, value) in [
+        ("--format", "keras-csv".to_owned()),
+        ("--epochs", epochs.to_string()),
+        ("--samples", samples.to_string()),
+        ("--features", "8".into()),
+        ("--hidden", "8".into()),
+        ("--batch", "64".into()),
+        ("--seed", seed.to_string()),
+    ] {
+        argv.push(flag.into());
+        argv.push(value);
+    }
+    argv
+}

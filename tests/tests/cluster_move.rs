@@ -19,7 +19,7 @@ use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::keras_epochs;
+use governor_integration_tests::{demo_trainer_argv, keras_epochs};
 use governor_proto::control::{JobSpec, JobStatus, MovePhase, NodeStatus};
 use governor_proto::node::{Checkpoint, DEFAULT_SAVE_SIGNAL};
 
@@ -166,29 +166,8 @@ impl Cluster {
 }
 
 /// demo-trainer's arguments for a small, deterministic run logging to `log`.
-fn trainer_args(log: &Path, epochs: u32) -> Vec<String> {
-    [
-        bin("demo-trainer").display().to_string().as_str(),
-        "--log",
-        &log.display().to_string(),
-        "--format",
-        "keras-csv",
-        "--epochs",
-        &epochs.to_string(),
-        "--samples",
-        "512",
-        "--features",
-        "8",
-        "--hidden",
-        "8",
-        "--batch",
-        "64",
-        "--seed",
-        "7",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+fn trainer_args(log: &Path, epochs: u64) -> Vec<String> {
+    demo_trainer_argv(&bin("demo-trainer"), log, epochs, 512, 7)
 }
 
 /// A movable job running `argv` with its checkpoint in `ckpt`.

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use governor_integration_tests::{keras_epochs, require_vm};
+use governor_integration_tests::{demo_trainer_argv, keras_epochs, require_vm};
 
 fn node_env() -> (u32, u32) {
     let get = |k: &str| -> u32 {
@@ -595,31 +595,8 @@ fn submit_movable(
     .join(name);
     let _ = std::fs::remove_dir_all(&shared);
     std::fs::create_dir_all(&shared).unwrap();
-    let trainer = bin("demo-trainer").display().to_string();
-    let args = |log: &Path| -> Vec<String> {
-        [
-            trainer.as_str(),
-            "--log",
-            &log.display().to_string(),
-            "--format",
-            "keras-csv",
-            "--epochs",
-            &MOVABLE_EPOCHS.to_string(),
-            "--samples",
-            "256",
-            "--features",
-            "8",
-            "--hidden",
-            "8",
-            "--batch",
-            "64",
-            "--seed",
-            &seed.to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let trainer = bin("demo-trainer");
+    let args = |log: &Path| demo_trainer_argv(&trainer, log, MOVABLE_EPOCHS, 256, seed);
     let reference = shared.join("reference.csv");
     let a = args(&reference);
     let status = Command::new(&a[0])

@@ -17,7 +17,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use governor_proto::archive::{Sha256, read_piece};
+use governor_proto::archive::{Pieces, Sha256};
 use governor_proto::node::{CheckpointChunk, CoordinatorMessage, NodeCommand, StartJob};
 use tracing::{info, warn};
 
@@ -156,38 +156,15 @@ pub(super) fn send_with_checkpoint(archive: PathBuf, start: StartJob, tx: Sessio
         // A reader thread hands pieces over a small channel: at most a few MiB in memory.
         let (pieces_tx, mut pieces) =
             tokio::sync::mpsc::channel::<std::io::Result<CheckpointChunk>>(4);
-        tokio::task::spawn_blocking(move || {
-            let read = || -> std::io::Result<()> {
-                let mut f = fs::File::open(&archive)?;
-                let total = f.metadata()?.len();
-                let mut hash = Sha256::default();
-                let mut offset = 0u64;
-                loop {
-                    let buf = read_piece(&mut f)?;
-                    let n = buf.len();
-                    hash.update(&buf);
-                    let last = offset + n as u64 >= total;
-                    let piece = CheckpointChunk {
-                        job_id: job.clone(),
-                        attempt,
-                        offset,
-                        data: buf,
-                        last,
-                        sha256: if last {
-                            std::mem::take(&mut hash).hex()
-                        } else {
-                            String::new()
-                        },
-                        total_bytes: total,
-                        error: String::new(),
-                    };
-                    offset += n as u64;
-                    if pieces_tx.blocking_send(Ok(piece)).is_err() || last {
-                        return Ok(());
+        tokio::task::spawn_blocking(move || match Pieces::open(&archive, &job, attempt) {
+            Ok(all) => {
+                for piece in all {
+                    if pieces_tx.blocking_send(piece).is_err() {
+                        return;
                     }
                 }
-            };
-            if let Err(e) = read() {
+            }
+            Err(e) => {
                 let _ = pieces_tx.blocking_send(Err(e));
             }
         });

@@ -227,6 +227,11 @@ impl ClusterState {
             member.saved,
             self.nodes.get(&member.node).map(|n| n.status),
         );
+        // Every report of every job passes here: nothing to do (no clone) unless a move is
+        // under way or the job exited saved.
+        if job.active_move().is_none() && !(state == RunState::Exited && saved) {
+            return;
+        }
         let Some(mv) = job.moves.last().cloned() else {
             if state == RunState::Exited && saved && !job.status.is_finished() {
                 // Saved for a move this coordinator does not know (lost in a crash): it has not
@@ -558,56 +563,31 @@ impl ClusterState {
     /// Saves (and checkpoint uploads) this node has not confirmed, sent again when it
     /// reconnects.
     pub(super) fn resend_saves(&mut self, node: &str) {
-        let uploads: Vec<(String, u32, String)> = self
-            .jobs
-            .values()
-            .filter_map(|j| {
-                let m = j.active_move()?;
-                let dir = j.spec.as_ref()?.checkpoint.as_ref()?.dir.clone();
-                (m.phase == MovePhase::Transferring && m.from_node == node).then(|| {
-                    (
-                        j.id.clone(),
-                        j.members.first().map_or(0, |m| m.attempt),
-                        dir,
-                    )
-                })
-            })
-            .collect();
-        for (job_id, attempt, dir) in uploads {
-            self.outbox.push((
-                node.to_owned(),
-                NodeCommand::Upload(UploadCheckpoint {
-                    job_id,
-                    attempt,
-                    dir,
-                }),
-            ));
-        }
-        let saves: Vec<String> = self
+        let resend: Vec<NodeCommand> = self
             .jobs_on(node)
-            .into_iter()
-            .filter(|id| {
-                self.jobs.get(id).is_some_and(|j| {
-                    j.active_move().is_some_and(|m| {
-                        m.phase == MovePhase::Saving
-                            && m.from_node == node
-                            && j.members
-                                .first()
-                                .is_some_and(|mem| !mem.state.is_finished())
-                    })
-                })
+            .iter()
+            .filter_map(|id| {
+                let j = self.jobs.get(id)?;
+                let m = j.active_move().filter(|m| m.from_node == node)?;
+                let member = j.members.first()?;
+                match m.phase {
+                    MovePhase::Saving if !member.state.is_finished() => {
+                        Some(NodeCommand::Save(SaveJob {
+                            job_id: j.id.clone(),
+                            reason: m.reason.clone(),
+                        }))
+                    }
+                    MovePhase::Transferring => Some(NodeCommand::Upload(UploadCheckpoint {
+                        job_id: j.id.clone(),
+                        attempt: member.attempt,
+                        dir: j.spec.as_ref()?.checkpoint.as_ref()?.dir.clone(),
+                    })),
+                    _ => None,
+                }
             })
             .collect();
-        for id in saves {
-            let reason = self.jobs[&id].moves.last().map(|m| m.reason.clone());
-            self.outbox.push((
-                node.to_owned(),
-                NodeCommand::Save(SaveJob {
-                    job_id: id,
-                    reason: reason.unwrap_or_default(),
-                }),
-            ));
-        }
+        self.outbox
+            .extend(resend.into_iter().map(|c| (node.to_owned(), c)));
     }
 }
 

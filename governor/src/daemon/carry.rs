@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use governor_proto::archive::{self, Sha256};
+use governor_proto::archive::{self, Pieces, Sha256};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -41,23 +41,6 @@ pub(super) struct Carrier {
     incoming: HashMap<String, Incoming>,
     /// (job, attempt) -> the verified archive, or why it is not there.
     received: HashMap<(String, u32), Result<PathBuf, String>>,
-}
-
-/// A writer that hashes what it writes.
-struct Hashing<W> {
-    inner: W,
-    hash: Sha256,
-}
-
-impl<W: Write> Write for Hashing<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 impl Carrier {
@@ -89,23 +72,20 @@ impl Carrier {
             let (job, attempt) = (u.job_id.clone(), u.attempt);
             let packed = tokio::task::spawn_blocking({
                 let file = file.clone();
-                move || -> Result<(u64, String), String> {
+                move || -> Result<u64, String> {
                     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                     let out =
                         fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-                    let mut w = Hashing {
-                        inner: std::io::BufWriter::new(out),
-                        hash: Sha256::default(),
-                    };
+                    let mut w = std::io::BufWriter::new(out);
                     let n = archive::pack(Path::new(&u.dir), &mut w).map_err(|e| e.to_string())?;
                     w.flush().map_err(|e| e.to_string())?;
-                    Ok((n, w.hash.hex()))
+                    Ok(n)
                 }
             })
             .await
             .unwrap_or_else(|e| Err(format!("the packing task failed: {e}")));
-            let (total, sum) = match packed {
-                Ok(p) => p,
+            let total = match packed {
+                Ok(n) => n,
                 Err(error) => {
                     warn!(job = %job, %error, "cannot pack the checkpoint for the coordinator");
                     let _ = tx
@@ -124,41 +104,28 @@ impl Carrier {
                     return;
                 }
             };
-            let mut f = match fs::File::open(&file) {
-                Ok(f) => f,
+            let pieces = match Pieces::open(&file, &job, attempt) {
+                Ok(p) => p,
                 Err(e) => {
                     warn!(job = %job, error = %e, "cannot read back the packed checkpoint");
+                    let _ = fs::remove_file(&file);
                     return;
                 }
             };
-            let mut offset = 0u64;
-            loop {
+            for piece in pieces {
                 if !current() {
                     break; // a newer upload of this job took over
                 }
-                let buf = match archive::read_piece(&mut f) {
-                    Ok(buf) => buf,
+                match piece {
+                    Ok(p) => {
+                        if tx.send(p).await.is_err() {
+                            break;
+                        }
+                    }
                     Err(e) => {
                         warn!(job = %job, error = %e, "cannot read back the packed checkpoint");
-                        let _ = fs::remove_file(&file);
-                        return;
+                        break;
                     }
-                };
-                let n = buf.len();
-                let last = offset + n as u64 >= total;
-                let piece = CheckpointChunk {
-                    job_id: job.clone(),
-                    attempt,
-                    offset,
-                    data: buf,
-                    last,
-                    sha256: if last { sum.clone() } else { String::new() },
-                    total_bytes: total,
-                    error: String::new(),
-                };
-                offset += n as u64;
-                if tx.send(piece).await.is_err() || last {
-                    break;
                 }
             }
             let _ = fs::remove_file(&file);

@@ -126,6 +126,35 @@ struct Launched {
     saving: bool,
 }
 
+impl Launched {
+    /// The entry of a start not tried yet.
+    fn starting(s: &StartJob) -> Launched {
+        Launched {
+            info: CoordinatorJob {
+                job_id: s.job_id.clone(),
+                replica: s.replica,
+                name: s.name.clone(),
+                cgroup: None,
+                state: RunState::Starting,
+                exit_code: None,
+                message: String::new(),
+                gpu_indices: s.gpu_indices.clone(),
+                saved: false,
+                attempt: s.attempt,
+            },
+            record: None,
+            exit_file: None,
+            group: None,
+            signals: None,
+            stop_reason: None,
+            kill_at: None,
+            finished_at: None,
+            save_signal: s.checkpoint.as_ref().map(|c| c.save_signal),
+            saving: false,
+        }
+    }
+}
+
 /// A job cgroup whose main process ended: stragglers get SIGTERM, then SIGKILL, then the group
 /// is removed.
 struct Teardown {
@@ -195,74 +224,28 @@ impl Launcher {
             return;
         }
         warn!(job = %s.job_id, replica = s.replica, %reason, "refusing to start a job for the coordinator");
-        let key = (s.job_id.clone(), s.replica);
-        self.jobs.insert(
-            key,
-            Launched {
-                info: CoordinatorJob {
-                    job_id: s.job_id,
-                    replica: s.replica,
-                    name: s.name,
-                    cgroup: None,
-                    state: RunState::Failed,
-                    exit_code: None,
-                    message: reason,
-                    gpu_indices: s.gpu_indices,
-                    saved: false,
-                    attempt: s.attempt,
-                },
-                record: None,
-                exit_file: None,
-                group: None,
-                signals: None,
-                stop_reason: None,
-                kill_at: None,
-                finished_at: Some(Instant::now()),
-                save_signal: None,
-                saving: false,
-            },
-        );
+        let mut refused = Launched::starting(&s);
+        refused.info.state = RunState::Failed;
+        refused.info.message = reason;
+        refused.finished_at = Some(Instant::now());
+        self.jobs.insert((s.job_id, s.replica), refused);
     }
 
     /// Start a job (idempotent per job id and replica). Must run inside a tokio runtime.
     pub fn start(&mut self, fs: &CgroupFs, s: StartJob) -> StartOutcome {
         let key = (s.job_id.clone(), s.replica);
-        if let Some(known) = self.jobs.get(&key) {
-            // A newer start of a job that ended here (moved back after a failed move) runs
-            // again; anything else is a resend.
-            if !known.info.state.is_finished() || s.attempt <= known.info.attempt {
-                return StartOutcome::Duplicate;
-            }
-            self.jobs.remove(&key);
+        if self.is_duplicate(&s) {
+            return StartOutcome::Duplicate;
+        }
+        // A newer start of a job that ended here (moved back after a failed move) runs again.
+        if self.jobs.remove(&key).is_some() {
             // Its previous run's teardown must not signal the new run in the same group.
             let group = format!("/{}", group_name(&s.name, &s.job_id, s.replica, s.replicas));
             self.teardowns
                 .retain(|t| !t.group.to_string().ends_with(&group));
         }
-        let mut info = CoordinatorJob {
-            job_id: s.job_id.clone(),
-            replica: s.replica,
-            name: s.name.clone(),
-            cgroup: None,
-            state: RunState::Starting,
-            exit_code: None,
-            message: String::new(),
-            gpu_indices: s.gpu_indices.clone(),
-            saved: false,
-            attempt: s.attempt,
-        };
-        let mut launched = Launched {
-            info: info.clone(),
-            record: None,
-            exit_file: None,
-            group: None,
-            signals: None,
-            stop_reason: None,
-            kill_at: None,
-            finished_at: None,
-            save_signal: s.checkpoint.as_ref().map(|c| c.save_signal),
-            saving: false,
-        };
+        let mut launched = Launched::starting(&s);
+        let mut info = launched.info.clone();
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
                 info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
