@@ -96,6 +96,7 @@ async fn node(channel: Channel, index: usize, phase: Duration) {
             gpus,
         },
         agent_version: "bench".into(),
+        can_dump: false,
     };
     let mut client = NodeServiceClient::new(channel);
     let (tx, rx) = mpsc::channel(4);

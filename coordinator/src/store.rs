@@ -223,6 +223,7 @@ mod tests {
                     node_name: "n1".into(),
                     capacity: NodeCapacity::cpu_only(4.0, 1 << 30),
                     agent_version: "t".into(),
+                    can_dump: false,
                 },
                 "1.2.3.4:5".into(),
             );

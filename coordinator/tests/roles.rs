@@ -108,6 +108,7 @@ fn hello(node: &str) -> pb::NodeMessage {
         node_name: node.into(),
         capacity: NodeCapacity::cpu_only(4.0, 8 << 30),
         agent_version: "test".into(),
+        can_dump: false,
     })
     .into()
 }

@@ -219,6 +219,11 @@ pub struct CoordinatorConfig {
     /// see its exit status, also across a short disconnection).
     #[serde(with = "humantime_serde")]
     pub finished_retention: Duration,
+    /// Start the coordinator's jobs in a PID namespace of their own, so that CRIU can move
+    /// those that declared no checkpoint (needs root and a working `criu`).
+    pub transparent_moves: bool,
+    /// The `criu` program (a path, or a name looked up on PATH).
+    pub criu: PathBuf,
 }
 
 impl Default for CoordinatorConfig {
@@ -232,6 +237,8 @@ impl Default for CoordinatorConfig {
             job_output_dir: "/var/log/governor/jobs".into(),
             stop_grace: Duration::from_secs(10),
             finished_retention: Duration::from_secs(600),
+            transparent_moves: true,
+            criu: "criu".into(),
         }
     }
 }
@@ -634,6 +641,8 @@ v1_memory_limit = false
 # job_output_dir = "/var/log/governor/jobs"   # stdout/stderr of jobs the coordinator starts
 # stop_grace = "10s"                          # SIGTERM -> SIGKILL when the coordinator stops a job
 # finished_retention = "10m"                  # finished jobs stay in the reports this long
+# transparent_moves = true   # jobs in their own PID namespace: movable by CRIU without a checkpoint
+# criu = "criu"              # the criu program (path or name on PATH); root only
 
 # ---------------------------------------------------------------------------------------------
 # Example declared job, /etc/governor/jobs.d/bert.toml:

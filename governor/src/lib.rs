@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coordinator_client;
+pub mod criu;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;

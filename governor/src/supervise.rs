@@ -15,6 +15,18 @@
 //! and the job is killed if the supervisor itself is (PR_SET_PDEATHSIG), as it was when it was
 //! the main process. A program that cannot be started is recorded with its error (and code 127, as a shell would),
 //! so the daemon reports the job `failed` with the reason rather than a bare exit code.
+//!
+//! With `--pid-namespace` the job runs in a PID namespace of its own under a small init (this
+//! same program, `--namespace-init`), so that CRIU can dump its whole tree and restore it on
+//! another node with the same PIDs (a transparent move). The init is PID 1 there: it calls
+//! `setsid` (a dumped tree must hold its own session), passes the signals on, reaps orphans,
+//! and writes the job's record itself, because a PID 1 cannot end itself by a signal and its
+//! parent would only see "exited 128+N". With `--restore DIR` the supervisor runs `criu
+//! restore` of a dump in DIR instead of the command (criu stays the restored init's parent and
+//! forwards nothing: signals go to the restored init, whose pid criu writes to a file). The
+//! restored init still writes the job's record, at the same path. If no record is left, the
+//! init was killed (CRIU's dump kills the tree once it is saved; an OOM kill): recorded as
+//! SIGKILL, and the daemon, which knows whether it dumped the job, tells the two apart.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -80,6 +92,21 @@ pub struct SuperviseArgs {
     /// when it could not start).
     #[arg(long)]
     pub status_file: PathBuf,
+    /// Run the job in a PID namespace of its own, under a small init (so that CRIU can dump
+    /// and restore its whole process tree). Without the right to (CAP_SYS_ADMIN) the job runs
+    /// without one, and says so on stderr.
+    #[arg(long)]
+    pub pid_namespace: bool,
+    /// Restore the job from the CRIU images in this directory instead of starting the command
+    /// (the end of a transparent move on this node; the command is kept for the record).
+    #[arg(long, value_name = "DIR")]
+    pub restore: Option<PathBuf>,
+    /// The `criu` program (for `--restore`).
+    #[arg(long, default_value = "criu")]
+    pub criu: PathBuf,
+    /// Internal: be the init of the job's PID namespace (started by `--pid-namespace`).
+    #[arg(long, hide = true)]
+    pub namespace_init: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -96,6 +123,25 @@ pub fn run(args: SuperviseArgs) -> ExitCode {
     if let Err(e) = crate::sys::catch_signals_for_forwarding(&FORWARDED) {
         eprintln!("governor supervise: cannot pass signals on to the job: {e}");
     }
+    if args.namespace_init {
+        return run_namespace_init(&args);
+    }
+    if let Some(images) = &args.restore {
+        return run_restore(&args, images);
+    }
+    if args.pid_namespace {
+        match crate::sys::unshare_pid_namespace() {
+            Ok(()) => return run_namespaced(&args),
+            Err(e) => eprintln!(
+                "governor supervise: cannot give the job a PID namespace of its own ({e}); it runs without one and cannot be moved by CRIU"
+            ),
+        }
+    }
+    run_plain(&args)
+}
+
+/// The job as the supervisor's own child.
+fn run_plain(args: &SuperviseArgs) -> ExitCode {
     let program = &args.command[0];
     let mut command = std::process::Command::new(program);
     command.args(&args.command[1..]);
@@ -126,11 +172,178 @@ pub fn run(args: SuperviseArgs) -> ExitCode {
     };
     let record = ExitRecord::from_status(status);
     write_or_say(&record, &args.status_file);
+    end_like(&record)
+}
+
+/// End the way the record says the job ended.
+fn end_like(record: &ExitRecord) -> ExitCode {
     match (record.code, record.signal) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
         (None, Some(signal)) => crate::sys::end_like_signal(signal),
         (None, None) => ExitCode::from(125),
     }
+}
+
+/// The supervisor of a job in its own PID namespace (already unshared): start the init, which
+/// starts the job; wait for it.
+fn run_namespaced(args: &SuperviseArgs) -> ExitCode {
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command
+        .arg("supervise")
+        .arg("--namespace-init")
+        .arg("--status-file")
+        .arg(&args.status_file)
+        .arg("--")
+        .args(&args.command);
+    crate::sys::kill_when_parent_dies(&mut command);
+    let mut init = match command.spawn() {
+        Ok(init) => init,
+        Err(e) => {
+            eprintln!(
+                "governor supervise: cannot start the job's namespace init ({e}); running it without one"
+            );
+            return run_plain(args);
+        }
+    };
+    crate::sys::forward_signals_to(init.id());
+    let status = match init.wait() {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("governor supervise: cannot wait for the job: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    finish_namespaced(args, Some(status))
+}
+
+/// After the job's init ended: its own record (it writes one when the job ends), else how the
+/// init itself ended (`None`: unknown, after a restore, where criu is the init's parent).
+fn finish_namespaced(args: &SuperviseArgs, init: Option<ExitStatus>) -> ExitCode {
+    let record = ExitRecord::read(&args.status_file).unwrap_or_else(|| {
+        let record = match init {
+            Some(status) if status.signal().is_some() => ExitRecord::from_status(status),
+            // No record and no signal: killed where we could not see it (a dump, an OOM kill).
+            _ => ExitRecord {
+                code: None,
+                signal: Some(libc::SIGKILL),
+                error: None,
+            },
+        };
+        write_or_say(&record, &args.status_file);
+        record
+    });
+    end_like(&record)
+}
+
+/// PID 1 of the job's namespace: its own session, the job as its child, orphans reaped, the
+/// job's record written here (a PID 1 cannot end itself by a signal), its code as the exit.
+fn run_namespace_init(args: &SuperviseArgs) -> ExitCode {
+    crate::sys::close_inherited_descriptors();
+    if let Err(e) = crate::sys::new_session() {
+        eprintln!("governor supervise: cannot start a session for the job ({e})");
+    }
+    let program = &args.command[0];
+    let mut command = std::process::Command::new(program);
+    command.args(&args.command[1..]);
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let error = format!("cannot start {program:?}: {e}");
+            eprintln!("governor supervise: {error}");
+            write_or_say(
+                &ExitRecord {
+                    code: Some(127),
+                    signal: None,
+                    error: Some(error),
+                },
+                &args.status_file,
+            );
+            return ExitCode::from(127);
+        }
+    };
+    crate::sys::forward_signals_to(child.id());
+    let status = match crate::sys::reap_until(child.id()) {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("governor supervise: cannot wait for the job: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    let record = ExitRecord::from_status(status);
+    write_or_say(&record, &args.status_file);
+    let code = record
+        .code
+        .or(record.signal.map(|s| 128 + s))
+        .unwrap_or(125);
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
+/// Restore a dumped job (`criu restore` in the foreground: criu stays the parent of the
+/// restored init and waits for it); signals go to the restored init once criu names it.
+fn run_restore(args: &SuperviseArgs, images: &Path) -> ExitCode {
+    let pidfile = images.join("restored.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    let mut command = std::process::Command::new(&args.criu);
+    command
+        .args(crate::criu::restore_args(images, &pidfile))
+        .stdin(std::process::Stdio::null());
+    crate::sys::kill_when_parent_dies(&mut command);
+    let mut criu = match command.spawn() {
+        Ok(criu) => criu,
+        Err(e) => {
+            return record_start_error(
+                args,
+                format!("cannot run {} to restore the job: {e}", args.criu.display()),
+            );
+        }
+    };
+    // Restored once criu names the restored init (the file may be gone later: a new dump of
+    // the job replaces the images directory).
+    let mut restored = false;
+    let status = loop {
+        match criu.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        {
+            restored = true;
+            crate::sys::forward_signals_to(pid);
+            break criu.wait();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    match status {
+        Ok(status) if !restored => record_start_error(
+            args,
+            format!(
+                "criu could not restore the job ({status}): {}",
+                crate::criu::log_errors(&images.join(crate::criu::RESTORE_LOG))
+            ),
+        ),
+        Ok(_) => finish_namespaced(args, None),
+        Err(e) => {
+            eprintln!("governor supervise: cannot wait for criu: {e}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+/// The job could not start (or be restored): recorded with the reason and code 127.
+fn record_start_error(args: &SuperviseArgs, error: String) -> ExitCode {
+    eprintln!("governor supervise: {error}");
+    write_or_say(
+        &ExitRecord {
+            code: Some(127),
+            signal: None,
+            error: Some(error),
+        },
+        &args.status_file,
+    );
+    ExitCode::from(127)
 }
 
 fn write_or_say(record: &ExitRecord, path: &Path) {

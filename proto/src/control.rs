@@ -123,6 +123,9 @@ pub struct NodeSummary {
     pub last_report_age_s: f64,
     /// Jobs per category, in [`Category::ALL`] order.
     pub category_counts: [u32; 4],
+    /// It can dump and restore jobs with CRIU (jobs without a checkpoint move to and from it).
+    #[serde(default)]
+    pub can_dump: bool,
 }
 
 /// A job's status in the cluster.
@@ -456,6 +459,7 @@ impl TryFrom<pb::NodeSummary> for NodeSummary {
             jobs: m.jobs,
             last_report_age_s: non_negative("last_report_age_s", m.last_report_age_s)?,
             category_counts,
+            can_dump: m.can_dump,
         })
     }
 }
@@ -733,6 +737,7 @@ impl From<NodeSummary> for pb::NodeSummary {
             jobs: n.jobs,
             last_report_age_s: n.last_report_age_s,
             category_counts: n.category_counts.to_vec(),
+            can_dump: n.can_dump,
         }
     }
 }

@@ -55,6 +55,10 @@ pub struct Hello {
     pub node_name: String,
     pub capacity: NodeCapacity,
     pub agent_version: String,
+    /// It can dump and restore a job's process tree with CRIU (jobs that declared no
+    /// checkpoint can move to and from it).
+    #[serde(default)]
+    pub can_dump: bool,
 }
 
 pub use crate::error::check_node_name as validate_node_name;
@@ -156,6 +160,9 @@ pub struct JobReport {
     /// Which start of the job this is ([`StartJob::attempt`]).
     #[serde(default)]
     pub attempt: u32,
+    /// The node could not save it for a move (a CRIU dump that failed): why. It runs on.
+    #[serde(default)]
+    pub save_error: String,
 }
 
 impl JobReport {
@@ -186,6 +193,7 @@ impl JobReport {
             time_to_quality_s: None,
             saved: false,
             attempt: 0,
+            save_error: String::new(),
         }
     }
 }
@@ -331,14 +339,39 @@ pub struct Checkpoint {
     /// the node that resumes it.
     #[serde(default)]
     pub carry: bool,
+    /// Not declared by the job: it moves by CRIU. Its node dumps its process tree into a
+    /// directory of the node's own (`dir` is empty, `save_signal` 0) and the coordinator
+    /// carries it; a start with a later attempt restores the dump.
+    #[serde(default)]
+    pub transparent: bool,
 }
 
 /// SIGUSR1: the save signal unless a job names another.
 pub const DEFAULT_SAVE_SIGNAL: i32 = 10;
 
 impl Checkpoint {
-    /// Check a checkpoint declaration (absolute directory, a real signal number).
+    /// The transparent (CRIU) move of a job that declared no checkpoint.
+    pub fn transparent() -> Checkpoint {
+        Checkpoint {
+            dir: String::new(),
+            save_signal: 0,
+            carry: true,
+            transparent: true,
+        }
+    }
+
+    /// Check a checkpoint declaration (absolute directory, a real signal number; or a
+    /// transparent one as [`Checkpoint::transparent`] makes it).
     pub fn check(&self) -> Result<(), InvalidMessage> {
+        if self.transparent {
+            if !self.dir.is_empty() || self.save_signal != 0 || !self.carry {
+                return Err(InvalidMessage::new(
+                    "checkpoint.transparent",
+                    "a transparent (CRIU) checkpoint has no directory and no save signal, and is carried",
+                ));
+            }
+            return Ok(());
+        }
         if !self.dir.starts_with('/') || self.dir.contains('\0') {
             return Err(InvalidMessage::new(
                 "checkpoint.dir",
@@ -362,6 +395,7 @@ impl TryFrom<pb::Checkpoint> for Checkpoint {
             dir: short("checkpoint.dir", m.dir, MAX_MESSAGE_LEN)?,
             save_signal: m.save_signal,
             carry: m.carry,
+            transparent: m.transparent,
         };
         c.check()?;
         Ok(c)
@@ -374,6 +408,7 @@ impl From<Checkpoint> for pb::Checkpoint {
             dir: c.dir,
             save_signal: c.save_signal,
             carry: c.carry,
+            transparent: c.transparent,
         }
     }
 }
@@ -524,6 +559,7 @@ impl TryFrom<pb::Hello> for Hello {
             node_name: m.node_name,
             capacity,
             agent_version: short("agent_version", m.agent_version, MAX_NAME_LEN)?,
+            can_dump: m.can_dump,
         })
     }
 }
@@ -568,6 +604,7 @@ impl TryFrom<pb::JobReport> for JobReport {
             })?,
             saved: m.saved,
             attempt: m.attempt,
+            save_error: short("save_error", m.save_error, MAX_MESSAGE_LEN)?,
         })
     }
 }
@@ -819,6 +856,7 @@ impl From<Hello> for pb::Hello {
             node_name: h.node_name,
             capacity: Some(h.capacity.into()),
             agent_version: h.agent_version,
+            can_dump: h.can_dump,
         }
     }
 }
@@ -850,6 +888,7 @@ impl From<JobReport> for pb::JobReport {
             time_to_quality_s: j.time_to_quality_s,
             saved: j.saved,
             attempt: j.attempt,
+            save_error: j.save_error,
         }
     }
 }
@@ -1022,11 +1061,26 @@ mod tests {
     }
 
     #[test]
+    fn a_transparent_checkpoint_names_no_directory_and_no_signal_and_round_trips() {
+        let t = Checkpoint::transparent();
+        t.check().unwrap();
+        let back = Checkpoint::try_from(pb::Checkpoint::from(t.clone())).unwrap();
+        assert_eq!(back, t);
+        let mut bad = t.clone();
+        bad.dir = "/x".into();
+        assert_eq!(bad.check().unwrap_err().field, "checkpoint.transparent");
+        let mut bad = t;
+        bad.carry = false;
+        assert!(bad.check().is_err());
+    }
+
+    #[test]
     fn hello_needs_capacity_and_a_dns_name() {
         let hello = pb::Hello {
             node_name: "node1".into(),
             capacity: None,
             agent_version: "0.1".into(),
+            can_dump: false,
         };
         assert_eq!(
             Hello::try_from(hello).unwrap_err().to_string(),
@@ -1036,6 +1090,7 @@ mod tests {
             node_name: "Node_1".into(),
             capacity: Some(NodeCapacity::cpu_only(4.0, 1).into()),
             agent_version: String::new(),
+            can_dump: false,
         };
         assert_eq!(Hello::try_from(hello).unwrap_err().field, "node_name");
         let hello = pb::Hello {
@@ -1046,6 +1101,7 @@ mod tests {
                 gpus: vec![],
             }),
             agent_version: String::new(),
+            can_dump: false,
         };
         assert_eq!(Hello::try_from(hello).unwrap_err().field, "capacity.cores");
     }
@@ -1092,6 +1148,7 @@ mod tests {
                 dir: "/shared/ckpt/bert".into(),
                 save_signal: DEFAULT_SAVE_SIGNAL,
                 carry: true,
+                transparent: false,
             }),
             attempt: 2,
             carried_checkpoint: true,

@@ -348,6 +348,7 @@ async fn an_invalid_report_gets_invalid_argument_naming_the_field() {
             node_name: "node-a".into(),
             capacity: Some(NodeCapacity::cpu_only(2.0, 1 << 30).into()),
             agent_version: "test".into(),
+            can_dump: false,
         })),
     })
     .await

@@ -178,6 +178,7 @@ fn movable(name: &str, argv: Vec<String>, log: &Path, ckpt: &Path) -> JobSpec {
         dir: ckpt.display().to_string(),
         save_signal: DEFAULT_SAVE_SIGNAL,
         carry: false,
+        transparent: false,
     });
     spec
 }

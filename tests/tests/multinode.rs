@@ -529,13 +529,14 @@ fn coordinator_node(n: u32) {
     );
 
     if n >= 3 {
+        move_a_job_by_criu_both_ways(&certs);
         move_a_job_both_ways(&certs);
         move_to_a_target_that_cannot_run_it(&certs);
         move_a_job_without_a_shared_path(&certs);
 
         // The coordinator killed while a job saves for a move: the restarted one (on the same
         // store) finishes the move.
-        let job = submit_movable(&certs, "survivor", 17, None, false);
+        let job = submit_movable(&certs, "survivor", 17, None, Saves::Shared);
         wait_for("a few epochs", 240, || {
             (keras_epochs(&job.log).len() >= 3).then_some(())
         });
@@ -570,6 +571,18 @@ fn coordinator_node(n: u32) {
 /// the coordinator's `move_confirm_s` (10 s).
 const MOVABLE_EPOCHS: u64 = 40;
 
+/// How a movable job saves itself.
+#[derive(Clone, Copy, PartialEq)]
+enum Saves {
+    /// A framework checkpoint in the directory every guest shares.
+    Shared,
+    /// A framework checkpoint in each guest's own /tmp, carried by the coordinator.
+    Carried,
+    /// Nothing declared: moved by CRIU (its log in the shared directory, its output file in
+    /// each guest's own job output directory, carried with the dump).
+    Criu,
+}
+
 /// A deterministic training job with a framework checkpoint on the guests' shared directory.
 struct Movable {
     id: String,
@@ -586,8 +599,9 @@ fn submit_movable(
     name: &str,
     seed: u32,
     wrapper: Option<&str>,
-    carry: bool,
+    saves: Saves,
 ) -> Movable {
+    let carry = saves == Saves::Carried;
     let shared = PathBuf::from(
         std::env::var("GOVERNOR_SHARED_DIR")
             .expect("GOVERNOR_SHARED_DIR (the guests' shared run directory)"),
@@ -618,13 +632,14 @@ fn submit_movable(
         "submit",
         "--name",
         name,
-        "--checkpoint-dir",
-        &ckpt,
         "--log",
         &log.display().to_string(),
     ]
     .map(str::to_owned)
     .to_vec();
+    if saves != Saves::Criu {
+        submit.extend(["--checkpoint-dir".to_owned(), ckpt.clone()]);
+    }
     if carry {
         submit.push("--carry".into());
     }
@@ -638,12 +653,10 @@ fn submit_movable(
         ]);
     }
     submit.extend(args(&log));
-    submit.extend([
-        "--checkpoint-dir".into(),
-        ckpt,
-        "--pause-ms".into(),
-        "1000".into(),
-    ]);
+    if saves != Saves::Criu {
+        submit.extend(["--checkpoint-dir".into(), ckpt]);
+    }
+    submit.extend(["--pause-ms".into(), "1000".into()]);
     let out = govctl(
         certs,
         &submit.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -695,7 +708,7 @@ fn check_completed_unharmed(certs: &Path, job: &Movable) {
 /// on from the epoch it left each time, and its losses equal, bit for bit, those of the same
 /// run never moved (run here on node1).
 fn move_a_job_both_ways(certs: &Path) {
-    let job = submit_movable(certs, "mover", 11, None, false);
+    let job = submit_movable(certs, "mover", 11, None, Saves::Shared);
     let mut at = 0;
     for to in ["node3", "node2"] {
         wait_for("a few more epochs", 240, || {
@@ -710,10 +723,33 @@ fn move_a_job_both_ways(certs: &Path) {
     check_completed_unharmed(certs, &job);
 }
 
+/// A deterministic training process that declared no checkpoint, moved by CRIU from node2 to
+/// node3 and back: its whole process tree is dumped, carried by the coordinator (with the
+/// output file it holds open, which is in each guest's own job output directory) and
+/// restored; its log goes on from the epoch it left, and its losses equal, bit for bit,
+/// those of the same run never moved.
+fn move_a_job_by_criu_both_ways(certs: &Path) {
+    let job = submit_movable(certs, "dumped", 23, None, Saves::Criu);
+    let mut at = 0;
+    for to in ["node3", "node2"] {
+        wait_for("a few more epochs", 240, || {
+            (keras_epochs(&job.log).len() >= at + 3).then_some(())
+        });
+        let said = govctl(certs, &["migrate", &job.id, "--to", to]);
+        eprintln!("node1: {}", said.trim());
+        assert!(said.contains("CRIU dump"), "{said}");
+        let m = wait_move(certs, &job.id, "done", to);
+        eprintln!("node1: moved by CRIU to {to}: {m}");
+        assert!(m["bytes"].as_u64().is_some_and(|b| b > 0), "{m}");
+        at = keras_epochs(&job.log).len();
+    }
+    check_completed_unharmed(certs, &job);
+}
+
 /// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries
 /// it from node2 to node3, checksummed, and the job resumes from it there.
 fn move_a_job_without_a_shared_path(certs: &Path) {
-    let job = submit_movable(certs, "carried", 19, None, true);
+    let job = submit_movable(certs, "carried", 19, None, Saves::Carried);
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
@@ -733,7 +769,7 @@ fn move_to_a_target_that_cannot_run_it(certs: &Path) {
         "homesick",
         13,
         Some("if [ \"$GOVERNOR_NODE\" = 3 ]; then echo cannot restore here >&2; exit 3; fi"),
-        false,
+        Saves::Shared,
     );
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())

@@ -72,7 +72,7 @@ pub fn nodes_table(nodes: &[NodeSummary]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:<9} {:>11} {:>13} {:>9} {:>4}  {:<24} {:>8}",
+        "{:<16} {:<9} {:>11} {:>13} {:>9} {:>4}  {:<24} {:>8}  MOVES",
         "NODE", "STATUS", "CPU", "MEMORY", "GPUS", "JOBS", "CATEGORIES (u/p/w/c)", "REPORTED"
     );
     for n in nodes {
@@ -84,7 +84,7 @@ pub fn nodes_table(nodes: &[NodeSummary]) -> String {
         let [u, p, w, c] = n.category_counts;
         let _ = writeln!(
             out,
-            "{:<16} {:<9} {:>11} {:>13} {:>9} {:>4}  {:<24} {:>8}",
+            "{:<16} {:<9} {:>11} {:>13} {:>9} {:>4}  {:<24} {:>8}  {}",
             n.name,
             n.status.to_string(),
             format!("{:.1}/{:.0}", n.cpu_used_cores, n.capacity.cores),
@@ -97,6 +97,12 @@ pub fn nodes_table(nodes: &[NodeSummary]) -> String {
             n.jobs,
             format!("{u}/{p}/{w}/{c}"),
             format!("{} ago", duration(n.last_report_age_s)),
+            // Jobs with a declared checkpoint move anywhere; others only between CRIU nodes.
+            if n.can_dump {
+                "checkpoint, criu"
+            } else {
+                "checkpoint"
+            },
         );
     }
     if nodes.is_empty() {
@@ -652,6 +658,7 @@ mod tests {
             jobs: 1,
             last_report_age_s: 0.5,
             category_counts: [0, 0, 1, 0],
+            can_dump: true,
         };
         let mut job = summary(JobStatus::Running);
         job.migration_request = Some("node node2 asks: converged".into());

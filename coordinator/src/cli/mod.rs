@@ -473,6 +473,7 @@ pub async fn main(cli: Cli) -> Result<()> {
                     dir,
                     save_signal: a.save_signal,
                     carry: a.carry,
+                    transparent: false,
                 }),
             };
             let job = client.submit(spec).await?;

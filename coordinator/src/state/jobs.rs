@@ -341,6 +341,7 @@ impl ClusterState {
                     exit_code: None,
                     message: String::new(),
                     saved: false,
+                    save_error: String::new(),
                     attempt: 0,
                     carried: false,
                 });

@@ -28,6 +28,7 @@ use crate::queue::{Queue, Seconds};
 mod jobs;
 mod moves;
 mod nodes;
+pub mod payoff;
 mod queries;
 mod view;
 
@@ -64,6 +65,12 @@ pub struct StateConfig {
     /// A moved job must run this long on its new node before the move is over; should it fail
     /// sooner (its restore failed), it goes back to its source.
     pub move_confirm_s: f64,
+    /// An automatic move must give back this many times what it costs ([`payoff`]).
+    pub move_payoff: f64,
+    /// A move's pause by framework checkpoint and by CRIU (fitted to `cargo xtask
+    /// bench-move`; set them from a run on your own nodes).
+    pub framework_move_cost: payoff::MoveCost,
+    pub criu_move_cost: payoff::MoveCost,
 }
 
 impl Default for StateConfig {
@@ -79,6 +86,9 @@ impl Default for StateConfig {
             move_after_s: 10.0,
             move_cooldown_s: 300.0,
             move_confirm_s: 10.0,
+            move_payoff: 2.0,
+            framework_move_cost: payoff::MoveCost::FRAMEWORK,
+            criu_move_cost: payoff::MoveCost::CRIU,
         }
     }
 }
@@ -91,6 +101,9 @@ pub struct NodeRecord {
     pub address: String,
     pub agent_version: String,
     pub registered_at: Seconds,
+    /// It can dump and restore jobs with CRIU (jobs without a checkpoint move to and from it).
+    #[serde(default)]
+    pub can_dump: bool,
 }
 
 /// One member of a job: where it runs and how it is doing.
@@ -118,6 +131,9 @@ pub struct MemberRecord {
     /// Its node reported it exited after a save for a move (its checkpoint is complete).
     #[serde(default)]
     pub saved: bool,
+    /// Its node could not save it for a move (it runs on): why.
+    #[serde(default)]
+    pub save_error: String,
     /// Which start of the job runs here (0, then one more per start after a move); reports of
     /// an earlier start are ignored.
     #[serde(default)]

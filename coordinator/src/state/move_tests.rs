@@ -13,6 +13,7 @@ fn hello(name: &str) -> Hello {
         node_name: name.into(),
         capacity: NodeCapacity::cpu_only(4.0, 16 << 30),
         agent_version: "test".into(),
+        can_dump: false,
     }
 }
 
@@ -22,6 +23,7 @@ fn movable(name: &str) -> JobSpec {
             dir: format!("/shared/ckpt/{name}"),
             save_signal: 10,
             carry: false,
+            transparent: false,
         }),
         ..JobSpec::new(name, vec!["train".into()], "/shared/train.log")
     }
@@ -352,7 +354,38 @@ fn a_standing_migration_request_moves_a_job_that_declared_a_checkpoint() {
     assert_eq!(commands(&mut s), ["save j1 on a"]);
     let m = s.job_record("j1").unwrap().moves[0].clone();
     assert_eq!(m.to_node, "b");
-    assert_eq!(m.reason, "node a asks: converged while others progress");
+    assert!(
+        m.reason
+            .starts_with("node a asks: converged while others progress; pays: "),
+        "{}",
+        m.reason
+    );
+}
+
+#[test]
+fn a_standing_request_is_not_acted_on_when_the_move_would_not_pay_for_itself() {
+    let (mut s, a, b) = running_on_a();
+    // One short epoch left and 4 GiB to carry: the pause outweighs what the move frees.
+    let mut report = j1(RunState::Running, 0, false);
+    report.cpu_used_cores = 3.9;
+    let job = &mut report.jobs[0];
+    (job.cpu_cores, job.memory_bytes) = (1.0, 4 << 30);
+    (job.epoch, job.max_epochs, job.epoch_seconds) = (Some(99), Some(100), Some(0.5));
+    report.migrations = vec![MigrationRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    for t in [20.0, 40.0] {
+        s.report(t, "a", a, report.clone()).unwrap();
+        s.report(t, "b", b, idle()).unwrap();
+        s.tick(t);
+    }
+    assert!(commands(&mut s).is_empty(), "not worth moving");
+    // Many epochs left: now it pays.
+    report.jobs[0].epoch = Some(10);
+    s.report(41.0, "a", a, report).unwrap();
+    s.tick(41.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
 }
 
 #[test]
@@ -531,5 +564,122 @@ fn a_restore_that_fails_just_after_it_started_goes_back_to_the_source() {
     assert_eq!(
         s.job_record("j1").unwrap().moves[0].running_at_unix,
         Some(14.0)
+    );
+}
+
+/// Nodes a, b (both able to dump with CRIU) and c (not); j1, which declared no checkpoint,
+/// running on a.
+fn plain_running_on_a() -> (ClusterState, u64, u64) {
+    let mut s = ClusterState::new(StateConfig::default(), "first-fit").unwrap();
+    let dumps = |name: &str| Hello {
+        can_dump: true,
+        ..hello(name)
+    };
+    let a = s.register(0.0, dumps("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, dumps("b"), "10.0.0.2:1".into()).session_id;
+    let c = s.register(0.0, hello("c"), "10.0.0.3:1".into()).session_id;
+    s.submit(1.0, JobSpec::new("train", vec!["t".into()], "/tmp/t.log"));
+    s.report(2.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    s.report(2.0, "b", b, idle()).unwrap();
+    s.report(2.0, "c", c, idle()).unwrap();
+    s.take_outbox();
+    (s, a, b)
+}
+
+/// j1's report after a CRIU dump: killed by CRIU, reported saved with no exit code.
+fn dumped() -> NodeReport {
+    let mut r = j1(RunState::Exited, 0, true);
+    r.jobs[0].exit_code = None;
+    r
+}
+
+#[test]
+fn a_job_without_a_checkpoint_moves_by_criu_between_nodes_that_can_dump() {
+    let (mut s, a, b) = plain_running_on_a();
+    // c cannot restore a dump: named, refused; picked, never.
+    assert!(matches!(
+        s.migrate(10.0, "j1", Some("c"), "x"),
+        Err(ControlError::Move(MoveError::TargetCannotDump { .. }))
+    ));
+    let m = s.migrate(10.0, "j1", None, "govctl migrate").unwrap();
+    assert_eq!(m.to_node, "b");
+    assert!(m.message.contains("CRIU dump"), "{}", m.message);
+    let spec = s.job_record("j1").unwrap().spec.clone().unwrap();
+    assert_eq!(spec.checkpoint, Some(Checkpoint::transparent()));
+    assert_eq!(
+        carried_starts(&mut s),
+        ["Save(SaveJob { job_id: \"j1\", reason: \"govctl migrate\" })"]
+    );
+    // Dumped (CRIU killed it): not completed, not failed; its dump goes up (the node knows
+    // where its dump is: no directory named).
+    s.report(12.0, "a", a, dumped()).unwrap();
+    assert_eq!(carried_starts(&mut s), ["upload j1 from a ()"]);
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Starting);
+    s.checkpoint_arrived(14.0, "j1", "a", Ok(1 << 20));
+    let starts: Vec<_> = s
+        .take_outbox()
+        .into_iter()
+        .filter_map(|(node, c)| match c {
+            NodeCommand::Start(st) => Some((node, st)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), 1);
+    let (node, st) = &starts[0];
+    assert_eq!(
+        (node.as_str(), st.attempt, st.carried_checkpoint),
+        ("b", 1, true)
+    );
+    assert!(st.checkpoint.as_ref().is_some_and(|c| c.transparent));
+    s.report(15.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    s.report(26.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::Done);
+    assert_eq!(runs_on(&s).0, "b");
+}
+
+#[test]
+fn a_dump_that_fails_ends_the_move_and_the_job_runs_on_where_it_was() {
+    let (mut s, a, _) = plain_running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.take_outbox();
+    let mut r = j1(RunState::Running, 0, false);
+    r.jobs[0].save_error = "criu dump failed: Error (criu/files-reg.c:1): x".into();
+    s.report(12.0, "a", a, r).unwrap();
+    assert_eq!(phase(&s), MovePhase::Failed);
+    let mv = s.job_record("j1").unwrap().moves[0].clone();
+    assert!(
+        mv.message.contains("a could not save it: criu dump failed"),
+        "{}",
+        mv.message
+    );
+    assert!(s.take_outbox().is_empty(), "nothing started anywhere");
+    assert_eq!(
+        runs_on(&s),
+        ("a".into(), RunState::Running, JobStatus::Running)
+    );
+}
+
+#[test]
+fn a_job_without_a_checkpoint_on_a_node_that_cannot_dump_does_not_move() {
+    let mut s = ClusterState::new(StateConfig::default(), "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.register(
+        0.0,
+        Hello {
+            can_dump: true,
+            ..hello("b")
+        },
+        "10.0.0.2:1".into(),
+    );
+    s.submit(1.0, JobSpec::new("train", vec!["t".into()], "/tmp/t.log"));
+    s.report(2.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    let err = s.migrate(10.0, "j1", Some("b"), "x").unwrap_err();
+    assert!(
+        err.to_string().contains("node a cannot dump it with CRIU"),
+        "{err}"
     );
 }

@@ -24,7 +24,7 @@
 //! GPU job its devices on the target (and `cuda-checkpoint` for a transparent move).
 
 use governor_proto::control::{JobMove, JobStatus, MovePhase, NodeStatus};
-use governor_proto::node::{NodeCommand, RunState, SaveJob, UploadCheckpoint};
+use governor_proto::node::{Checkpoint, NodeCommand, RunState, SaveJob, UploadCheckpoint};
 use tracing::{info, warn};
 
 use crate::queue::Seconds;
@@ -35,9 +35,13 @@ use super::{ClusterState, JobRecord};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MoveError {
     #[error(
-        "job {id} declared no checkpoint, so it cannot be moved without losing its work (submit it with --checkpoint-dir)"
+        "job {id} declared no checkpoint and node {node} cannot dump it with CRIU, so it cannot be moved without losing its work (submit it with --checkpoint-dir, or run the node's governor as root with criu installed)"
     )]
-    NoCheckpoint { id: String },
+    NoCheckpoint { id: String, node: String },
+    #[error(
+        "job {id} moves by CRIU (it declared no checkpoint) and node {node} cannot restore a CRIU dump"
+    )]
+    TargetCannotDump { id: String, node: String },
     #[error("job {id} is {status}; only a running job can be moved")]
     NotRunning { id: String, status: JobStatus },
     #[error("job {id} has {members} members or GPUs; only single-member CPU jobs move for now")]
@@ -57,6 +61,13 @@ pub enum MoveError {
     SameNode { id: String, node: String },
     #[error("no other ready node has room for job {id}")]
     NoTarget { id: String },
+}
+
+/// Whether the job moves by CRIU: it declared no checkpoint, or its earlier moves were by CRIU.
+fn needs_dump(job: &JobRecord) -> bool {
+    job.spec
+        .as_ref()
+        .is_some_and(|s| s.checkpoint.as_ref().is_none_or(|c| c.transparent))
 }
 
 impl ClusterState {
@@ -94,12 +105,20 @@ impl ClusterState {
                     }
                     .into());
                 }
+                if needs_dump(job) && !node.record.can_dump {
+                    return Err(MoveError::TargetCannotDump {
+                        id: id.into(),
+                        node: t.into(),
+                    }
+                    .into());
+                }
                 t.to_owned()
             }
             None => self
                 .pick_target(job, &source)
                 .ok_or_else(|| MoveError::NoTarget { id: id.into() })?,
         };
+        let transparent = needs_dump(job);
         let (dir, carry) = job
             .spec
             .as_ref()
@@ -114,7 +133,9 @@ impl ClusterState {
             requested_at_unix: now,
             saved_at_unix: None,
             running_at_unix: None,
-            message: if carry {
+            message: if transparent {
+                "CRIU dump of its process tree, carried by the coordinator".to_owned()
+            } else if carry {
                 format!("framework checkpoint in {dir}, carried by the coordinator")
             } else {
                 format!("framework checkpoint in {dir} (a path both nodes mount)")
@@ -123,6 +144,10 @@ impl ClusterState {
         };
         info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
         let job = self.jobs.get_mut(id).expect("checked above");
+        if transparent && let Some(spec) = job.spec.as_mut() {
+            // From now on it moves (and is restored) by CRIU.
+            spec.checkpoint = Some(Checkpoint::transparent());
+        }
         job.moves.push(record.clone());
         self.outbox.push((
             source,
@@ -147,7 +172,14 @@ impl ClusterState {
             return Err(super::ControlError::LocalJob { id, node });
         };
         if spec.checkpoint.is_none() {
-            return Err(MoveError::NoCheckpoint { id }.into());
+            let node = job
+                .members
+                .first()
+                .map(|m| m.node.clone())
+                .unwrap_or_default();
+            if !self.nodes.get(&node).is_some_and(|n| n.record.can_dump) {
+                return Err(MoveError::NoCheckpoint { id, node }.into());
+            }
         }
         if spec.replicas > 1 || spec.gpus > 0 {
             return Err(MoveError::Gang {
@@ -185,10 +217,14 @@ impl ClusterState {
         let spec = job.spec.as_ref()?;
         let need_cores = spec.cores.unwrap_or(0.0);
         let need_memory = spec.memory_bytes.unwrap_or(0);
+        let dump = needs_dump(job);
         self.nodes
             .values()
             .filter(|n| {
-                n.record.name != source && n.status == NodeStatus::Ready && n.session.is_some()
+                n.record.name != source
+                    && n.status == NodeStatus::Ready
+                    && n.session.is_some()
+                    && (n.record.can_dump || !dump)
             })
             .map(|n| {
                 let free = (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0);
@@ -227,6 +263,7 @@ impl ClusterState {
             member.saved,
             self.nodes.get(&member.node).map(|n| n.status),
         );
+        let save_error = member.save_error.clone();
         // Every report of every job passes here: nothing to do (no clone) unless a move is
         // under way or the job exited saved.
         if job.active_move().is_none() && !(state == RunState::Exited && saved) {
@@ -282,6 +319,14 @@ impl ClusterState {
                     m.saved_at_unix = Some(now);
                 });
                 info!(job = id, from = %mv.from_node, to = %mv.to_node, "saved; starting it on the target");
+            }
+            MovePhase::Saving if state == RunState::Running && !save_error.is_empty() => {
+                // Its node could not save it (a CRIU dump that failed): it runs on there.
+                warn!(job = id, node = %mv.from_node, reason = %save_error, "the job could not be saved for its move; it runs on");
+                self.set_move(id, |m| {
+                    m.phase = MovePhase::Failed;
+                    m.message = format!("{} could not save it: {save_error}", m.from_node);
+                });
             }
             MovePhase::Saving if state.is_finished() => {
                 // It ended on its own (finished, crashed) before it saved: its own outcome.
@@ -392,6 +437,7 @@ impl ClusterState {
         member.state = RunState::Starting;
         member.seen = false;
         member.saved = false;
+        member.save_error = String::new();
         member.exit_code = None;
         member.message = String::new();
         member.placed_at = now;
@@ -518,9 +564,10 @@ impl ClusterState {
     }
 
     /// SpeCon Algorithm 2: a node asks for a job to go elsewhere; the coordinator picks the
-    /// target. Only jobs that declared a checkpoint, whose request has stood for
-    /// `move_after_s`, not moved within `move_cooldown_s`, and only to a node with more free
-    /// cores than the source.
+    /// target. Only jobs that can move, whose request has stood for `move_after_s`, not moved
+    /// within `move_cooldown_s`, to a node with more free cores than the source, and only when
+    /// the move pays for its measured cost ([`super::payoff`]; SpeCon itself takes a move as
+    /// free).
     fn act_on_migration_requests(&mut self, now: Seconds) {
         let after = self.config.move_after_s;
         let cooldown = self.config.move_cooldown_s;
@@ -529,8 +576,7 @@ impl ClusterState {
             .values()
             .filter_map(|j| {
                 let ask = j.migration_request.as_ref()?;
-                let movable = j.spec.as_ref()?.checkpoint.is_some()
-                    && now - ask.since >= after
+                let movable = now - ask.since >= after
                     && j.moves
                         .last()
                         .is_none_or(|m| now - m.requested_at_unix >= cooldown);
@@ -553,11 +599,60 @@ impl ClusterState {
             if free(&target) <= free(&source) {
                 continue;
             }
-            let why = format!("node {source} asks: {reason}");
+            let Some(estimate) = self.move_payoff(job, &source, free(&source), free(&target), now)
+            else {
+                continue;
+            };
+            if !estimate.pays {
+                continue;
+            }
+            let why = format!(
+                "node {source} asks: {reason}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
+                estimate.gain, estimate.cost_s, estimate.remaining_s
+            );
             if let Err(e) = self.migrate(now, &id, Some(&target), &why) {
                 warn!(job = %id, error = %e, "cannot act on a migration request");
             }
         }
+    }
+
+    /// The estimate of what moving `job` from `source` to a node with `target_free` cores gives
+    /// back against its cost, from its last report on `source`.
+    fn move_payoff(
+        &self,
+        job: &JobRecord,
+        source: &str,
+        source_free: f64,
+        target_free: f64,
+        now: Seconds,
+    ) -> Option<super::payoff::Payoff> {
+        let member = job.members.first()?;
+        let report = self
+            .nodes
+            .get(source)?
+            .report
+            .jobs
+            .iter()
+            .find(|r| r.job_id == job.id)?;
+        let remaining_s = match (report.epoch, report.max_epochs, report.epoch_seconds) {
+            (Some(done), Some(all), Some(each)) => Some(all.saturating_sub(done) as f64 * each),
+            _ => None,
+        };
+        let case = super::payoff::MoveCase {
+            cores_now: report.cpu_cores,
+            cores_wanted: job.spec.as_ref().and_then(|s| s.cores),
+            source_free,
+            target_free,
+            memory_bytes: report.memory_bytes,
+            remaining_s,
+            ran_s: now - member.placed_at,
+        };
+        let cost = if needs_dump(job) {
+            self.config.criu_move_cost
+        } else {
+            self.config.framework_move_cost
+        };
+        Some(super::payoff::payoff(&case, cost, self.config.move_payoff))
     }
 
     /// Saves (and checkpoint uploads) this node has not confirmed, sent again when it

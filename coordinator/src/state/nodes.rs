@@ -28,6 +28,7 @@ impl ClusterState {
             address,
             agent_version: hello.agent_version,
             registered_at: now,
+            can_dump: hello.can_dump,
         };
         match self.nodes.get_mut(&name) {
             Some(node) => {
@@ -35,6 +36,7 @@ impl ClusterState {
                 node.record.capacity = record.capacity;
                 node.record.address = record.address;
                 node.record.agent_version = record.agent_version;
+                node.record.can_dump = record.can_dump;
                 node.status = NodeStatus::Ready;
                 node.session = Some(session);
                 node.last_seen = now;
@@ -254,6 +256,7 @@ impl ClusterState {
                     exit_code: None,
                     message: String::new(),
                     saved: false,
+                    save_error: String::new(),
                     attempt: 0,
                     carried: false,
                 }],
@@ -419,6 +422,7 @@ pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
     member.memory_bytes = report.memory_bytes;
     member.exit_code = report.exit_code;
     member.saved = report.saved;
+    member.save_error = report.save_error.clone();
 }
 
 /// Record category changes and progress samples. Replica 0 speaks for a gang.

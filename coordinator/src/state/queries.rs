@@ -44,6 +44,7 @@ impl ClusterState {
                     jobs: view.map_or(0, |v| v.jobs().len() as u32),
                     last_report_age_s: (now - n.last_seen).max(0.0),
                     category_counts: counts.map(|c| c as u32),
+                    can_dump: n.record.can_dump,
                 }
             })
             .collect()

@@ -25,6 +25,7 @@ fn hello(name: &str, gpus: u32) -> Hello {
                 .collect(),
         },
         agent_version: "test".into(),
+        can_dump: false,
     }
 }
 

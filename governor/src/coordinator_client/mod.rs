@@ -97,6 +97,8 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     /// Reported in `govctl nodes`.
     pub agent_version: String,
+    /// The node can dump and restore jobs with CRIU (told to the coordinator).
+    pub can_dump: bool,
 }
 
 impl AgentConfig {
@@ -115,6 +117,7 @@ impl AgentConfig {
             min_report_gap: Duration::from_millis(100),
             backoff: Backoff::default(),
             agent_version: env!("CARGO_PKG_VERSION").into(),
+            can_dump: false,
         }
     }
 
@@ -319,6 +322,7 @@ async fn session(
         node_name: config.node_name.clone(),
         capacity: config.capacity.clone(),
         agent_version: config.agent_version.clone(),
+        can_dump: config.can_dump,
     };
     tx.try_send(NodeMessage::Hello(hello).into())
         .expect("a fresh channel has room");

@@ -199,19 +199,24 @@ impl Carrier {
 
     /// The checkpoint carried for a start of `job` (attempt `attempt`), unpacked into `dir`;
     /// `Err` says why the start must be refused.
+    /// `fresh`: empty `dir` first (a CRIU dump replaces the older one whole).
     pub(super) async fn unpack_for(
         &mut self,
         job: &str,
         attempt: u32,
-        dir: &str,
+        dir: &Path,
+        fresh: bool,
     ) -> Result<u64, String> {
         let archive = match self.received.remove(&(job.to_owned(), attempt)) {
             Some(Ok(path)) => path,
             Some(Err(why)) => return Err(format!("its checkpoint did not arrive intact: {why}")),
             None => return Err("its checkpoint did not arrive".into()),
         };
-        let dir = PathBuf::from(dir);
+        let dir = dir.to_owned();
         tokio::task::spawn_blocking(move || {
+            if fresh {
+                let _ = fs::remove_dir_all(&dir);
+            }
             let result = fs::File::open(&archive)
                 .map_err(|e| e.to_string())
                 .and_then(|f| {
@@ -266,10 +271,7 @@ mod tests {
             });
         }
         let dest = tmp.path().join("restored");
-        let files = target
-            .unpack_for("j1", 1, dest.to_str().unwrap())
-            .await
-            .unwrap();
+        let files = target.unpack_for("j1", 1, &dest, false).await.unwrap();
         assert_eq!(files, 2);
         assert_eq!(
             fs::read(dest.join("weights.bin")).unwrap(),
@@ -285,14 +287,11 @@ mod tests {
                 ..p.clone()
             });
         }
-        let e = target
-            .unpack_for("j1", 2, dest.to_str().unwrap())
-            .await
-            .unwrap_err();
+        let e = target.unpack_for("j1", 2, &dest, false).await.unwrap_err();
         assert!(e.contains("checksum mismatch"), "{e}");
         // Nothing arrived at all.
         let e = target
-            .unpack_for("j1", 3, "/nonexistent")
+            .unpack_for("j1", 3, Path::new("/nonexistent"), false)
             .await
             .unwrap_err();
         assert!(e.contains("did not arrive"), "{e}");

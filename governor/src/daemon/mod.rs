@@ -296,16 +296,22 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     // The cluster side: an agent streaming reports and bringing commands, a launcher for the
     // coordinator's jobs. Without a coordinator (or while it is unreachable) the node governs
     // on its own; a bad configuration (node name, TLS files) stops the start-up here.
-    let (cluster, (mut commands_rx, mut exits_rx, mut agent_rx)) = match &config.coordinator {
-        Some(c) => {
-            let (side, rx) = ClusterSide::start(c, &settings, &config, &core)?;
-            (
-                Some(side),
-                (Some(rx.commands), Some(rx.exits), Some(rx.agent)),
-            )
-        }
-        None => (None, (None, None, None)),
-    };
+    let (cluster, (mut commands_rx, mut exits_rx, mut agent_rx, mut dumps_rx)) =
+        match &config.coordinator {
+            Some(c) => {
+                let (side, rx) = ClusterSide::start(c, &settings, &config, &core)?;
+                (
+                    Some(side),
+                    (
+                        Some(rx.commands),
+                        Some(rx.exits),
+                        Some(rx.agent),
+                        Some(rx.dumps),
+                    ),
+                )
+            }
+            None => (None, (None, None, None, None)),
+        };
 
     let discovery = Discovery::new(config.clone(), kind);
     let mut shell = Shell {
@@ -366,6 +372,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             Some(req) = requests.recv() => shell.on_request(Instant::now(), req).await,
             Some(cmd) = next_command(&mut commands_rx) => shell.on_command(Instant::now(), cmd).await,
             Some(exit) = next_exit(&mut exits_rx) => shell.on_job_exit(Instant::now(), exit).await,
+            Some(done) = next_dump(&mut dumps_rx) => shell.on_dumped(Instant::now(), done).await,
             changed = agent_changed(&mut agent_rx) => match changed {
                 Ok(()) => {
                     let status = agent_rx.as_ref().map(|r| r.borrow().clone());
@@ -509,6 +516,21 @@ struct ClusterReceivers {
     commands: mpsc::Receiver<NodeCommand>,
     exits: mpsc::UnboundedReceiver<launcher::JobExit>,
     agent: watch::Receiver<AgentStatus>,
+    dumps: mpsc::UnboundedReceiver<DumpDone>,
+}
+
+/// A CRIU dump for a transparent move ended (its task runs beside the loop: seconds).
+struct DumpDone {
+    job_id: String,
+    replica: u32,
+    result: Result<u64, String>,
+}
+
+async fn next_dump(rx: &mut Option<mpsc::UnboundedReceiver<DumpDone>>) -> Option<DumpDone> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn next_command(rx: &mut Option<mpsc::Receiver<NodeCommand>>) -> Option<NodeCommand> {
@@ -544,6 +566,8 @@ struct ClusterSide {
     launcher: launcher::Launcher,
     /// Checkpoints carried through the coordinator (moves without a shared path).
     carrier: carry::Carrier,
+    /// Where the tasks running CRIU dumps report.
+    dumps: mpsc::UnboundedSender<DumpDone>,
     gpus: crate::gpu::Gpus,
     /// Where the agent stands, for `governor status`.
     agent: AgentStatus,
@@ -561,7 +585,18 @@ impl ClusterSide {
         let gpus = crate::gpu::Gpus::open(&config.node.simulated_gpus);
         let inventory = gpus.inventory();
         let capacity = node_report::node_capacity(&settings.resources, &inventory);
-        let agent_config = agent_config(c, &settings.node_name, capacity);
+        // Transparent (CRIU) moves: asked for, a criu found, and the right to make PID
+        // namespaces (root). Otherwise jobs without a declared checkpoint do not move.
+        let criu = c
+            .transparent_moves
+            .then(|| crate::criu::find_program(&c.criu))
+            .flatten()
+            .filter(|_| nix::unistd::geteuid().is_root());
+        if c.transparent_moves && criu.is_none() {
+            info!(criu = %c.criu.display(), "no transparent moves on this node (no criu found, or not root): only jobs with a declared checkpoint move");
+        }
+        let mut agent_config = agent_config(c, &settings.node_name, capacity);
+        agent_config.can_dump = criu.is_some();
         agent_config.validate().with_context(|| {
             format!(
                 "cannot connect to the coordinator at {} (set the node name with --node-name or [node] name)",
@@ -581,11 +616,13 @@ impl ClusterSide {
             ),
             // This very binary, even if an upgrade replaced or removed its file meanwhile.
             supervisor: Some(PathBuf::from("/proc/self/exe")),
+            criu,
         });
         let (reports, report_rx) = watch::channel(NodeReport::default());
         let (command_tx, commands) = mpsc::channel(64);
         let (uploads_tx, uploads) = mpsc::channel(4);
         let carrier = carry::Carrier::new(c.job_output_dir.join("carry"), uploads_tx);
+        let (dumps_tx, dumps) = mpsc::unbounded_channel();
         let (task, agent) =
             NodeAgent::spawn_with_uploads(agent_config, report_rx, command_tx, uploads);
         info!(coordinator = %c.address, node = %settings.node_name, tls = !c.insecure, gpus = inventory.len(), "cluster agent started");
@@ -595,6 +632,7 @@ impl ClusterSide {
                 reports,
                 launcher,
                 carrier,
+                dumps: dumps_tx,
                 gpus,
                 agent: AgentStatus::Connecting { attempt: 1 },
                 last_error: None,
@@ -604,6 +642,7 @@ impl ClusterSide {
                 commands,
                 exits,
                 agent,
+                dumps,
             },
         ))
     }
@@ -666,18 +705,25 @@ impl Shell {
             NodeCommand::Start(start) => {
                 if start.carried_checkpoint && !c.launcher.is_duplicate(&start) {
                     // Its checkpoint came first, in pieces: unpacked whole, or no start.
-                    let dir = start
-                        .checkpoint
-                        .as_ref()
-                        .map(|k| k.dir.clone())
-                        .unwrap_or_default();
-                    match c
+                    let dir = c.launcher.carried_dir(&start).unwrap_or_default();
+                    let transparent = start.checkpoint.as_ref().is_some_and(|k| k.transparent);
+                    let roots = c.launcher.carry_roots(&start);
+                    let unpacked = c
                         .carrier
-                        .unpack_for(&start.job_id, start.attempt, &dir)
+                        .unpack_for(&start.job_id, start.attempt, &dir, transparent)
                         .await
-                    {
-                        Ok(files) => {
-                            info!(job = %start.job_id, dir = %dir, files, "carried checkpoint unpacked")
+                        .and_then(|files| {
+                            // A CRIU dump: the files the job wrote go back where they were.
+                            let placed = if transparent {
+                                crate::criu::place_files(&dir, &roots)?
+                            } else {
+                                0
+                            };
+                            Ok((files, placed))
+                        });
+                    match unpacked {
+                        Ok((files, placed)) => {
+                            info!(job = %start.job_id, dir = %dir.display(), files, placed, "carried checkpoint unpacked")
                         }
                         Err(reason) => {
                             c.launcher.refuse(start, reason);
@@ -697,9 +743,30 @@ impl Shell {
                 c.launcher.stop(self.core.actuator().fs(), &stop, now);
             }
             NodeCommand::Save(save) => {
-                c.launcher.save(&save);
+                let fs = self.core.actuator().fs();
+                if let launcher::SaveAction::Dump(request) = c.launcher.save(fs, &save) {
+                    let done = c.dumps.clone();
+                    tokio::spawn(async move {
+                        let result = crate::criu::dump(&request).await;
+                        let _ = done.send(DumpDone {
+                            job_id: request.job_id,
+                            replica: request.replica,
+                            result,
+                        });
+                    });
+                }
             }
-            NodeCommand::Upload(upload) => c.carrier.upload(upload),
+            NodeCommand::Upload(mut upload) => {
+                match c.launcher.upload_dir(&upload.job_id, &upload.dir) {
+                    Some(dir) => {
+                        upload.dir = dir.to_string_lossy().into_owned();
+                        c.carrier.upload(upload);
+                    }
+                    None => {
+                        warn!(job = %upload.job_id, "asked to upload the dump of a job this node does not know; ignored")
+                    }
+                }
+            }
             NodeCommand::Chunk(piece) => c.carrier.receive(piece),
         }
         self.publish_report(now);
@@ -740,6 +807,23 @@ impl Shell {
             self.govern_coordinator_job(now, &started.job_id, started)
                 .await;
         }
+    }
+
+    /// A CRIU dump ended: the job is saved (and gone), or runs on with the reason reported.
+    async fn on_dumped(&mut self, now: Instant, done: DumpDone) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        let fs = self.core.actuator().fs();
+        if let Some(group) = c
+            .launcher
+            .on_dumped(fs, &done.job_id, done.replica, done.result, now)
+            && self.core.contains(&group)
+        {
+            self.stop_job(now, &group, "dumped by CRIU for a move")
+                .await;
+        }
+        self.publish_report(now);
     }
 
     /// A coordinator job's main process ended.

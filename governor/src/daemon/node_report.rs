@@ -76,6 +76,7 @@ pub fn node_report<'a>(
         report.message = clip(&cj.message, MAX_MESSAGE_LEN);
         report.saved = cj.saved;
         report.attempt = cj.attempt;
+        report.save_error = clip(&cj.save_error, MAX_MESSAGE_LEN);
         if let Some(g) = governed
             && !cj.state.is_finished()
         {
@@ -272,6 +273,7 @@ mod tests {
             gpu_indices: Vec::new(),
             saved: false,
             attempt: 0,
+            save_error: String::new(),
         }
     }
 

@@ -16,6 +16,68 @@ pub fn become_child_subreaper() -> std::io::Result<()> {
     }
 }
 
+/// Put this process's future children in a new PID namespace (`unshare(CLONE_NEWPID)`; needs
+/// CAP_SYS_ADMIN): its next child is that namespace's PID 1. Used by `governor supervise` so
+/// that CRIU can dump a job's whole tree and restore it with the same PIDs on another node.
+pub fn unshare_pid_namespace() -> std::io::Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID)
+        .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+}
+
+/// Make this process the leader of a new session and process group (`setsid`): a process tree
+/// CRIU dumps must not belong to a session whose leader it does not dump.
+pub fn new_session() -> std::io::Result<()> {
+    nix::unistd::setsid()
+        .map(|_| ())
+        .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+}
+
+/// Close every descriptor above stderr this process inherited (`close_range`, Linux 5.9+; else
+/// one by one from /proc/self/fd): a job CRIU dumps must hold nothing from outside its tree
+/// (a console a daemon was started from makes the dump fail).
+pub fn close_inherited_descriptors() {
+    // SAFETY: close_range takes plain integers; it only closes descriptors of this process,
+    // which at this point (a fresh init, before it starts anything) owns none it still uses.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if rc == 0 {
+        return;
+    }
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        // SAFETY: as above; a descriptor already closed (the directory's own) gives EBADF.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Reap every child that ends (an init reaps its namespace's orphans) until `pid` does; its
+/// status. Retries on EINTR (a forwarded signal).
+pub fn reap_until(pid: u32) -> std::io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid with a valid pointer to a local int.
+        let reaped = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if reaped < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if reaped == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+    }
+}
+
 /// A pidfd for `pid` (`pidfd_open`, Linux 5.3+): it refers to that very process even after its
 /// pid is reused, and becomes readable when the process ends, whoever its parent is.
 pub fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
@@ -117,8 +179,10 @@ pub fn kill_when_parent_dies(command: &mut std::process::Command) {
             {
                 return Err(std::io::Error::last_os_error());
             }
-            // The parent may have died before the prctl: then nothing would signal us.
-            if libc::getppid() as u32 != parent {
+            // The parent may have died before the prctl: then nothing would signal us. (The
+            // init of a new PID namespace sees its parent, outside it, as pid 0.)
+            let ppid = libc::getppid() as u32;
+            if ppid != parent && ppid != 0 {
                 return Err(std::io::Error::other(
                     "the supervisor ended before the job started",
                 ));

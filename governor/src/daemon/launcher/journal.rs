@@ -30,6 +30,12 @@ pub(super) struct JournalEntry {
     /// The signal that asks it to save for a move, if it declared a checkpoint.
     #[serde(default)]
     pub(super) save_signal: Option<i32>,
+    /// Where CRIU dumps it for a transparent move, when it runs in its own PID namespace.
+    #[serde(default)]
+    pub(super) bundle: Option<PathBuf>,
+    /// Its log's directory (a transparent move carries the files it writes below it).
+    #[serde(default)]
+    pub(super) log_dir: Option<PathBuf>,
 }
 
 /// The journal file's content.

@@ -52,6 +52,8 @@ pub struct CoordinatorJob {
     pub saved: bool,
     /// Which start of the job this is (the coordinator's attempt number).
     pub attempt: u32,
+    /// Why it could not be saved for a move (it runs on), if it could not.
+    pub save_error: String,
 }
 
 /// The end of a job's main process, from its waiting task.
@@ -104,6 +106,30 @@ pub struct LauncherConfig {
     /// for its whole life), so that its exit status is known even when it ends after a restart
     /// of the daemon; `None`: the job is started directly (then such a status is lost).
     pub supervisor: Option<PathBuf>,
+    /// The `criu` program: jobs start in a PID namespace of their own (under the supervisor)
+    /// and those without a declared checkpoint move by CRIU ([`crate::criu`]); `None`: no
+    /// transparent moves here.
+    pub criu: Option<PathBuf>,
+}
+
+/// What [`Launcher::save`] did, or asks the daemon to do.
+#[derive(Debug, PartialEq)]
+pub enum SaveAction {
+    /// Nothing (not running here, already saving, or it cannot be saved: logged, reported).
+    Nothing,
+    /// Its save signal went to its main process.
+    Signalled,
+    /// Dump it with CRIU (a task: seconds), then hand the result to [`Launcher::on_dumped`].
+    Dump(crate::criu::DumpRequest),
+}
+
+/// A transparent save under way or done.
+#[derive(Debug, Default)]
+enum Dump {
+    #[default]
+    None,
+    InFlight,
+    Done,
 }
 
 struct Launched {
@@ -124,6 +150,15 @@ struct Launched {
     save_signal: Option<i32>,
     /// It was asked to save and has not exited yet.
     saving: bool,
+    /// Runs in a PID namespace of its own: CRIU can dump it into `bundle`.
+    bundle: Option<PathBuf>,
+    /// Where its log is: files a transparent move carries must be below it or the output
+    /// directory.
+    log_dir: Option<PathBuf>,
+    dump: Dump,
+    /// Its end, held while a dump of it is under way (CRIU kills it when the dump is done;
+    /// the end is a save only if the dump succeeded).
+    held_exit: Option<JobExit>,
 }
 
 impl Launched {
@@ -141,6 +176,7 @@ impl Launched {
                 gpu_indices: s.gpu_indices.clone(),
                 saved: false,
                 attempt: s.attempt,
+                save_error: String::new(),
             },
             record: None,
             exit_file: None,
@@ -149,8 +185,16 @@ impl Launched {
             stop_reason: None,
             kill_at: None,
             finished_at: None,
-            save_signal: s.checkpoint.as_ref().map(|c| c.save_signal),
+            save_signal: s
+                .checkpoint
+                .as_ref()
+                .filter(|c| !c.transparent)
+                .map(|c| c.save_signal),
             saving: false,
+            bundle: None,
+            log_dir: Path::new(&s.log_path).parent().map(Path::to_owned),
+            dump: Dump::None,
+            held_exit: None,
         }
     }
 }
@@ -209,6 +253,46 @@ impl Launcher {
         }
     }
 
+    /// Where this node keeps the CRIU dump of the job `s` starts (its bundle).
+    fn bundle_for(&self, s: &StartJob) -> PathBuf {
+        self.config
+            .output_dir
+            .join("criu")
+            .join(group_name(&s.name, &s.job_id, s.replica, s.replicas))
+    }
+
+    /// Where the checkpoint carried for the start `s` goes: its declared directory, or for a
+    /// transparent move this node's bundle for it.
+    pub fn carried_dir(&self, s: &StartJob) -> Option<PathBuf> {
+        let c = s.checkpoint.as_ref()?;
+        Some(if c.transparent {
+            self.bundle_for(s)
+        } else {
+            PathBuf::from(&c.dir)
+        })
+    }
+
+    /// The directories a transparent move of `s` may write its carried files to: the job
+    /// output directory and its log's directory.
+    pub fn carry_roots(&self, s: &StartJob) -> Vec<PathBuf> {
+        std::iter::once(self.config.output_dir.clone())
+            .chain(Path::new(&s.log_path).parent().map(Path::to_owned))
+            .collect()
+    }
+
+    /// The directory to upload for a move of `job_id`: `declared` when the job declared one,
+    /// else (a transparent move) its CRIU bundle here.
+    pub fn upload_dir(&self, job_id: &str, declared: &str) -> Option<PathBuf> {
+        if !declared.is_empty() {
+            return Some(PathBuf::from(declared));
+        }
+        self.jobs
+            .values()
+            .filter(|l| l.info.job_id == job_id)
+            .max_by_key(|l| l.info.attempt)
+            .and_then(|l| l.bundle.clone())
+    }
+
     /// Whether `s` is a resend of a start this node already has (running, or this attempt or a
     /// later one ended here): nothing to do for it.
     pub fn is_duplicate(&self, s: &StartJob) -> bool {
@@ -245,6 +329,9 @@ impl Launcher {
                 .retain(|t| !t.group.to_string().ends_with(&group));
         }
         let mut launched = Launched::starting(&s);
+        if self.config.criu.is_some() && self.config.supervisor.is_some() {
+            launched.bundle = Some(self.bundle_for(&s));
+        }
         let mut info = launched.info.clone();
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
@@ -262,6 +349,8 @@ impl Launcher {
                     exit_file: launched.exit_file.clone(),
                     attempt: s.attempt,
                     save_signal: launched.save_signal,
+                    bundle: launched.bundle.clone(),
+                    log_dir: launched.log_dir.clone(),
                 });
                 self.jobs.insert(key, launched);
                 self.persist();
@@ -340,8 +429,21 @@ impl Launcher {
                 command
                     .arg("supervise")
                     .arg("--status-file")
-                    .arg(&exit_file)
-                    .arg("--");
+                    .arg(&exit_file);
+                if let (Some(bundle), Some(criu)) = (&launched.bundle, &self.config.criu) {
+                    command.arg("--pid-namespace");
+                    let transparent = s.checkpoint.as_ref().is_some_and(|c| c.transparent);
+                    if transparent && s.attempt > 0 && crate::criu::has_images(bundle) {
+                        // A later start of a job moved by CRIU: restore its dump.
+                        command
+                            .arg("--restore")
+                            .arg(bundle.join(crate::criu::IMAGES))
+                            .arg("--criu")
+                            .arg(criu);
+                        launched.info.message = "restored from its CRIU dump".into();
+                    }
+                }
+                command.arg("--");
                 launched.exit_file = Some(exit_file);
                 command
             }
@@ -399,7 +501,15 @@ impl Launcher {
         });
         launched.signals = Some(sig_tx);
         launched.info.state = RunState::Running;
-        launched.info.message = format!("output in {}", output_path.display());
+        launched.info.message = if launched.info.message.is_empty() {
+            format!("output in {}", output_path.display())
+        } else {
+            format!(
+                "{}; output in {}",
+                launched.info.message,
+                output_path.display()
+            )
+        };
         Ok(StartedJob {
             job_id: s.job_id.clone(),
             adopt: AdoptJob {
@@ -459,7 +569,9 @@ impl Launcher {
     /// (the supervisor passes it on; never to the whole cgroup, whose helper processes may
     /// die of it). Nothing else: no grace period, no kill; the coordinator gives up on the move
     /// if it does not save in time, and the job runs on. Returns whether it was signalled.
-    pub fn save(&mut self, s: &SaveJob) -> bool {
+    pub fn save(&mut self, fs: &CgroupFs, s: &SaveJob) -> SaveAction {
+        let output_dir = self.config.output_dir.clone();
+        let criu = self.config.criu.clone();
         let Some(l) = self
             .jobs
             .values_mut()
@@ -472,10 +584,50 @@ impl Launcher {
                     s.job_id
                 ),
             );
-            return false;
+            return SaveAction::Nothing;
         };
         if l.saving || l.stop_reason.is_some() {
-            return false;
+            return SaveAction::Nothing;
+        }
+        if l.save_signal.is_none()
+            && let (Some(bundle), Some(criu), Some(group)) = (&l.bundle, criu, &l.group)
+        {
+            // No declared checkpoint: a transparent move (CRIU).
+            let pids = fs.procs(group);
+            let proc_root = fs.proc_root();
+            let request = crate::criu::namespace_init(proc_root, &pids)
+                .ok_or_else(|| "it does not run in a PID namespace of its own (started without the right to make one?)".to_string())
+                .and_then(|init_pid| {
+                    let members = crate::criu::namespace_members(proc_root, &pids);
+                    let files = crate::criu::written_files(proc_root, &members);
+                    let roots: Vec<PathBuf> =
+                        std::iter::once(output_dir).chain(l.log_dir.clone()).collect();
+                    crate::criu::check_carried(&files, &roots)?;
+                    Ok(crate::criu::DumpRequest {
+                        job_id: s.job_id.clone(),
+                        replica: l.info.replica,
+                        init_pid,
+                        bundle: bundle.clone(),
+                        files,
+                        criu,
+                    })
+                });
+            return match request {
+                Ok(request) => {
+                    info!(job = %s.job_id, pid = request.init_pid, files = request.files.len(), reason = %s.reason, "dumping a job with CRIU for a move");
+                    l.saving = true;
+                    l.dump = Dump::InFlight;
+                    l.info.save_error.clear();
+                    l.info.message = format!("dumping for a move ({})", s.reason);
+                    SaveAction::Dump(request)
+                }
+                Err(why) => {
+                    let why = format!("cannot move it without a declared checkpoint: {why}");
+                    warn!(job = %s.job_id, reason = %why, "not saving a job for a move; it runs on");
+                    l.info.save_error = why;
+                    SaveAction::Nothing
+                }
+            };
         }
         let signal = l.save_signal.and_then(|n| Signal::try_from(n).ok());
         let (Some(signal), Some(tx)) = (signal, l.signals.as_ref()) else {
@@ -486,19 +638,57 @@ impl Launcher {
                     "the coordinator asked job {id} to save, but it declared no checkpoint (or its process cannot be signalled); it runs on"
                 ),
             );
-            return false;
+            return SaveAction::Nothing;
         };
         info!(job = %s.job_id, signal = %signal, reason = %s.reason, "asking a job to save for a move");
         let _ = tx.send(signal);
         l.saving = true;
         l.info.message = format!("saving for a move ({})", s.reason);
-        true
+        SaveAction::Signalled
+    }
+
+    /// A CRIU dump of a job ended. On success the job is gone (CRIU killed it) and reported
+    /// saved; on failure it runs on (CRIU resumed it) and the reason is reported. Returns the
+    /// job's cgroup if its end was held for the dump (as [`Self::on_exit`] does).
+    pub fn on_dumped(
+        &mut self,
+        fs: &CgroupFs,
+        job_id: &str,
+        replica: u32,
+        result: Result<u64, String>,
+        now: Instant,
+    ) -> Option<JobCgroup> {
+        let l = self.jobs.get_mut(&(job_id.to_owned(), replica))?;
+        if !matches!(l.dump, Dump::InFlight) {
+            return None;
+        }
+        match result {
+            Ok(bytes) => {
+                info!(job = %job_id, carried_file_bytes = bytes, "dumped by CRIU");
+                l.dump = Dump::Done;
+            }
+            Err(why) => {
+                warn!(job = %job_id, reason = %why, "the CRIU dump failed; the job runs on");
+                l.dump = Dump::None;
+                l.saving = false;
+                l.info.save_error = why;
+                l.info.message = "running (its dump for a move failed)".into();
+            }
+        }
+        let held = l.held_exit.take()?;
+        self.on_exit(fs, held, now)
     }
 
     /// A job's main process ended. Returns its cgroup, which the daemon stops governing; the
     /// launcher tears it down (stragglers signalled, group removed).
     pub fn on_exit(&mut self, fs: &CgroupFs, exit: JobExit, now: Instant) -> Option<JobCgroup> {
         let l = self.jobs.get_mut(&(exit.job_id.clone(), exit.replica))?;
+        if matches!(l.dump, Dump::InFlight) {
+            // CRIU kills the job when its dump is complete: whether this end is a save is
+            // known when the dump reports ([`Self::on_dumped`]).
+            l.held_exit = Some(exit);
+            return None;
+        }
         use std::os::unix::process::ExitStatusExt;
         let stopped = l.stop_reason.clone();
         // The supervisor's record: the job's own status even when the daemon is not its
@@ -546,11 +736,19 @@ impl Launcher {
                 l.info.message = format!("lost track of the process: {e}");
             }
         }
-        if l.saving && l.info.state == RunState::Exited && l.info.exit_code == Some(0) {
+        if l.saving && matches!(l.dump, Dump::Done) && l.stop_reason.is_none() {
+            // Killed by CRIU after a complete dump (however its supervisor saw that end):
+            // saved; the dump resumes it.
+            l.info.state = RunState::Exited;
+            l.info.saved = true;
+            l.info.exit_code = None;
+            l.info.message = "dumped by CRIU for a move; the dump resumes it".into();
+        } else if l.saving && l.info.state == RunState::Exited && l.info.exit_code == Some(0) {
             l.info.saved = true;
             l.info.message = "saved for a move; the same command resumes it".into();
         }
         l.saving = false;
+        l.dump = Dump::None;
         info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, saved = l.info.saved, "a coordinator job ended");
         l.signals = None;
         l.kill_at = None;

@@ -62,6 +62,7 @@ impl Launcher {
                     gpu_indices: entry.gpu_indices.clone(),
                     saved: false,
                     attempt: entry.attempt,
+                    save_error: String::new(),
                 },
                 record: Some(entry.clone()),
                 exit_file: entry.exit_file.clone(),
@@ -72,6 +73,10 @@ impl Launcher {
                 finished_at: None,
                 save_signal: entry.save_signal,
                 saving: false,
+                bundle: entry.bundle.clone(),
+                log_dir: entry.log_dir.clone(),
+                dump: super::Dump::None,
+                held_exit: None,
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {

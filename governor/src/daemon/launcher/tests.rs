@@ -59,6 +59,7 @@ fn bed(stop_grace: Duration) -> Bed {
         finished_retention: Duration::from_secs(60),
         journal: Some(dir.path().join("run/coordinator-jobs.json")),
         supervisor: None,
+        criu: None,
     });
     Bed {
         dir,
@@ -409,6 +410,8 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         exit_file: None,
         attempt: 0,
         save_signal: None,
+        bundle: None,
+        log_dir: None,
     };
     let journal = Journal {
         version: JOURNAL_VERSION,
@@ -458,6 +461,8 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         exit_file: Some(exit_file.to_owned()),
         attempt: 0,
         save_signal: None,
+        bundle: None,
+        log_dir: None,
     }
 }
 
@@ -475,6 +480,7 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
         dir: "/shared/ckpt/vae".into(),
         save_signal: 10,
         carry: false,
+        transparent: false,
     });
     assert!(matches!(
         bed.launcher.start(&bed.fs, s.clone()),
@@ -486,8 +492,12 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
         job_id: "j4".into(),
         reason: "govctl migrate".into(),
     };
-    assert!(bed.launcher.save(&save), "signalled");
-    assert!(!bed.launcher.save(&save), "a resent save is not sent twice");
+    assert_eq!(bed.launcher.save(&bed.fs, &save), SaveAction::Signalled);
+    assert_eq!(
+        bed.launcher.save(&bed.fs, &save),
+        SaveAction::Nothing,
+        "a resent save is not sent twice"
+    );
     assert!(bed.state("j4").message.contains("saving for a move"));
     let exit = bed.next_exit().await;
     bed.launcher.on_exit(&bed.fs, exit, Instant::now());
@@ -535,7 +545,7 @@ async fn a_save_for_a_job_without_a_checkpoint_is_refused_and_the_job_runs_on() 
         job_id: "j5".into(),
         reason: "x".into(),
     };
-    assert!(!bed.launcher.save(&save));
+    assert_eq!(bed.launcher.save(&bed.fs, &save), SaveAction::Nothing);
     assert_eq!(bed.state("j5").state, RunState::Running);
     let exit = bed.next_exit().await;
     bed.launcher.on_exit(&bed.fs, exit, Instant::now());
@@ -643,4 +653,78 @@ async fn a_restarted_daemon_reports_the_exit_status_its_supervisor_recorded() {
     assert_eq!(j3.exit_code, Some(128 + libc::SIGTERM), "{j3:?}");
     assert!(j3.message.contains("signal 15"), "{j3:?}");
     assert!(!running.exists());
+}
+
+#[tokio::test]
+async fn the_end_of_a_job_under_a_criu_dump_is_held_and_is_a_save_only_if_the_dump_succeeded() {
+    for dump_ok in [true, false] {
+        let mut bed = bed(Duration::from_secs(5));
+        bed.prepare_group("plain-j6");
+        assert!(matches!(
+            bed.launcher
+                .start(&bed.fs, start_job("j6", "plain", "sleep 0.3; kill -9 $$")),
+            StartOutcome::Started(_)
+        ));
+        // As `save` leaves a transparent job (the dump itself needs root and criu: VM bed).
+        let l = bed.launcher.jobs.get_mut(&("j6".to_owned(), 0)).unwrap();
+        l.saving = true;
+        l.dump = Dump::InFlight;
+        // CRIU kills the tree when its dump is complete: the end arrives first and is held.
+        let exit = bed.next_exit().await;
+        assert!(
+            bed.launcher
+                .on_exit(&bed.fs, exit, Instant::now())
+                .is_none()
+        );
+        assert_eq!(bed.state("j6").state, RunState::Running, "held");
+        let result = if dump_ok {
+            Ok(10)
+        } else {
+            Err("criu dump failed".to_owned())
+        };
+        let group = bed
+            .launcher
+            .on_dumped(&bed.fs, "j6", 0, result, Instant::now());
+        assert!(group.is_some(), "the held end is handled now");
+        let job = bed.state("j6");
+        if dump_ok {
+            assert_eq!((job.state, job.saved), (RunState::Exited, true));
+            assert!(job.message.contains("dumped by CRIU"), "{}", job.message);
+        } else {
+            // It died while a failed dump ran: its own end, not a save.
+            assert_eq!(
+                (job.state, job.saved, job.exit_code),
+                (RunState::Exited, false, Some(137))
+            );
+            assert_eq!(job.save_error, "criu dump failed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_dump_leaves_the_job_running_with_the_reason_reported() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.prepare_group("plain-j7");
+    assert!(matches!(
+        bed.launcher
+            .start(&bed.fs, start_job("j7", "plain", "sleep 0.3")),
+        StartOutcome::Started(_)
+    ));
+    let l = bed.launcher.jobs.get_mut(&("j7".to_owned(), 0)).unwrap();
+    l.saving = true;
+    l.dump = Dump::InFlight;
+    let none = bed
+        .launcher
+        .on_dumped(&bed.fs, "j7", 0, Err("no".into()), Instant::now());
+    assert!(none.is_none());
+    let job = bed.state("j7");
+    assert_eq!(
+        (job.state, job.save_error.as_str()),
+        (RunState::Running, "no")
+    );
+    // A later save may try again.
+    assert!(!bed.launcher.jobs[&("j7".to_owned(), 0)].saving);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    assert_eq!(bed.state("j7").exit_code, Some(0));
 }
