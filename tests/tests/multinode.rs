@@ -268,8 +268,28 @@ fn coordinator_cmd(certs: &Path) -> Command {
 
 /// The node side: the real node daemon joined to the coordinator (mTLS files from node 1).
 fn node_daemon_cmd(me: u32, certs: &Path) -> Command {
+    let mut config = PathBuf::from("/nonexistent/governor.toml");
+    if me == 3 {
+        // node3's criu cannot restore the jobs named `stranded` (a target whose restore fails).
+        let dir = PathBuf::from("/tmp/multinode");
+        let criu = dir.join("criu-but-not-stranded");
+        std::fs::write(
+            &criu,
+            "#!/bin/sh\ncase \"$1 $*\" in restore*/stranded-*) echo 'injected: no restore of stranded here' >&2; exit 1;; esac\nexec /usr/sbin/criu \"$@\"\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&criu, std::fs::Permissions::from_mode(0o755)).unwrap();
+        config = dir.join("governor.toml");
+        std::fs::write(
+            &config,
+            format!("[coordinator]\ncriu = \"{}\"\n", criu.display()),
+        )
+        .unwrap();
+    }
     let mut c = Command::new(bin("governor"));
-    c.args(["daemon", "--config", "/nonexistent/governor.toml"])
+    c.args(["daemon", "--config"])
+        .arg(&config)
         .args(["--coordinator", &format!("10.10.0.1:{COORDINATOR_PORT}")])
         .args(["--node-name", &format!("node{me}")])
         .arg("--certs")
@@ -530,6 +550,8 @@ fn coordinator_node(n: u32) {
 
     if n >= 3 {
         move_a_job_by_criu_both_ways(&certs);
+        move_by_criu_to_a_target_that_cannot_restore_it(&certs);
+        move_by_criu_with_its_upload_cut(&certs);
         move_a_job_both_ways(&certs);
         move_to_a_target_that_cannot_run_it(&certs);
         move_a_job_without_a_shared_path(&certs);
@@ -581,6 +603,8 @@ enum Saves {
     /// Nothing declared: moved by CRIU (its log in the shared directory, its output file in
     /// each guest's own job output directory, carried with the dump).
     Criu,
+    /// Like `Criu`, with this many MiB of extra state (a dump that takes a while to carry).
+    CriuHeavy(u32),
 }
 
 /// A deterministic training job with a framework checkpoint on the guests' shared directory.
@@ -602,6 +626,7 @@ fn submit_movable(
     saves: Saves,
 ) -> Movable {
     let carry = saves == Saves::Carried;
+    let criu = matches!(saves, Saves::Criu | Saves::CriuHeavy(_));
     let shared = PathBuf::from(
         std::env::var("GOVERNOR_SHARED_DIR")
             .expect("GOVERNOR_SHARED_DIR (the guests' shared run directory)"),
@@ -637,7 +662,7 @@ fn submit_movable(
     ]
     .map(str::to_owned)
     .to_vec();
-    if saves != Saves::Criu {
+    if !criu {
         submit.extend(["--checkpoint-dir".to_owned(), ckpt.clone()]);
     }
     if carry {
@@ -653,8 +678,11 @@ fn submit_movable(
         ]);
     }
     submit.extend(args(&log));
-    if saves != Saves::Criu {
+    if !criu {
         submit.extend(["--checkpoint-dir".into(), ckpt]);
+    }
+    if let Saves::CriuHeavy(mib) = saves {
+        submit.extend(["--ballast-mib".into(), mib.to_string()]);
     }
     submit.extend(["--pause-ms".into(), "1000".into()]);
     let out = govctl(
@@ -743,6 +771,60 @@ fn move_a_job_by_criu_both_ways(certs: &Path) {
         assert!(m["bytes"].as_u64().is_some_and(|b| b > 0), "{m}");
         at = keras_epochs(&job.log).len();
     }
+    check_completed_unharmed(certs, &job);
+}
+
+/// A job moved by CRIU to a node whose restore fails (node3's criu refuses to restore jobs
+/// named `stranded`): the job goes back to node2 from the dump node2 kept, and ends there
+/// unharmed.
+fn move_by_criu_to_a_target_that_cannot_restore_it(certs: &Path) {
+    let job = submit_movable(certs, "stranded", 29, None, Saves::Criu);
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let m = wait_move(certs, &job.id, "rolled_back", "node2");
+    eprintln!("node1: rolled back from a failed CRIU restore: {m}");
+    assert!(
+        m["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("criu could not restore the job")),
+        "{m}"
+    );
+    check_completed_unharmed(certs, &job);
+}
+
+/// A CRIU move whose upload is cut: node2's governor is killed while it carries the dump
+/// (48 MiB of extra state, seconds of transfer under emulation) and started again; the
+/// coordinator asks the restarted one again, which finds the dump on disk, and the move ends
+/// on node3 with the job unharmed.
+fn move_by_criu_with_its_upload_cut(certs: &Path) {
+    let job = submit_movable(certs, "cut", 31, None, Saves::CriuHeavy(48));
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let seen = wait_for("the dump to be under way or carried", 240, || {
+        let d: serde_json::Value =
+            serde_json::from_str(&try_govctl(certs, &["job", &job.id, "--json"]).ok()?).ok()?;
+        let phase = d["moves"].as_array()?.last()?["phase"].as_str()?.to_owned();
+        (phase != "saving").then_some(phase)
+    });
+    if seen == "transferring" {
+        let reply = request(&format!("10.10.0.2:{CONTROL_PORT}"), "kill-agent", 60);
+        assert!(reply.starts_with("killed"), "node2 answered {reply:?}");
+        eprintln!("node1: node2's governor killed while it carried the dump");
+        thread::sleep(Duration::from_secs(2));
+        let reply = request(&format!("10.10.0.2:{CONTROL_PORT}"), "start-agent", 60);
+        assert!(reply.starts_with("started"), "node2 answered {reply:?}");
+    } else {
+        eprintln!(
+            "node1: the dump was carried before it could be cut ({seen}); moved unharmed anyway"
+        );
+    }
+    let m = wait_move(certs, &job.id, "done", "node3");
+    eprintln!("node1: moved by CRIU across a cut upload: {m}");
+    assert!(m["bytes"].as_u64().is_some_and(|b| b > 48 << 20), "{m}");
     check_completed_unharmed(certs, &job);
 }
 

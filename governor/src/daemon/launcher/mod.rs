@@ -291,6 +291,18 @@ impl Launcher {
             .filter(|l| l.info.job_id == job_id)
             .max_by_key(|l| l.info.attempt)
             .and_then(|l| l.bundle.clone())
+            .or_else(|| {
+                // Dumped before a restart of the daemon, which no longer knows the ended job:
+                // its newest dump on disk (bundles are named `<name>-<id>`).
+                let suffix = format!("-{job_id}");
+                std::fs::read_dir(self.config.output_dir.join("criu"))
+                    .ok()?
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+                    .map(|e| e.path())
+                    .filter(|p| crate::criu::has_images(p))
+                    .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            })
     }
 
     /// Whether `s` is a resend of a start this node already has (running, or this attempt or a

@@ -728,3 +728,27 @@ async fn a_failed_dump_leaves_the_job_running_with_the_reason_reported() {
     bed.launcher.on_exit(&bed.fs, exit, Instant::now());
     assert_eq!(bed.state("j7").exit_code, Some(0));
 }
+
+#[test]
+fn the_dump_of_a_job_ended_before_a_restart_is_still_found_for_its_upload() {
+    let bed = bed(Duration::from_secs(5));
+    assert_eq!(
+        bed.launcher.upload_dir("j9", "/shared/ckpt"),
+        Some("/shared/ckpt".into())
+    );
+    assert_eq!(bed.launcher.upload_dir("j9", ""), None);
+    let bundle = bed.dir.path().join("out/criu/plain-j9");
+    std::fs::create_dir_all(bundle.join("images")).unwrap();
+    assert_eq!(
+        bed.launcher.upload_dir("j9", ""),
+        None,
+        "no complete dump yet"
+    );
+    std::fs::write(bundle.join("images/inventory.img"), b"x").unwrap();
+    assert_eq!(bed.launcher.upload_dir("j9", ""), Some(bundle));
+    assert_eq!(
+        bed.launcher.upload_dir("j1", ""),
+        None,
+        "another job's dump"
+    );
+}
