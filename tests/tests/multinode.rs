@@ -269,6 +269,13 @@ fn coordinator_cmd(certs: &Path) -> Command {
 /// The node side: the real node daemon joined to the coordinator (mTLS files from node 1).
 fn node_daemon_cmd(me: u32, certs: &Path) -> Command {
     let mut config = PathBuf::from("/nonexistent/governor.toml");
+    if me == 2 {
+        // A file node1 can change at run time ("policy specon"), read again on SIGHUP.
+        config = PathBuf::from("/tmp/multinode/governor.toml");
+        if !config.exists() {
+            std::fs::write(&config, "").unwrap();
+        }
+    }
     if me == 3 {
         // node3's criu cannot restore the jobs named `stranded` (a target whose restore fails).
         let dir = PathBuf::from("/tmp/multinode");
@@ -575,6 +582,8 @@ fn coordinator_node(n: u32) {
         let m = wait_move(&certs, &job.id, "done", "node3");
         eprintln!("node1: moved across a coordinator restart: {m}");
         check_completed_unharmed(&certs, &job);
+
+        move_automatically_when_a_node_asks(&certs);
     }
 
     std::mem::forget(farewell);
@@ -828,6 +837,87 @@ fn move_by_criu_with_its_upload_cut(certs: &Path) {
     check_completed_unharmed(certs, &job);
 }
 
+/// SpeCon end to end: node2's policy turns to `specon` (30 s intervals shortened to 2 s);
+/// beside a job that keeps learning and takes node2's core, a job converges (its loss
+/// approaches its floor, halving its distance each step); node2 asks to move the converged
+/// one and the coordinator (Algorithm 2, once the request has stood 10 s and the move pays:
+/// node2 is saturated, node3 idle) moves it to node3, by CRIU since it declared nothing. Its
+/// log, in the shared directory, holds every step once, in order.
+fn move_automatically_when_a_node_asks(certs: &Path) {
+    for name in ["alpha", "beta", "gamma"] {
+        let jobs = govctl_json(certs, &["jobs"]);
+        let id = job_id(&jobs, name);
+        if !id.is_empty() {
+            let _ = try_govctl(certs, &["cancel", &id]);
+        }
+    }
+    let reply = request(&format!("10.10.0.2:{CONTROL_PORT}"), "policy specon", 60);
+    assert!(reply.starts_with("specon"), "node2 answered {reply:?}");
+    let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
+    // Learning all along, on a whole core (no pauses).
+    let trainer = bin("demo-trainer");
+    let mut eager: Vec<String> = ["submit", "--name", "eager", "--log"]
+        .map(str::to_owned)
+        .to_vec();
+    let eager_log = shared.join("eager.csv");
+    eager.push(eager_log.display().to_string());
+    eager.push("--".into());
+    eager.extend(demo_trainer_argv(&trainer, &eager_log, 100_000, 4096, 41));
+    let out = govctl(certs, &eager.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.contains("on node2"),
+        "first-fit places eager on node2: {out}"
+    );
+    let log = shared.join("settled.log");
+    let _ = std::fs::remove_file(&log);
+    let script = format!(
+        "i=0; while [ $i -lt 150 ]; do i=$((i+1)); \
+         l=$(awk -v i=$i 'BEGIN {{ printf \"%.9f\", 1 + 3 * 0.5 ^ i }}'); \
+         echo \"step $i loss=$l\" >> {log}; sleep 0.25; done",
+        log = log.display()
+    );
+    let out = govctl(
+        certs,
+        &[
+            "submit",
+            "--name",
+            "settled",
+            "--log",
+            &log.display().to_string(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert!(
+        out.contains("on node2"),
+        "first-fit places settled on node2: {out}"
+    );
+    let id = out.split_whitespace().next().unwrap_or_default().to_owned();
+    let m = wait_move(certs, &id, "done", "node3");
+    eprintln!("node1: moved on node2's request: {m}");
+    let reason = m["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("node node2 asks"), "{m}");
+    assert!(reason.contains("pays:"), "{m}");
+    wait_for("settled to complete on node3", 240, || {
+        let jobs = govctl_json(certs, &["jobs", "--all"]);
+        job_node(&jobs, "settled").filter(|(node, st, _)| node == "node3" && st == "completed")
+    });
+    let steps: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(
+        steps,
+        (1..=150).collect::<Vec<u64>>(),
+        "every step once, in order"
+    );
+    let jobs = govctl_json(certs, &["jobs"]);
+    let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "eager")]);
+}
+
 /// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries
 /// it from node2 to node3, checksummed, and the job resumes from it there.
 fn move_a_job_without_a_shared_path(certs: &Path) {
@@ -930,6 +1020,21 @@ fn worker_node(me: u32) {
                 }
                 let _ = s.write_all(b"killed");
                 eprintln!("node{me}: node daemon killed on node1's request");
+            }
+            "policy specon" => {
+                // SpeCon's node policy asks to move converged jobs while others progress.
+                std::fs::write(
+                    "/tmp/multinode/governor.toml",
+                    "policy = \"specon:interval=2:min_learning_others=1\"\n",
+                )
+                .unwrap();
+                if let Some(d) = &daemon {
+                    let _ = Command::new("kill")
+                        .args(["-HUP", &d.0.id().to_string()])
+                        .status();
+                }
+                let _ = s.write_all(b"specon");
+                eprintln!("node{me}: node policy set to specon");
             }
             "start-agent" => {
                 if daemon.is_none() {

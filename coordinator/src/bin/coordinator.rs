@@ -70,6 +70,7 @@ auto_move = true           # act on the nodes' migration requests for jobs that 
 move_after_s = 10.0        # ... once a request has stood this long
 move_cooldown_s = 300.0    # ... and not again within this long of the job's last move
 move_payoff = 2.0          # ... and only if it gives back this many times what it costs
+rebalance = true           # SpeCon Algorithm 3: asked-to-move jobs that stayed go to idle nodes
 move_confirm_s = 10.0      # a moved job runs this long on its target before the move is over
 # A move's pause, fixed_s + per_gib_s x the job's memory (cargo xtask bench-move on your nodes)
 framework_move_cost = { fixed_s = 0.1, per_gib_s = 3.8 }

@@ -67,6 +67,9 @@ pub struct StateConfig {
     pub move_confirm_s: f64,
     /// An automatic move must give back this many times what it costs ([`payoff`]).
     pub move_payoff: f64,
+    /// With `auto_move`: SpeCon's Algorithm 3, jobs whose node asks to move them and that stay
+    /// (no better node yet) go to a node that turns idle or falls below the balance factor.
+    pub rebalance: bool,
     /// A move's pause by framework checkpoint and by CRIU (fitted to `cargo xtask
     /// bench-move`; set them from a run on your own nodes).
     pub framework_move_cost: payoff::MoveCost,
@@ -87,6 +90,7 @@ impl Default for StateConfig {
             move_cooldown_s: 300.0,
             move_confirm_s: 10.0,
             move_payoff: 2.0,
+            rebalance: true,
             framework_move_cost: payoff::MoveCost::FRAMEWORK,
             criu_move_cost: payoff::MoveCost::CRIU,
         }

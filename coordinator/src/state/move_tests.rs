@@ -1,6 +1,6 @@
 //! Moves driven by hand: every path ends with the job running on exactly one node.
 
-use governor_proto::control::{JobSpec, JobStatus, MovePhase};
+use governor_proto::control::{JobMove, JobSpec, JobStatus, MovePhase};
 use governor_proto::node::{
     Checkpoint, Hello, JobReport, MigrationRequest, NodeCapacity, NodeCommand, NodeReport, RunState,
 };
@@ -681,5 +681,70 @@ fn a_job_without_a_checkpoint_on_a_node_that_cannot_dump_does_not_move() {
     assert!(
         err.to_string().contains("node a cannot dump it with CRIU"),
         "{err}"
+    );
+}
+
+/// a is full (j1 and a job of its own), b runs one job, c none but its cores are taken (no
+/// freer than a): Algorithm 2 leaves j1 where it is. Returns j1's first move and when.
+fn left_behind_by_algorithm_2(config: StateConfig) -> Option<(f64, JobMove)> {
+    let mut s = ClusterState::new(config, "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    let c = s.register(0.0, hello("c"), "10.0.0.3:1".into()).session_id;
+    s.submit(1.0, movable("train"));
+    let local = |id: &str| {
+        let mut r = JobReport::running(id, id);
+        r.origin = governor_proto::node::JobOrigin::Local;
+        r
+    };
+    let mut on_a = j1(RunState::Running, 0, false);
+    on_a.jobs[0].cpu_cores = 1.0;
+    on_a.jobs.push(local("l1"));
+    on_a.cpu_used_cores = 3.9;
+    on_a.migrations = vec![MigrationRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    let on_b = NodeReport {
+        jobs: vec![local("l2")],
+        cpu_used_cores: 3.9,
+        ..NodeReport::default()
+    };
+    let on_c = NodeReport {
+        cpu_used_cores: 3.9,
+        ..NodeReport::default()
+    };
+    for t in [2.0, 20.0, 40.0] {
+        s.report(t, "a", a, on_a.clone()).unwrap();
+        s.report(t, "b", b, on_b.clone()).unwrap();
+        s.report(t, "c", c, on_c.clone()).unwrap();
+        s.tick(t);
+        if let Some(m) = s.job_record("j1").unwrap().moves.first() {
+            return Some((t, m.clone()));
+        }
+    }
+    None
+}
+
+#[test]
+fn specon_rebalancing_sends_a_job_algorithm_2_left_behind_to_a_node_with_no_jobs() {
+    // Balance factor ⌊3 jobs / 3 workers⌋ = 1: c, idle, takes the most recently converged job.
+    let (t, m) = left_behind_by_algorithm_2(StateConfig::default()).expect("Algorithm 3 moved j1");
+    assert!(t > 2.0, "the request stands first");
+    assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "c"));
+    assert!(
+        m.reason.starts_with("specon rebalance: c is idle"),
+        "{}",
+        m.reason
+    );
+    assert!(m.reason.contains("pays:"), "{}", m.reason);
+    let off = StateConfig {
+        rebalance: false,
+        ..StateConfig::default()
+    };
+    assert_eq!(
+        left_behind_by_algorithm_2(off),
+        None,
+        "Algorithm 2 alone leaves it"
     );
 }

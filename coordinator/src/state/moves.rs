@@ -28,6 +28,7 @@ use governor_proto::node::{Checkpoint, NodeCommand, RunState, SaveJob, UploadChe
 use tracing::{info, warn};
 
 use crate::queue::Seconds;
+use governor_placement::specon::{ConvergedJob, SpeCon};
 
 use super::{ClusterState, JobRecord};
 
@@ -214,34 +215,36 @@ impl ClusterState {
     /// most free cores (capacity less its reported use), then the fewest jobs, then by name;
     /// it must have the cores and memory the job declared.
     fn pick_target(&self, job: &JobRecord, source: &str) -> Option<String> {
-        let spec = job.spec.as_ref()?;
-        let need_cores = spec.cores.unwrap_or(0.0);
-        let need_memory = spec.memory_bytes.unwrap_or(0);
-        let dump = needs_dump(job);
         self.nodes
             .values()
-            .filter(|n| {
-                n.record.name != source
-                    && n.status == NodeStatus::Ready
-                    && n.session.is_some()
-                    && (n.record.can_dump || !dump)
-            })
-            .map(|n| {
-                let free = (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0);
-                let free_memory = n
-                    .record
-                    .capacity
-                    .memory_bytes
-                    .saturating_sub(n.report.memory_used_bytes);
-                (n, free, free_memory)
-            })
-            .filter(|(_, free, free_memory)| *free >= need_cores && *free_memory >= need_memory)
+            .filter(|n| n.record.name != source)
+            .filter_map(|n| Some((n, self.room_for(job, n)?)))
             .max_by(|a, b| {
                 a.1.total_cmp(&b.1)
                     .then(b.0.report.jobs.len().cmp(&a.0.report.jobs.len()))
                     .then(b.0.record.name.cmp(&a.0.record.name))
             })
-            .map(|(n, _, _)| n.record.name.clone())
+            .map(|(n, _)| n.record.name.clone())
+    }
+
+    /// The free cores of `node` if it can take `job` now (ready, connected, the cores and
+    /// memory the job declared free, and able to restore a CRIU dump if the job moves by one).
+    fn room_for(&self, job: &JobRecord, node: &super::Node) -> Option<f64> {
+        let spec = job.spec.as_ref()?;
+        if node.status != NodeStatus::Ready
+            || node.session.is_none()
+            || (needs_dump(job) && !node.record.can_dump)
+        {
+            return None;
+        }
+        let free = (node.record.capacity.cores - node.report.cpu_used_cores).max(0.0);
+        let free_memory = node
+            .record
+            .capacity
+            .memory_bytes
+            .saturating_sub(node.report.memory_used_bytes);
+        (free >= spec.cores.unwrap_or(0.0) && free_memory >= spec.memory_bytes.unwrap_or(0))
+            .then_some(free)
     }
 
     /// Advance the moves of the jobs with a member on `node` after its report (before the
@@ -560,6 +563,76 @@ impl ClusterState {
         }
         if self.config.auto_move {
             self.act_on_migration_requests(now);
+            if self.config.rebalance {
+                self.rebalance_converged(now);
+            }
+        }
+    }
+
+    /// SpeCon Algorithm 3 (rebalancing by converged duration): the jobs whose node asks to
+    /// move them and that Algorithm 2 left where they were (no node with more free cores, or
+    /// the move did not pay) form D; when a node is idle, or has fewer jobs than the balance
+    /// factor less one, the most recently converged job of D goes there
+    /// ([`governor_placement::specon::SpeCon::rebalance`], the same code govsim runs). As with
+    /// Algorithm 2, only if the move pays for itself ([`super::payoff`]).
+    fn rebalance_converged(&mut self, now: Seconds) {
+        let after = self.config.move_after_s;
+        let cooldown = self.config.move_cooldown_s;
+        let converged: Vec<ConvergedJob> = self
+            .jobs
+            .values()
+            .filter_map(|j| {
+                let ask = j.migration_request.as_ref()?;
+                let settled = now - ask.since >= after
+                    && j.moves
+                        .last()
+                        .is_none_or(|m| now - m.requested_at_unix >= cooldown);
+                let here = self.check_movable(j).ok().filter(|n| *n == ask.node)?;
+                settled.then(|| ConvergedJob {
+                    job: j.id.clone(),
+                    node: self.view_index[&here],
+                    marked_at: ask.since,
+                })
+            })
+            .collect();
+        if converged.is_empty() {
+            return;
+        }
+        let moves = SpeCon::rebalance(&self.view, &converged, |id, w| {
+            let (Some(job), Some(view)) = (self.jobs.get(id), self.view.nodes.get(w)) else {
+                return false;
+            };
+            self.nodes
+                .get(&view.name)
+                .is_some_and(|n| self.room_for(job, n).is_some())
+        });
+        for m in moves {
+            let (source, target) = (
+                self.view.nodes[m.from].name.clone(),
+                self.view.nodes[m.to].name.clone(),
+            );
+            let free = |name: &str| {
+                self.nodes.get(name).map_or(0.0, |n| {
+                    (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0)
+                })
+            };
+            let Some(estimate) = self
+                .jobs
+                .get(&m.job)
+                .and_then(|job| self.move_payoff(job, &source, free(&source), free(&target), now))
+            else {
+                continue;
+            };
+            if !estimate.pays {
+                continue;
+            }
+            let why = format!(
+                "{}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
+                m.reason, estimate.gain, estimate.cost_s, estimate.remaining_s
+            );
+            if let Err(e) = self.migrate(now, &m.job, Some(&target), &why) {
+                warn!(job = %m.job, error = %e, "cannot rebalance a converged job");
+            }
         }
     }
 

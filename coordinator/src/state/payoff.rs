@@ -8,7 +8,9 @@
 //!
 //! - **gain** over the job's remaining time `R`: the cores it frees on its source, if the
 //!   source is saturated (its other jobs take them: that is why SpeCon moves converged jobs),
-//!   plus what it gains or loses itself, `min(free on target, cores it wants) - cores now`;
+//!   plus what it gains or loses itself, `min(free on target, cores it wants) - cores now`
+//!   (undeclared, it wants what the target has free if its source holds it back, else no more
+//!   than it uses: a job with room where it is gains nothing by a move);
 //! - **cost**: the job stands still for the move's pause, `cost_s(memory)` seconds at the
 //!   cores it has now;
 //! - it pays when `gain >= payoff × cost` (`move_payoff`, 2 by default: the estimate of `R`
@@ -84,15 +86,16 @@ pub fn payoff(case: &MoveCase, move_cost: MoveCost, factor: f64) -> Payoff {
     let remaining_s = case.remaining_s.unwrap_or(case.ran_s).max(0.0);
     let cost_s = move_cost.seconds(case.memory_bytes);
     let cores_now = case.cores_now.max(0.0);
-    let cores_there = case
-        .cores_wanted
-        .map_or(case.target_free, |w| w.min(case.target_free))
-        .max(0.0);
-    let freed = if case.source_free < SATURATED_BELOW {
-        cores_now
-    } else {
-        0.0
-    };
+    let held_back = case.source_free < SATURATED_BELOW;
+    // Undeclared, a job wants more only if its source holds it back (it is saturated); one
+    // that has room where it is would use no more elsewhere.
+    let cores_there = match case.cores_wanted {
+        Some(wanted) => wanted.min(case.target_free),
+        None if held_back => case.target_free,
+        None => cores_now.min(case.target_free),
+    }
+    .max(0.0);
+    let freed = if held_back { cores_now } else { 0.0 };
     let gain = (freed + cores_there - cores_now) * remaining_s;
     // Even a job using next to nothing stops for the pause: count at least a tenth of a core.
     let cost = cost_s * cores_now.max(0.1);
@@ -161,6 +164,17 @@ mod tests {
         assert!(p.pays, "{p:?}");
         c.ran_s = 5.0;
         assert!(!payoff(&c, MoveCost::CRIU, 2.0).pays);
+    }
+
+    #[test]
+    fn a_job_with_room_on_an_unsaturated_node_gains_nothing_by_moving() {
+        let mut c = case();
+        c.source_free = 1.0;
+        c.cores_now = 0.05;
+        c.target_free = 4.0;
+        let p = payoff(&c, MoveCost::FRAMEWORK, 2.0);
+        assert_eq!(p.gain, 0.0);
+        assert!(!p.pays);
     }
 
     #[test]
