@@ -26,6 +26,7 @@ use governor_policy::Category;
 
 pub mod first_fit;
 pub mod flowcon;
+pub mod payoff;
 pub mod procon;
 pub mod queue;
 pub mod round_robin;

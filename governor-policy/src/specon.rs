@@ -1,8 +1,8 @@
 //! `specon`: SpeCon's worker-side Algorithm 1, the container monitor (Mao et al., "Speculative
 //! Container Scheduling for Deep Learning Applications in a Kubernetes Cluster", IEEE Systems
-//! Journal 2022). Algorithm 2 (where to move a job) is `governor_placement::specon`, which govsim
-//! runs; the coordinator records the requests (moving jobs for real, and Algorithm 3's
-//! rebalancing, are the migration work still to come).
+//! Journal 2022). Algorithms 2 (where to move a job) and 3 (rebalancing toward idle workers) are
+//! `governor_placement::specon`, which govsim runs and the coordinator acts on: it moves the
+//! jobs for real (framework checkpoint or CRIU), when the move pays for its measured cost.
 //!
 //! # The algorithm, as implemented
 //!

@@ -248,6 +248,10 @@ pub struct PolicySpec {
     /// Algorithm 2, move recently converged jobs toward idle or underloaded workers.
     #[serde(default)]
     pub rebalance: bool,
+    /// Ours (`+pays`): a move Algorithm 2 or 3 chooses is made only if it gives back twice its
+    /// downtime in core-seconds ([`governor_placement::payoff`], the coordinator's own gate).
+    #[serde(default)]
+    pub pays: bool,
 }
 
 impl std::str::FromStr for PolicySpec {
@@ -284,15 +288,17 @@ impl std::str::FromStr for PolicySpec {
         };
         let mut migrate = true;
         let mut rebalance = false;
+        let mut pays = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
                 "no-migrate" => migrate = false,
                 "reserve" => reserve = true,
                 "rebalance" => rebalance = true,
+                "pays" => pays = true,
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays)"
                     ));
                 }
             }
@@ -306,6 +312,7 @@ impl std::str::FromStr for PolicySpec {
             migrate,
             reserve_cores: reserve,
             rebalance,
+            pays,
         })
     }
 }
@@ -1143,7 +1150,9 @@ impl Engine<'_> {
             let from = self.config.workers[w].name.clone();
             let target = self.specon.migration_target(&self.view, &request, w);
             match target {
-                Ok(MigrationTarget::MoveTo(p)) if p.node != w => {
+                Ok(MigrationTarget::MoveTo(p))
+                    if p.node != w && self.move_pays(j, w, p.node, t) =>
+                {
                     self.converged.push(ConvergedJob {
                         job: request.id.clone(),
                         node: p.node,
@@ -1168,6 +1177,39 @@ impl Engine<'_> {
                 }
             }
         }
+    }
+
+    /// Whether moving job `j` from worker `w` to `to` pays for its downtime (always, without
+    /// `+pays`): the coordinator's rule, on what the coordinator would see (the job's last
+    /// report, the nodes' use).
+    fn move_pays(&self, j: usize, w: usize, to: usize, t: f64) -> bool {
+        if !self.spec.pays {
+            return true;
+        }
+        let id = &self.jobs[j].model.id;
+        let (source, target) = (&self.view.nodes[w], &self.view.nodes[to]);
+        let Some(job) = source.jobs().iter().find(|v| &v.id == id) else {
+            return true;
+        };
+        let free = |n: &NodeView| (n.cores - n.cpu_used_cores).max(0.0);
+        let remaining_s = match (job.epoch, job.max_epochs, job.epoch_seconds) {
+            (Some(done), Some(all), Some(each)) => Some(all.saturating_sub(done) as f64 * each),
+            _ => None,
+        };
+        let case = governor_placement::payoff::MoveCase {
+            cores_now: job.cpu_cores,
+            cores_wanted: job.requested_cores,
+            source_free: free(source),
+            target_free: free(target),
+            memory_bytes: job.memory_bytes,
+            remaining_s,
+            ran_s: t - self.rt[j].first_start.unwrap_or(t),
+        };
+        let cost_s = self
+            .config
+            .migration
+            .seconds(self.jobs[j].checkpoint_bytes());
+        governor_placement::payoff::payoff(&case, cost_s, 2.0).pays
     }
 
     /// Checkpoint job `j` on worker `w` and restore it on `to` after the migration downtime.
@@ -1239,6 +1281,9 @@ impl Engine<'_> {
             let Some(&j) = self.index.get(&m.job) else {
                 continue;
             };
+            if !self.move_pays(j, m.from, m.to, t) {
+                continue;
+            }
             self.converged.retain(|c| c.job != m.job);
             self.move_job(j, m.from, m.to, Vec::new(), t);
         }

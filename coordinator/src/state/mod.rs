@@ -28,7 +28,7 @@ use crate::queue::{Queue, Seconds};
 mod jobs;
 mod moves;
 mod nodes;
-pub mod payoff;
+pub use governor_placement::payoff;
 mod queries;
 mod view;
 

@@ -725,7 +725,11 @@ impl ClusterState {
         } else {
             self.config.framework_move_cost
         };
-        Some(super::payoff::payoff(&case, cost, self.config.move_payoff))
+        Some(super::payoff::payoff(
+            &case,
+            cost.seconds(case.memory_bytes),
+            self.config.move_payoff,
+        ))
     }
 
     /// Saves (and checkpoint uploads) this node has not confirmed, sent again when it

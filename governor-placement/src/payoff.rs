@@ -1,4 +1,5 @@
-//! When an automatic move pays: the time it frees against what it costs, in core-seconds.
+//! When an automatic move pays: the time it frees against what it costs, in core-seconds
+//! (the coordinator's gate on its automatic moves, and govsim's `+pays`).
 //!
 //! SpeCon (Algorithm 2) moves a converged job as soon as its node asks and another node has
 //! more free cores. Its paper takes a move's cost as small; measured here it is not always
@@ -81,10 +82,10 @@ pub struct Payoff {
 /// Below this many free cores a node is saturated: what a job leaves there, others take.
 const SATURATED_BELOW: f64 = 0.5;
 
-/// Whether moving the job pays (see the module's doc), with the estimate.
-pub fn payoff(case: &MoveCase, move_cost: MoveCost, factor: f64) -> Payoff {
+/// Whether moving the job pays (see the module's doc), with the estimate, for a move that
+/// pauses it `cost_s` seconds ([`MoveCost::seconds`]).
+pub fn payoff(case: &MoveCase, cost_s: f64, factor: f64) -> Payoff {
     let remaining_s = case.remaining_s.unwrap_or(case.ran_s).max(0.0);
-    let cost_s = move_cost.seconds(case.memory_bytes);
     let cores_now = case.cores_now.max(0.0);
     let held_back = case.source_free < SATURATED_BELOW;
     // Undeclared, a job wants more only if its source holds it back (it is saturated); one
@@ -126,7 +127,11 @@ mod tests {
 
     #[test]
     fn moving_a_job_off_a_full_node_to_an_idle_one_pays() {
-        let p = payoff(&case(), MoveCost::FRAMEWORK, 2.0);
+        let p = payoff(
+            &case(),
+            MoveCost::FRAMEWORK.seconds(case().memory_bytes),
+            2.0,
+        );
         // Frees 1 core for 600 s, gains 1 more itself: 1200 core-s against ~1 s of pause.
         assert!(p.pays, "{p:?}");
         assert!((p.gain - 1200.0).abs() < 1e-9);
@@ -138,7 +143,7 @@ mod tests {
         let mut c = case();
         c.remaining_s = Some(1.0);
         c.memory_bytes = 4 << 30;
-        let p = payoff(&c, MoveCost::CRIU, 2.0);
+        let p = payoff(&c, MoveCost::CRIU.seconds(c.memory_bytes), 2.0);
         assert!(!p.pays, "{p:?}");
     }
 
@@ -147,23 +152,23 @@ mod tests {
         let mut c = case();
         c.target_free = 1.0;
         c.source_free = 1.5; // the source has room: nobody takes what the job leaves
-        let p = payoff(&c, MoveCost::FRAMEWORK, 2.0);
+        let p = payoff(&c, MoveCost::FRAMEWORK.seconds(c.memory_bytes), 2.0);
         assert_eq!(p.gain, 0.0);
         assert!(!p.pays);
         c.source_free = 0.0;
-        assert!(payoff(&c, MoveCost::FRAMEWORK, 2.0).pays);
+        assert!(payoff(&c, MoveCost::FRAMEWORK.seconds(c.memory_bytes), 2.0).pays);
     }
 
     #[test]
     fn an_unknown_remaining_time_is_taken_as_the_time_run_so_far() {
         let mut c = case();
         c.remaining_s = None;
-        let p = payoff(&c, MoveCost::CRIU, 2.0);
+        let p = payoff(&c, MoveCost::CRIU.seconds(c.memory_bytes), 2.0);
         assert_eq!(p.remaining_s, 60.0);
         // 120 core-s against 2 × 6.5 s at 1 core.
         assert!(p.pays, "{p:?}");
         c.ran_s = 5.0;
-        assert!(!payoff(&c, MoveCost::CRIU, 2.0).pays);
+        assert!(!payoff(&c, MoveCost::CRIU.seconds(c.memory_bytes), 2.0).pays);
     }
 
     #[test]
@@ -172,7 +177,7 @@ mod tests {
         c.source_free = 1.0;
         c.cores_now = 0.05;
         c.target_free = 4.0;
-        let p = payoff(&c, MoveCost::FRAMEWORK, 2.0);
+        let p = payoff(&c, MoveCost::FRAMEWORK.seconds(c.memory_bytes), 2.0);
         assert_eq!(p.gain, 0.0);
         assert!(!p.pays);
     }
@@ -182,7 +187,7 @@ mod tests {
         let mut c = case();
         c.cores_wanted = Some(1.0);
         c.source_free = 2.0;
-        let p = payoff(&c, MoveCost::FRAMEWORK, 2.0);
+        let p = payoff(&c, MoveCost::FRAMEWORK.seconds(c.memory_bytes), 2.0);
         assert_eq!(p.gain, 0.0, "it has what it wants already");
     }
 }
