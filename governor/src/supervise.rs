@@ -146,20 +146,9 @@ fn run_plain(args: &SuperviseArgs) -> ExitCode {
     let mut command = std::process::Command::new(program);
     command.args(&args.command[1..]);
     crate::sys::kill_when_parent_dies(&mut command);
-    let child = command.spawn();
-    let mut child = match child {
+    let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => {
-            let error = format!("cannot start {program:?}: {e}");
-            eprintln!("governor supervise: {error}");
-            let record = ExitRecord {
-                code: Some(127),
-                signal: None,
-                error: Some(error),
-            };
-            write_or_say(&record, &args.status_file);
-            return ExitCode::from(127);
-        }
+        Err(e) => return record_start_error(args, format!("cannot start {program:?}: {e}")),
     };
     crate::sys::forward_signals_to(child.id());
     // std retries the wait on EINTR, so a forwarded signal does not end the wait.
@@ -247,19 +236,7 @@ fn run_namespace_init(args: &SuperviseArgs) -> ExitCode {
     command.args(&args.command[1..]);
     let child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => {
-            let error = format!("cannot start {program:?}: {e}");
-            eprintln!("governor supervise: {error}");
-            write_or_say(
-                &ExitRecord {
-                    code: Some(127),
-                    signal: None,
-                    error: Some(error),
-                },
-                &args.status_file,
-            );
-            return ExitCode::from(127);
-        }
+        Err(e) => return record_start_error(args, format!("cannot start {program:?}: {e}")),
     };
     crate::sys::forward_signals_to(child.id());
     let status = match crate::sys::reap_until(child.id()) {

@@ -227,6 +227,13 @@ impl ClusterState {
             .map(|(n, _)| n.record.name.clone())
     }
 
+    /// The cores `name` has free by its last report (capacity less use; 0 for no such node).
+    fn free_cores(&self, name: &str) -> f64 {
+        self.nodes.get(name).map_or(0.0, |n| {
+            (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0)
+        })
+    }
+
     /// The free cores of `node` if it can take `job` now (ready, connected, the cores and
     /// memory the job declared free, and able to restore a CRIU dump if the job moves by one).
     fn room_for(&self, job: &JobRecord, node: &super::Node) -> Option<f64> {
@@ -237,7 +244,7 @@ impl ClusterState {
         {
             return None;
         }
-        let free = (node.record.capacity.cores - node.report.cpu_used_cores).max(0.0);
+        let free = self.free_cores(&node.record.name);
         let free_memory = node
             .record
             .capacity
@@ -611,11 +618,7 @@ impl ClusterState {
                 self.view.nodes[m.from].name.clone(),
                 self.view.nodes[m.to].name.clone(),
             );
-            let free = |name: &str| {
-                self.nodes.get(name).map_or(0.0, |n| {
-                    (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0)
-                })
-            };
+            let free = |name: &str| self.free_cores(name);
             let Some(estimate) = self
                 .jobs
                 .get(&m.job)
@@ -664,11 +667,7 @@ impl ClusterState {
             let Some(target) = self.pick_target(job, &source) else {
                 continue;
             };
-            let free = |name: &str| {
-                self.nodes.get(name).map_or(0.0, |n| {
-                    (n.record.capacity.cores - n.report.cpu_used_cores).max(0.0)
-                })
-            };
+            let free = |name: &str| self.free_cores(name);
             if free(&target) <= free(&source) {
                 continue;
             }
