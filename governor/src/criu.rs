@@ -279,6 +279,28 @@ pub async fn dump(request: &DumpRequest) -> Result<u64, String> {
         .map_err(|e| e.to_string())?
 }
 
+/// `criu check`: whether CRIU works with this kernel (Debian's criu 3.17 does not on 6.18: it
+/// fails before it touches any process). Seconds at most (it loads CRIU's kernel modules,
+/// which the first dump would otherwise).
+pub fn check(criu: &Path) -> Result<(), String> {
+    let out = std::process::Command::new(criu)
+        .arg("check")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", criu.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("Error")).collect();
+    Err(format!(
+        "`{} check` failed ({}): {}",
+        criu.display(),
+        out.status,
+        errors[errors.len().saturating_sub(2)..].join("; ")
+    ))
+}
+
 /// Whether `criu` names a program this node can run (a path, or a name on `PATH` or in the
 /// system's sbin directories, where distributions install it and a service's PATH may not
 /// look).
@@ -369,6 +391,43 @@ mod tests {
             !files.iter().any(|f| f.ends_with("Cargo.toml")),
             "{files:?}"
         );
+    }
+
+    #[test]
+    fn a_criu_that_fails_its_check_is_refused_with_its_errors() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let script = |name: &str, body: &str| {
+            let path = tmp.path().join(name);
+            fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+            path
+        };
+        // A script just written may be "busy" while another test thread forks (ETXTBSY).
+        let check = |p: &Path| {
+            for _ in 0..20 {
+                match check(p) {
+                    Err(e) if e.contains("Text file busy") => {
+                        std::thread::sleep(std::time::Duration::from_millis(50))
+                    }
+                    other => return other,
+                }
+            }
+            check(p)
+        };
+        let good = script("good", "[ \"$1\" = check ] && echo 'Looks good.'");
+        assert_eq!(check(&good), Ok(()));
+        let bad = script(
+            "bad",
+            "echo 'Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area bounds' >&2\necho 'Error (criu/crtools.c:260): Could not initialize kernel features detection.' >&2\nexit 1",
+        );
+        let err = check(&bad).unwrap_err();
+        assert!(err.contains("check` failed"), "{err}");
+        assert!(
+            err.contains("Unexpected rt vDSO area bounds; Error (criu/crtools.c:260)"),
+            "{err}"
+        );
+        assert!(check(&tmp.path().join("absent")).is_err());
     }
 
     #[test]

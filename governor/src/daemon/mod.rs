@@ -595,6 +595,13 @@ impl ClusterSide {
         if c.transparent_moves && criu.is_none() {
             info!(criu = %c.criu.display(), "no transparent moves on this node (no criu found, or not root): only jobs with a declared checkpoint move");
         }
+        let criu = criu.filter(|program| match crate::criu::check(program) {
+            Ok(()) => true,
+            Err(why) => {
+                warn!(reason = %why, "no transparent moves on this node (CRIU does not work with this kernel): only jobs with a declared checkpoint move");
+                false
+            }
+        });
         let mut agent_config = agent_config(c, &settings.node_name, capacity);
         agent_config.can_dump = criu.is_some();
         agent_config.validate().with_context(|| {
