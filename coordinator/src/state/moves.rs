@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use crate::queue::Seconds;
 use governor_placement::specon::{ConvergedJob, SpeCon};
 
-use super::{ClusterState, JobRecord};
+use super::{ClusterState, JobRecord, MigrationAsk};
 
 /// Why a move is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -273,12 +273,12 @@ impl ClusterState {
             member.saved,
             self.nodes.get(&member.node).map(|n| n.status),
         );
-        let save_error = member.save_error.clone();
         // Every report of every job passes here: nothing to do (no clone) unless a move is
         // under way or the job exited saved.
         if job.active_move().is_none() && !(state == RunState::Exited && saved) {
             return;
         }
+        let save_error = member.save_error.clone();
         let Some(mv) = job.moves.last().cloned() else {
             if state == RunState::Exited && saved && !job.status.is_finished() {
                 // Saved for a move this coordinator does not know (lost in a crash): it has not
@@ -583,19 +583,13 @@ impl ClusterState {
     /// ([`governor_placement::specon::SpeCon::rebalance`], the same code govsim runs). As with
     /// Algorithm 2, only if the move pays for itself ([`super::payoff`]).
     fn rebalance_converged(&mut self, now: Seconds) {
-        let after = self.config.move_after_s;
-        let cooldown = self.config.move_cooldown_s;
         let converged: Vec<ConvergedJob> = self
             .jobs
             .values()
             .filter_map(|j| {
-                let ask = j.migration_request.as_ref()?;
-                let settled = now - ask.since >= after
-                    && j.moves
-                        .last()
-                        .is_none_or(|m| now - m.requested_at_unix >= cooldown);
+                let ask = self.standing_request(j, now)?;
                 let here = self.check_movable(j).ok().filter(|n| *n == ask.node)?;
-                settled.then(|| ConvergedJob {
+                Some(ConvergedJob {
                     job: j.id.clone(),
                     node: self.view_index[&here],
                     marked_at: ask.since,
@@ -618,24 +612,48 @@ impl ClusterState {
                 self.view.nodes[m.from].name.clone(),
                 self.view.nodes[m.to].name.clone(),
             );
-            let free = |name: &str| self.free_cores(name);
-            let Some(estimate) = self
-                .jobs
-                .get(&m.job)
-                .and_then(|job| self.move_payoff(job, &source, free(&source), free(&target), now))
-            else {
-                continue;
-            };
-            if !estimate.pays {
-                continue;
-            }
-            let why = format!(
-                "{}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
-                m.reason, estimate.gain, estimate.cost_s, estimate.remaining_s
-            );
-            if let Err(e) = self.migrate(now, &m.job, Some(&target), &why) {
-                warn!(job = %m.job, error = %e, "cannot rebalance a converged job");
-            }
+            self.move_if_it_pays(now, &m.job, &source, &target, &m.reason);
+        }
+    }
+
+    /// A node's request to move `job` that has stood `move_after_s`, the job not moved within
+    /// `move_cooldown_s`: one the coordinator acts on (Algorithms 2 and 3).
+    fn standing_request<'a>(&self, job: &'a JobRecord, now: Seconds) -> Option<&'a MigrationAsk> {
+        let ask = job.migration_request.as_ref()?;
+        let cooldown = self.config.move_cooldown_s;
+        (now - ask.since >= self.config.move_after_s
+            && job
+                .moves
+                .last()
+                .is_none_or(|m| now - m.requested_at_unix >= cooldown))
+        .then_some(ask)
+    }
+
+    /// Move `id` from `source` to `target` if the move pays for its cost ([`super::payoff`]),
+    /// the estimate added to `reason`.
+    fn move_if_it_pays(
+        &mut self,
+        now: Seconds,
+        id: &str,
+        source: &str,
+        target: &str,
+        reason: &str,
+    ) {
+        let (source_free, target_free) = (self.free_cores(source), self.free_cores(target));
+        let Some(estimate) = self
+            .jobs
+            .get(id)
+            .and_then(|job| self.move_payoff(job, source, source_free, target_free, now))
+            .filter(|e| e.pays)
+        else {
+            return;
+        };
+        let why = format!(
+            "{reason}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
+            estimate.gain, estimate.cost_s, estimate.remaining_s
+        );
+        if let Err(e) = self.migrate(now, id, Some(target), &why) {
+            warn!(job = %id, error = %e, "cannot act on a migration request");
         }
     }
 
@@ -645,18 +663,12 @@ impl ClusterState {
     /// the move pays for its measured cost ([`super::payoff`]; SpeCon itself takes a move as
     /// free).
     fn act_on_migration_requests(&mut self, now: Seconds) {
-        let after = self.config.move_after_s;
-        let cooldown = self.config.move_cooldown_s;
         let candidates: Vec<(String, String, String)> = self
             .jobs
             .values()
             .filter_map(|j| {
-                let ask = j.migration_request.as_ref()?;
-                let movable = now - ask.since >= after
-                    && j.moves
-                        .last()
-                        .is_none_or(|m| now - m.requested_at_unix >= cooldown);
-                movable.then(|| (j.id.clone(), ask.node.clone(), ask.reason.clone()))
+                let ask = self.standing_request(j, now)?;
+                Some((j.id.clone(), ask.node.clone(), ask.reason.clone()))
             })
             .collect();
         for (id, source, reason) in candidates {
@@ -667,24 +679,11 @@ impl ClusterState {
             let Some(target) = self.pick_target(job, &source) else {
                 continue;
             };
-            let free = |name: &str| self.free_cores(name);
-            if free(&target) <= free(&source) {
+            if self.free_cores(&target) <= self.free_cores(&source) {
                 continue;
             }
-            let Some(estimate) = self.move_payoff(job, &source, free(&source), free(&target), now)
-            else {
-                continue;
-            };
-            if !estimate.pays {
-                continue;
-            }
-            let why = format!(
-                "node {source} asks: {reason}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
-                estimate.gain, estimate.cost_s, estimate.remaining_s
-            );
-            if let Err(e) = self.migrate(now, &id, Some(&target), &why) {
-                warn!(job = %id, error = %e, "cannot act on a migration request");
-            }
+            let why = format!("node {source} asks: {reason}");
+            self.move_if_it_pays(now, &id, &source, &target, &why);
         }
     }
 
