@@ -262,7 +262,10 @@ fn coordinator_cmd(certs: &Path) -> Command {
             "8",
             "--log-level",
             "info",
-        ]);
+        ])
+        // Fault injection: the kept copy of job `tainted`'s checkpoint is corrupted before it is
+        // sent to the target (see `move_with_a_checkpoint_corrupted_at_rest`).
+        .env("GOVERNOR_FAULT", "corrupt-carried:tainted");
     c
 }
 
@@ -562,6 +565,7 @@ fn coordinator_node(n: u32) {
         move_a_job_both_ways(&certs);
         move_to_a_target_that_cannot_run_it(&certs);
         move_a_job_without_a_shared_path(&certs);
+        move_with_a_checkpoint_corrupted_at_rest(&certs);
 
         // The coordinator killed while a job saves for a move: the restarted one (on the same
         // store) finishes the move.
@@ -837,12 +841,71 @@ fn move_by_criu_with_its_upload_cut(certs: &Path) {
     check_completed_unharmed(certs, &job);
 }
 
-/// SpeCon end to end: node2's policy turns to `specon` (30 s intervals shortened to 2 s);
-/// beside a job that keeps learning and takes node2's core, a job converges (its loss
-/// approaches its floor, halving its distance each step); node2 asks to move the converged
-/// one and the coordinator (Algorithm 2, once the request has stood 10 s and the move pays:
-/// node2 is saturated, node3 idle) moves it to node3, by CRIU since it declared nothing. Its
-/// log, in the shared directory, holds every step once, in order.
+/// A shell job that converges (its loss approaches 1, halving its distance each step, a step
+/// every quarter second, 150 steps) and, given `ckpt`, saves its step there on SIGUSR1, exits
+/// 0, and resumes from it when started again (checked at the top of the loop, so the step it
+/// saves is the last one it logged).
+fn converging_script(log: &Path, ckpt: Option<&Path>) -> String {
+    let (resume, save) = match ckpt {
+        Some(dir) => (
+            format!(
+                "mkdir -p {d}; i=$(cat {d}/step 2>/dev/null || echo 0); stop=; trap 'stop=1' USR1; ",
+                d = dir.display()
+            ),
+            format!(
+                "if [ -n \"$stop\" ]; then echo $i > {d}/step; exit 0; fi; ",
+                d = dir.display()
+            ),
+        ),
+        None => ("i=0; ".to_owned(), String::new()),
+    };
+    format!(
+        "{resume}while [ $i -lt 150 ]; do {save}i=$((i+1)); \
+         l=$(awk -v i=$i 'BEGIN {{ printf \"%.9f\", 1 + 3 * 0.5 ^ i }}'); \
+         echo \"step $i loss=$l\" >> {log}; sleep 0.25; done",
+        log = log.display()
+    )
+}
+
+/// The steps a converging job logged, in the order they are in its log.
+fn logged_steps(log: &Path) -> Vec<u64> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect()
+}
+
+/// Submit a job that keeps learning on a whole core (demo-trainer, no pauses), reserving
+/// `cores`; it is placed on `node`.
+fn submit_eager(certs: &Path, name: &str, cores: &str, node: &str) {
+    let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
+    let trainer = bin("demo-trainer");
+    let log = shared.join(format!("{name}.csv"));
+    let mut submit: Vec<String> = ["submit", "--name", name, "--cores", cores, "--log"]
+        .map(str::to_owned)
+        .to_vec();
+    submit.push(log.display().to_string());
+    submit.push("--".into());
+    submit.extend(demo_trainer_argv(&trainer, &log, 100_000, 4096, 41));
+    let out = govctl(
+        certs,
+        &submit.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(
+        out.contains(&format!("on {node}")),
+        "{name} placed on {node}: {out}"
+    );
+}
+
+/// SpeCon end to end, both ways and with both kinds of save. Node2's policy turns to `specon`
+/// (30 s intervals shortened to 2 s); beside a job that keeps learning and takes node2's core,
+/// a job converges; node2 asks to move the converged one and the coordinator (Algorithm 2, once
+/// the request has stood 10 s and the move pays: node2 is saturated, node3 idle) moves it to
+/// node3, by CRIU since it declared nothing. Then the same on node3 the other way: a converging
+/// job with a framework checkpoint beside a learning one on node3, node2 freed, and node3's
+/// request moves it to node2 by its checkpoint. Each log, in the shared directory, holds every
+/// step once, in order.
 fn move_automatically_when_a_node_asks(certs: &Path) {
     for name in ["alpha", "beta", "gamma"] {
         let jobs = govctl_json(certs, &["jobs"]);
@@ -854,28 +917,12 @@ fn move_automatically_when_a_node_asks(certs: &Path) {
     let reply = request(&format!("10.10.0.2:{CONTROL_PORT}"), "policy specon", 60);
     assert!(reply.starts_with("specon"), "node2 answered {reply:?}");
     let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
-    // Learning all along, on a whole core (no pauses).
-    let trainer = bin("demo-trainer");
-    let mut eager: Vec<String> = ["submit", "--name", "eager", "--log"]
-        .map(str::to_owned)
-        .to_vec();
-    let eager_log = shared.join("eager.csv");
-    eager.push(eager_log.display().to_string());
-    eager.push("--".into());
-    eager.extend(demo_trainer_argv(&trainer, &eager_log, 100_000, 4096, 41));
-    let out = govctl(certs, &eager.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        out.contains("on node2"),
-        "first-fit places eager on node2: {out}"
-    );
+    // Learning all along, on node2's whole core (reserved: later jobs that reserve cores go to
+    // node3).
+    submit_eager(certs, "eager", "1", "node2");
     let log = shared.join("settled.log");
     let _ = std::fs::remove_file(&log);
-    let script = format!(
-        "i=0; while [ $i -lt 150 ]; do i=$((i+1)); \
-         l=$(awk -v i=$i 'BEGIN {{ printf \"%.9f\", 1 + 3 * 0.5 ^ i }}'); \
-         echo \"step $i loss=$l\" >> {log}; sleep 0.25; done",
-        log = log.display()
-    );
+    let script = converging_script(&log, None);
     let out = govctl(
         certs,
         &[
@@ -904,18 +951,63 @@ fn move_automatically_when_a_node_asks(certs: &Path) {
         let jobs = govctl_json(certs, &["jobs", "--all"]);
         job_node(&jobs, "settled").filter(|(node, st, _)| node == "node3" && st == "completed")
     });
-    let steps: Vec<u64> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
     assert_eq!(
-        steps,
+        logged_steps(&log),
         (1..=150).collect::<Vec<u64>>(),
         "every step once, in order"
     );
+
+    // The other way, by a framework checkpoint: node2 is full (eager reserved its core), so
+    // both jobs go to node3, whose policy turns to specon too; then node2 is freed.
+    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "policy specon", 60);
+    assert!(reply.starts_with("specon"), "node3 answered {reply:?}");
+    submit_eager(certs, "eager2", "0.5", "node3");
+    let log = shared.join("settled2.log");
+    let ckpt = shared.join("settled2-ckpt");
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_dir_all(&ckpt);
+    let script = converging_script(&log, Some(&ckpt));
+    let out = govctl(
+        certs,
+        &[
+            "submit",
+            "--name",
+            "settled2",
+            "--cores",
+            "0.5",
+            "--checkpoint-dir",
+            &ckpt.display().to_string(),
+            "--log",
+            &log.display().to_string(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert!(
+        out.contains("on node3"),
+        "first-fit places settled2 on node3 (node2 is full): {out}"
+    );
+    let id = out.split_whitespace().next().unwrap_or_default().to_owned();
     let jobs = govctl_json(certs, &["jobs"]);
-    let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "eager")]);
+    govctl(certs, &["cancel", &job_id(&jobs, "eager")]);
+    let m = wait_move(certs, &id, "done", "node2");
+    eprintln!("node1: moved on node3's request: {m}");
+    let reason = m["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("node node3 asks"), "{m}");
+    assert!(reason.contains("pays:"), "{m}");
+    wait_for("settled2 to complete on node2", 240, || {
+        let jobs = govctl_json(certs, &["jobs", "--all"]);
+        job_node(&jobs, "settled2").filter(|(node, st, _)| node == "node2" && st == "completed")
+    });
+    assert_eq!(
+        logged_steps(&log),
+        (1..=150).collect::<Vec<u64>>(),
+        "every step once, in order, across the move"
+    );
+    let jobs = govctl_json(certs, &["jobs"]);
+    let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "eager2")]);
 }
 
 /// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries
@@ -930,6 +1022,27 @@ fn move_a_job_without_a_shared_path(certs: &Path) {
     let m = wait_move(certs, &job.id, "done", "node3");
     eprintln!("node1: carried to node3: {m}");
     assert!(m["bytes"].as_u64().is_some_and(|b| b > 0), "{m}");
+    check_completed_unharmed(certs, &job);
+}
+
+/// A carried checkpoint that changes on the coordinator after it arrived intact (one byte
+/// flipped by the coordinator's fault switch, as a failing disk would): node3 checks it against
+/// the sum node2 computed when it saved it, refuses to start the job, and the job goes back to
+/// node2 from the checkpoint node2 kept, and ends there unharmed.
+fn move_with_a_checkpoint_corrupted_at_rest(certs: &Path) {
+    let job = submit_movable(certs, "tainted", 37, None, Saves::Carried);
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let m = wait_move(certs, &job.id, "rolled_back", "node2");
+    eprintln!("node1: rolled back from a corrupted checkpoint: {m}");
+    assert!(
+        m["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("checksum mismatch")),
+        "{m}"
+    );
     check_completed_unharmed(certs, &job);
 }
 

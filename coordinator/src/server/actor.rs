@@ -447,8 +447,10 @@ impl Actor {
             if let NodeCommand::Start(start) = &cmd
                 && start.carried_checkpoint
             {
+                self.carried.inject_fault(start);
                 let archive = self.carried.archive(&start.job_id);
-                super::carry::send_with_checkpoint(archive, start.clone(), tx.clone());
+                let source = self.carried.source_sum(&start.job_id);
+                super::carry::send_with_checkpoint(archive, source, start.clone(), tx.clone());
                 continue;
             }
             if let Err(e) = tx.try_send(Box::new(Ok(

@@ -7,10 +7,16 @@
 //!
 //! The node that saved the job uploads its archive ([`governor_proto::archive`]) in pieces on its
 //! session; they are written to `<store>.checkpoints/<job>.part`, hashed on the way, and on the
-//! last piece checked against the sender's SHA-256 and size, then kept as `<job>.ckpt`. A start
-//! command with `carried_checkpoint` is preceded, on the target's session, by that file in pieces
-//! (with backpressure: a task awaits room in the session's queue), and the node checks the
-//! SHA-256 again before it unpacks and starts.
+//! last piece checked against the sender's SHA-256 and size, then kept as `<job>.ckpt` with that
+//! sum in `<job>.sha256`. A start command with `carried_checkpoint` is preceded, on the target's
+//! session, by that file in pieces (with backpressure: a task awaits room in the session's
+//! queue) and ends with the *source's* sum, not one the coordinator computes again: the node
+//! checks it before it unpacks and starts, so a copy that changed at rest on the coordinator is
+//! caught too (end to end).
+//!
+//! Fault injection for tests (as CRIU's `CRIU_FAULT`): with `GOVERNOR_FAULT=corrupt-carried:NAME`
+//! in its environment, the coordinator flips one byte of the kept copy of job NAME's checkpoint
+//! before sending it, as a disk would; the multi-node test checks that the move rolls back.
 
 use std::collections::HashMap;
 use std::fs;
@@ -47,14 +53,69 @@ struct Incoming {
 pub(super) struct Carried {
     dir: PathBuf,
     incoming: HashMap<String, Incoming>,
+    /// `GOVERNOR_FAULT=corrupt-carried:NAME`: the job whose kept copy is corrupted (tests).
+    corrupt: Option<String>,
+}
+
+/// The SHA-256 and size of a kept archive, as the node that saved it sent them.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct SourceSum {
+    pub sha256: String,
+    pub bytes: u64,
 }
 
 impl Carried {
     /// Kept beside the store: `<store>.checkpoints/`.
     pub(super) fn beside(store: &Path) -> Carried {
+        let corrupt = std::env::var("GOVERNOR_FAULT")
+            .ok()
+            .and_then(|f| f.strip_prefix("corrupt-carried:").map(str::to_owned));
+        if let Some(name) = &corrupt {
+            warn!(job = %name, "fault injection: the kept checkpoint of this job is corrupted before it is sent");
+        }
         Carried {
             dir: store.with_extension("checkpoints"),
             incoming: HashMap::new(),
+            corrupt,
+        }
+    }
+
+    /// The sum the source sent for a kept archive (`None`: unknown, e.g. its file is lost).
+    pub(super) fn source_sum(&self, job: &str) -> Option<SourceSum> {
+        let text = fs::read_to_string(self.dir.join(format!("{job}.sha256"))).ok()?;
+        let (sha256, bytes) = text.trim().split_once(' ')?;
+        Some(SourceSum {
+            sha256: sha256.to_owned(),
+            bytes: bytes.parse().ok()?,
+        })
+    }
+
+    /// Fault injection (tests): flip one byte in the middle of the kept copy of the job started
+    /// by `start` when `GOVERNOR_FAULT` names it.
+    pub(super) fn inject_fault(&self, start: &StartJob) {
+        if self.corrupt.as_deref() != Some(start.name.as_str()) {
+            return;
+        }
+        let path = self.archive(&start.job_id);
+        let flipped = (|| -> std::io::Result<u64> {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            let at = f.metadata()?.len() / 2;
+            let mut byte = [0u8];
+            f.seek(SeekFrom::Start(at))?;
+            f.read_exact(&mut byte)?;
+            byte[0] ^= 0x5a;
+            f.seek(SeekFrom::Start(at))?;
+            f.write_all(&byte)?;
+            Ok(at)
+        })();
+        match flipped {
+            Ok(at) => {
+                warn!(job = %start.job_id, name = %start.name, at, "fault injection: one byte of the kept checkpoint flipped")
+            }
+            Err(e) => {
+                warn!(job = %start.job_id, error = %e, "fault injection: cannot corrupt the kept checkpoint")
+            }
         }
     }
 
@@ -125,9 +186,11 @@ impl Carried {
                 inc.next, c.total_bytes, c.sha256
             ));
         }
+        let sum_file = self.dir.join(format!("{job}.sha256"));
         if let Err(e) = inc
             .file
             .sync_all()
+            .and_then(|()| fs::write(&sum_file, format!("{sum} {}\n", inc.next)))
             .and_then(|()| fs::rename(&part, self.archive(&job)))
         {
             return broken(format!("cannot keep the checkpoint: {e}"));
@@ -144,13 +207,21 @@ impl Carried {
         self.incoming.remove(job);
         let _ = fs::remove_file(self.archive(job));
         let _ = fs::remove_file(self.dir.join(format!("{job}.part")));
+        let _ = fs::remove_file(self.dir.join(format!("{job}.sha256")));
     }
 }
 
 /// Send the job's archive in pieces, then its start, on a node's session (a task: it waits for
-/// room in the session's queue). A missing archive sends the start alone: the node refuses it
-/// ("did not arrive") and the move rolls back.
-pub(super) fn send_with_checkpoint(archive: PathBuf, start: StartJob, tx: SessionTx) {
+/// room in the session's queue). The last piece carries the source's sum (`source`) where it is
+/// known, so the node checks what the source saved, not what the coordinator holds. A missing
+/// archive sends the start alone: the node refuses it ("did not arrive") and the move rolls
+/// back.
+pub(super) fn send_with_checkpoint(
+    archive: PathBuf,
+    source: Option<SourceSum>,
+    start: StartJob,
+    tx: SessionTx,
+) {
     tokio::spawn(async move {
         let (job, attempt) = (start.job_id.clone(), start.attempt);
         // A reader thread hands pieces over a small channel: at most a few MiB in memory.
@@ -158,7 +229,13 @@ pub(super) fn send_with_checkpoint(archive: PathBuf, start: StartJob, tx: Sessio
             tokio::sync::mpsc::channel::<std::io::Result<CheckpointChunk>>(4);
         tokio::task::spawn_blocking(move || match Pieces::open(&archive, &job, attempt) {
             Ok(all) => {
-                for piece in all {
+                for mut piece in all {
+                    if let (Ok(p), Some(s)) = (&mut piece, &source)
+                        && p.last
+                    {
+                        p.sha256.clone_from(&s.sha256);
+                        p.total_bytes = s.bytes;
+                    }
                     if pieces_tx.blocking_send(piece).is_err() {
                         return;
                     }
@@ -245,5 +322,76 @@ mod tests {
         ));
         c.discard("j1");
         assert!(!c.archive("j1").exists());
+        assert_eq!(c.source_sum("j1"), None);
+    }
+
+    /// The target is sent the source's sum, so a kept copy that changed at rest (here flipped
+    /// by the fault switch, as a disk would) does not match it there.
+    #[tokio::test]
+    async fn a_copy_corrupted_at_rest_is_sent_with_the_sources_sum() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Carried::beside(&dir.path().join("coordinator.redb"));
+        let data = b"the job's saved state".repeat(100);
+        let mut h = Sha256::default();
+        h.update(&data);
+        let sum = h.hex();
+        let bytes = data.len() as u64;
+        assert!(matches!(
+            c.receive("a", piece("j1", 0, &data, Some((&sum, bytes)))),
+            Arrival::Whole { .. }
+        ));
+        assert_eq!(
+            c.source_sum("j1"),
+            Some(SourceSum {
+                sha256: sum.clone(),
+                bytes
+            })
+        );
+        c.corrupt = Some("mlp".into());
+        let start = StartJob {
+            job_id: "j1".into(),
+            replica: 0,
+            replicas: 1,
+            name: "mlp".into(),
+            argv: vec!["train".into()],
+            log_path: "/data/train.log".into(),
+            metric: String::new(),
+            maximise: false,
+            gpu_indices: Vec::new(),
+            priority: 0,
+            env: Default::default(),
+            cores: None,
+            memory_bytes: None,
+            checkpoint: None,
+            attempt: 1,
+            carried_checkpoint: true,
+        };
+        c.inject_fault(&start);
+        assert_ne!(fs::read(c.archive("j1")).unwrap(), data);
+
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        send_with_checkpoint(c.archive("j1"), c.source_sum("j1"), start, tx);
+        let mut sent = Vec::new();
+        let mut last = None;
+        while let Some(item) = rx.recv().await {
+            let msg = CoordinatorMessage::try_from((*item).unwrap()).unwrap();
+            match msg {
+                CoordinatorMessage::Command(NodeCommand::Chunk(p)) => {
+                    sent.extend_from_slice(&p.data);
+                    if p.last {
+                        last = Some((p.sha256, p.total_bytes));
+                    }
+                }
+                CoordinatorMessage::Command(NodeCommand::Start(s)) => {
+                    assert_eq!(s.job_id, "j1");
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let mut got = Sha256::default();
+        got.update(&sent);
+        assert_eq!(last, Some((sum.clone(), bytes)), "the source's sum is sent");
+        assert_ne!(got.hex(), sum, "what was sent is the corrupted copy");
     }
 }

@@ -188,7 +188,7 @@ impl Carrier {
         let result = if inc.next != c.total_bytes || sum != c.sha256 {
             let _ = fs::remove_file(&path);
             Err(format!(
-                "checksum mismatch: {} bytes with SHA-256 {sum}, the coordinator sent {} bytes with {}",
+                "checksum mismatch: {} bytes with SHA-256 {sum}, the node that saved it sent {} bytes with {}",
                 inc.next, c.total_bytes, c.sha256
             ))
         } else {
