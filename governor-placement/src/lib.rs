@@ -27,6 +27,7 @@ use governor_policy::Category;
 pub mod first_fit;
 pub mod flowcon;
 pub mod payoff;
+pub mod preempt;
 pub mod procon;
 pub mod queue;
 pub mod round_robin;

@@ -3,7 +3,9 @@
 //! Pure and deterministic like the placement policies: time is the caller's (`now`, seconds on
 //! any clock that does not go backwards), so the coordinator and the simulator share it.
 //!
-//! - **Order.** Higher priority first; equal priorities in submission order (FIFO).
+//! - **Order.** Higher priority first; equal priorities in submission order (FIFO), except
+//!   that a job preempted to make room for a higher-priority one goes back at the head of its
+//!   priority (`head`), before the jobs that never ran.
 //! - **Adapted first-come-first-served.** Each admission round walks the queue in that order and
 //!   admits every job that fits now; a job that does not fit waits without blocking the jobs
 //!   behind it (the Kubeflow/DRAGON scheduler's "schedule the first feasible job"). A big job can
@@ -42,6 +44,8 @@ pub struct QueuedJob {
     pub deadline: Option<Seconds>,
     /// Why it waited in the last round (empty until then).
     pub waiting_reason: String,
+    /// Preempted and waiting to resume: at the head of its priority.
+    pub head: bool,
 }
 
 impl QueuedJob {
@@ -58,7 +62,14 @@ impl QueuedJob {
             memory_bytes: None,
             deadline: None,
             waiting_reason: String::new(),
+            head: false,
         }
+    }
+
+    /// Its place in admission order: priority (higher first), preempted jobs first, then
+    /// submission order.
+    fn order(&self) -> (i64, bool, u64) {
+        (-(self.priority as i64), !self.head, self.seq)
     }
 
     /// The request for member `replica`, avoiding the nodes of the members placed before it.
@@ -128,9 +139,7 @@ impl Queue {
     /// Add a job in its place. A job id already queued is replaced.
     pub fn push(&mut self, job: QueuedJob) {
         self.remove(&job.id);
-        let at = self
-            .jobs
-            .partition_point(|q| (-(q.priority as i64), q.seq) < (-(job.priority as i64), job.seq));
+        let at = self.jobs.partition_point(|q| q.order() < job.order());
         self.jobs.insert(at, job);
     }
 
@@ -297,6 +306,12 @@ mod tests {
         assert_eq!(q.position("a"), Some(2));
         assert_eq!(q.remove("d").unwrap().id, "d");
         assert_eq!(ids(&q), ["b", "a", "c", "e"]);
+        // A preempted job goes back at the head of its priority.
+        q.push(QueuedJob {
+            head: true,
+            ..QueuedJob::new("p", 0, 9, 0.0)
+        });
+        assert_eq!(ids(&q), ["b", "p", "a", "c", "e"]);
     }
 
     #[test]

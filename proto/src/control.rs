@@ -226,6 +226,8 @@ pub enum MovePhase {
     Failed,
     /// Saved; its checkpoint is being carried to the coordinator (no shared path).
     Transferring,
+    /// Preempted: saved to make room for a higher-priority job, queued to resume.
+    Requeued,
 }
 
 impl MovePhase {
@@ -248,6 +250,7 @@ impl fmt::Display for MovePhase {
             MovePhase::RolledBack => "rolled back",
             MovePhase::Failed => "failed",
             MovePhase::Transferring => "transferring",
+            MovePhase::Requeued => "requeued",
         })
     }
 }
@@ -272,6 +275,10 @@ pub struct JobMove {
     /// Bytes of checkpoint the coordinator carried (0 with a shared path).
     #[serde(default)]
     pub bytes: u64,
+    /// A preemption: the higher-priority job it made room for (`to_node` is empty until the
+    /// job is placed again to resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<String>,
 }
 
 impl JobMove {
@@ -598,6 +605,7 @@ impl TryFrom<pb::JobMove> for JobMove {
             Ok(pb::MovePhase::RolledBack) => MovePhase::RolledBack,
             Ok(pb::MovePhase::Failed) => MovePhase::Failed,
             Ok(pb::MovePhase::Transferring) => MovePhase::Transferring,
+            Ok(pb::MovePhase::Requeued) => MovePhase::Requeued,
             _ => {
                 return Err(InvalidMessage::new(
                     "phase",
@@ -607,7 +615,7 @@ impl TryFrom<pb::JobMove> for JobMove {
         };
         Ok(JobMove {
             from_node: text("from_node", m.from_node, MAX_NAME_LEN)?,
-            to_node: text("to_node", m.to_node, MAX_NAME_LEN)?,
+            to_node: short("to_node", m.to_node, MAX_NAME_LEN)?,
             reason: short("reason", m.reason, MAX_MESSAGE_LEN)?,
             phase,
             requested_at_unix: m.requested_at_unix,
@@ -615,6 +623,10 @@ impl TryFrom<pb::JobMove> for JobMove {
             running_at_unix: m.running_at_unix,
             message: short("message", m.message, MAX_MESSAGE_LEN)?,
             bytes: m.bytes,
+            preempted_for: m
+                .preempted_for
+                .map(|p| text("preempted_for", p, MAX_NAME_LEN))
+                .transpose()?,
         })
     }
 }
@@ -633,12 +645,14 @@ impl From<JobMove> for pb::JobMove {
                 MovePhase::RolledBack => pb::MovePhase::RolledBack,
                 MovePhase::Failed => pb::MovePhase::Failed,
                 MovePhase::Transferring => pb::MovePhase::Transferring,
+                MovePhase::Requeued => pb::MovePhase::Requeued,
             } as i32,
             requested_at_unix: m.requested_at_unix,
             saved_at_unix: m.saved_at_unix,
             running_at_unix: m.running_at_unix,
             message: m.message,
             bytes: m.bytes,
+            preempted_for: m.preempted_for,
         }
     }
 }
@@ -972,6 +986,7 @@ mod tests {
                 running_at_unix: Some(14.0),
                 message: "checkpoint in /shared/ckpt (shared path)".into(),
                 bytes: 0,
+                preempted_for: None,
             }],
         };
         assert_eq!(

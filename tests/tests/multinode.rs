@@ -253,6 +253,7 @@ fn coordinator_cmd(certs: &Path) -> Command {
     let mut c = Command::new(bin("coordinator"));
     c.args(["--listen", &format!("0.0.0.0:{COORDINATOR_PORT}")])
         .args(["--store", "/tmp/coordinator.redb"])
+        .args(["--config", "/tmp/multinode/coordinator.toml"])
         .arg("--certs")
         .arg(certs)
         .args([
@@ -392,6 +393,12 @@ fn coordinator_node(n: u32) {
         "govctl certs init: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A preempted job must have run 5 s (not a minute) in `preempt_a_job_by_checkpoint`.
+    std::fs::write(
+        work.join("coordinator.toml"),
+        "[state]\npreempt_min_run_s = 5.0\n",
+    )
+    .unwrap();
     let certs_server = serve_certs(certs.clone(), others.clone());
     let farewell = Farewell(others.clone());
 
@@ -588,6 +595,7 @@ fn coordinator_node(n: u32) {
         check_completed_unharmed(&certs, &job);
 
         move_automatically_when_a_node_asks(&certs);
+        preempt_a_job_by_checkpoint(&certs);
     }
 
     std::mem::forget(farewell);
@@ -638,6 +646,18 @@ fn submit_movable(
     wrapper: Option<&str>,
     saves: Saves,
 ) -> Movable {
+    submit_movable_with(certs, name, seed, wrapper, saves, &[])
+}
+
+/// [`submit_movable`] with more `govctl submit` options (`--cores 1`, `--priority 5`).
+fn submit_movable_with(
+    certs: &Path,
+    name: &str,
+    seed: u32,
+    wrapper: Option<&str>,
+    saves: Saves,
+    options: &[&str],
+) -> Movable {
     let carry = saves == Saves::Carried;
     let criu = matches!(saves, Saves::Criu | Saves::CriuHeavy(_));
     let shared = PathBuf::from(
@@ -675,6 +695,7 @@ fn submit_movable(
     ]
     .map(str::to_owned)
     .to_vec();
+    submit.extend(options.iter().map(|o| (*o).to_owned()));
     if !criu {
         submit.extend(["--checkpoint-dir".to_owned(), ckpt.clone()]);
     }
@@ -1008,6 +1029,90 @@ fn move_automatically_when_a_node_asks(certs: &Path) {
     );
     let jobs = govctl_json(certs, &["jobs"]);
     let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "eager2")]);
+}
+
+/// Preemption without loss: `low` (priority 0) fills node2's core and `filler` (priority 5,
+/// no checkpoint) node3's; `urgent` (priority 10) fits nowhere. Once `low` has run the
+/// coordinator's minimum (5 s here), the coordinator saves it by its checkpoint (the lowest
+/// priority displaced), requeues it at the head of its priority and starts `urgent` on node2;
+/// when `urgent` completes, `low` resumes there and finishes with every epoch once and the
+/// losses of a run never preempted, bit for bit.
+fn preempt_a_job_by_checkpoint(certs: &Path) {
+    let job = submit_movable_with(certs, "low", 43, None, Saves::Shared, &["--cores", "1"]);
+    let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
+    let filler_log = shared.join("filler.log");
+    let out = govctl(
+        certs,
+        &[
+            "submit",
+            "--name",
+            "filler",
+            "--cores",
+            "1",
+            "--priority",
+            "5",
+            "--log",
+            &filler_log.display().to_string(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!(
+                "while :; do echo 'step 1 loss=1.0' >> {}; sleep 1; done",
+                filler_log.display()
+            ),
+        ],
+    );
+    assert!(out.contains("on node3"), "filler goes to node3: {out}");
+    wait_for("a few epochs of low", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    let urgent_log = shared.join("urgent.log");
+    let _ = std::fs::remove_file(&urgent_log);
+    let out = govctl(
+        certs,
+        &[
+            "submit",
+            "--name",
+            "urgent",
+            "--cores",
+            "1",
+            "--priority",
+            "10",
+            "--log",
+            &urgent_log.display().to_string(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!(
+                "i=0; while [ $i -lt 20 ]; do i=$((i+1)); echo \"step $i loss=$((100 / i))\" >> {}; sleep 0.25; done",
+                urgent_log.display()
+            ),
+        ],
+    );
+    let urgent = out.split_whitespace().next().unwrap_or_default().to_owned();
+    let m = wait_for("low to be preempted for urgent", 240, || {
+        let d: serde_json::Value =
+            serde_json::from_str(&try_govctl(certs, &["job", &job.id, "--json"]).ok()?).ok()?;
+        let m = d["moves"].as_array()?.last()?.clone();
+        (m["preempted_for"] == urgent.as_str() && m["phase"] != "saving").then_some(m)
+    });
+    eprintln!("node1: low preempted: {m}");
+    wait_for("urgent to complete on node2", 240, || {
+        let jobs = govctl_json(certs, &["jobs", "--all"]);
+        job_node(&jobs, "urgent").filter(|(node, st, _)| node == "node2" && st == "completed")
+    });
+    let m = wait_move(certs, &job.id, "done", "node2");
+    eprintln!("node1: low resumed after the preemption: {m}");
+    let detail = govctl(certs, &["job", &job.id]);
+    assert!(
+        detail.contains(&format!(
+            "preempted:  on node2 for {urgent}, resumed on node2: done"
+        )),
+        "{detail}"
+    );
+    check_completed_unharmed(certs, &job);
+    let jobs = govctl_json(certs, &["jobs"]);
+    let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "filler")]);
 }
 
 /// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries

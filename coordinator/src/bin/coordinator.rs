@@ -75,6 +75,9 @@ move_confirm_s = 10.0      # a moved job runs this long on its target before the
 # A move's pause, fixed_s + per_gib_s x the job's memory (cargo xtask bench-move on your nodes)
 framework_move_cost = { fixed_s = 0.1, per_gib_s = 3.8 }
 criu_move_cost = { fixed_s = 1.5, per_gib_s = 20.0 }
+preemption = true          # a higher-priority job that fits nowhere displaces lower-priority
+                           # jobs by checkpoint: saved, requeued at the head of their priority
+preempt_min_run_s = 60.0   # ... only jobs that have run this long since their latest start
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {

@@ -356,11 +356,27 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
         if m.bytes > 0 {
             let _ = write!(phases, ", {} carried", bytes(m.bytes));
         }
-        let _ = writeln!(
-            out,
-            "  moved:      {} -> {}: {} ({phases})",
-            m.from_node, m.to_node, m.phase
-        );
+        match &m.preempted_for {
+            Some(by) => {
+                let resumed = if m.to_node.is_empty() {
+                    String::new()
+                } else {
+                    format!(", resumed on {}", m.to_node)
+                };
+                let _ = writeln!(
+                    out,
+                    "  preempted:  on {} for {by}{resumed}: {} ({phases})",
+                    m.from_node, m.phase
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  moved:      {} -> {}: {} ({phases})",
+                    m.from_node, m.to_node, m.phase
+                );
+            }
+        }
         let _ = writeln!(out, "      why:    {}", m.reason);
         if !m.message.is_empty() {
             let _ = writeln!(out, "      how:    {}", m.message);
@@ -607,6 +623,7 @@ mod tests {
                     running_at_unix: None,
                     message: "framework checkpoint in /shared/ck".into(),
                     bytes: 0,
+                    preempted_for: None,
                 }],
             },
             130.0,
@@ -629,6 +646,36 @@ mod tests {
         );
         assert!(
             d.contains("      how:    framework checkpoint in /shared/ck"),
+            "{d}"
+        );
+
+        // A preemption: saved for a higher-priority job, requeued, resumed elsewhere.
+        let mut j = summary(JobStatus::Running);
+        j.moving = None;
+        let d = job_detail(
+            &JobDetail {
+                summary: j,
+                spec: None,
+                progress: Vec::new(),
+                categories: Vec::new(),
+                placements: Vec::new(),
+                moves: vec![governor_proto::control::JobMove {
+                    from_node: "node2".into(),
+                    to_node: "node3".into(),
+                    reason: "preempted: j9 of priority 10 does not fit anywhere".into(),
+                    phase: governor_proto::control::MovePhase::Done,
+                    requested_at_unix: 120.0,
+                    saved_at_unix: Some(125.0),
+                    running_at_unix: Some(185.0),
+                    message: "framework checkpoint in /shared/ck".into(),
+                    bytes: 0,
+                    preempted_for: Some("j9".into()),
+                }],
+            },
+            200.0,
+        );
+        assert!(
+            d.contains("  preempted:  on node2 for j9, resumed on node3: done (requested +20s, saved 5s later, running again 1m00s after the save)"),
             "{d}"
         );
     }

@@ -4,7 +4,8 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use governor_proto::control::{
-    JobSpec, JobStatus, JobSummary, NodeStatus, PlacementDecision, PolicyInfo, PolicyState,
+    JobSpec, JobStatus, JobSummary, MovePhase, NodeStatus, PlacementDecision, PolicyInfo,
+    PolicyState,
 };
 use governor_proto::job_env;
 use governor_proto::node::{Category, NodeCommand, RunState, StartJob, StopJob};
@@ -324,6 +325,11 @@ impl ClusterState {
             };
             job.status = JobStatus::Starting;
             job.message = String::new();
+            // A preempted job resumes: its next start continues its attempts.
+            let resuming = job
+                .active_move()
+                .is_some_and(|m| m.phase == MovePhase::Requeued)
+                .then(|| job.members.first().map_or(0, |m| m.attempt));
             job.members.clear();
             for (replica, p) in a.members.iter().enumerate() {
                 let node = self.view.nodes[p.node].name.clone();
@@ -366,6 +372,10 @@ impl ClusterState {
             self.placements += a.members.len() as u64;
             self.dirty.jobs.insert(a.job.id.clone());
             let id = a.job.id.clone();
+            if let (Some(previous), Some(p)) = (resuming, a.members.first()) {
+                let node = self.view.nodes[p.node].name.clone();
+                self.resume_admitted(&id, &node, previous);
+            }
             self.index_job(&id);
             for replica in 0..a.members.len() as u32 {
                 if let Some(cmd) = self.start_command(&id, replica) {
@@ -376,6 +386,7 @@ impl ClusterState {
                 }
             }
         }
+        self.preempt_for_waiting(now);
         admitted
     }
 
@@ -456,5 +467,8 @@ pub(super) fn queued(job: &JobRecord) -> QueuedJob {
         memory_bytes: spec.memory_bytes,
         deadline: job.deadline,
         waiting_reason: String::new(),
+        head: job
+            .active_move()
+            .is_some_and(|m| m.phase == MovePhase::Requeued),
     }
 }

@@ -28,6 +28,7 @@ use crate::queue::{Queue, Seconds};
 mod jobs;
 mod moves;
 mod nodes;
+mod preemption;
 pub use governor_placement::payoff;
 mod queries;
 mod view;
@@ -74,6 +75,11 @@ pub struct StateConfig {
     /// bench-move`; set them from a run on your own nodes).
     pub framework_move_cost: payoff::MoveCost,
     pub criu_move_cost: payoff::MoveCost,
+    /// A higher-priority job that fits nowhere displaces lower-priority jobs by checkpoint
+    /// (saved, requeued at the head of their priority, resumed later; never killed).
+    pub preemption: bool,
+    /// A job is displaced only after running this long since its latest start.
+    pub preempt_min_run_s: f64,
 }
 
 impl Default for StateConfig {
@@ -93,6 +99,8 @@ impl Default for StateConfig {
             rebalance: true,
             framework_move_cost: payoff::MoveCost::FRAMEWORK,
             criu_move_cost: payoff::MoveCost::CRIU,
+            preemption: true,
+            preempt_min_run_s: 60.0,
         }
     }
 }
@@ -248,6 +256,24 @@ impl JobRecord {
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
             moving: self.active_move().map(|m| match m.phase {
+                governor_proto::control::MovePhase::Saving if m.preempted_for.is_some() => {
+                    format!(
+                        "saving on {} to make room for {} (preempted)",
+                        m.from_node,
+                        m.preempted_for.as_deref().unwrap_or_default()
+                    )
+                }
+                governor_proto::control::MovePhase::Transferring if m.to_node.is_empty() => {
+                    format!(
+                        "carrying its checkpoint from {} to the coordinator (preempted)",
+                        m.from_node
+                    )
+                }
+                governor_proto::control::MovePhase::Requeued => format!(
+                    "preempted on {} for {}; queued to resume",
+                    m.from_node,
+                    m.preempted_for.as_deref().unwrap_or_default()
+                ),
                 governor_proto::control::MovePhase::Saving => {
                     format!("saving on {} for {}", m.from_node, m.to_node)
                 }

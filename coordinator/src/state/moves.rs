@@ -119,6 +119,21 @@ impl ClusterState {
                 .pick_target(job, &source)
                 .ok_or_else(|| MoveError::NoTarget { id: id.into() })?,
         };
+        Ok(self.begin_save(now, id, source, target, None, reason))
+    }
+
+    /// Ask `source` to save job `id` (checked movable) for a move to `target`, or (with
+    /// `preempted_for`) to make room for that job, the job then going back to the queue.
+    pub(super) fn begin_save(
+        &mut self,
+        now: Seconds,
+        id: &str,
+        source: String,
+        target: String,
+        preempted_for: Option<String>,
+        reason: &str,
+    ) -> JobMove {
+        let job = &self.jobs[id];
         let transparent = needs_dump(job);
         let (dir, carry) = job
             .spec
@@ -142,9 +157,10 @@ impl ClusterState {
                 format!("framework checkpoint in {dir} (a path both nodes mount)")
             },
             bytes: 0,
+            preempted_for,
         };
         info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
-        let job = self.jobs.get_mut(id).expect("checked above");
+        let job = self.jobs.get_mut(id).expect("checked by the caller");
         if transparent && let Some(spec) = job.spec.as_mut() {
             // From now on it moves (and is restored) by CRIU.
             spec.checkpoint = Some(Checkpoint::transparent());
@@ -158,11 +174,11 @@ impl ClusterState {
             }),
         ));
         self.dirty.jobs.insert(id.to_owned());
-        Ok(record)
+        record
     }
 
     /// The node a movable job runs on, or why it cannot move.
-    fn check_movable(&self, job: &JobRecord) -> Result<String, super::ControlError> {
+    pub(super) fn check_movable(&self, job: &JobRecord) -> Result<String, super::ControlError> {
         let id = job.id.clone();
         let Some(spec) = job.spec.as_ref() else {
             let node = job
@@ -323,6 +339,11 @@ impl ClusterState {
                         }),
                     ));
                     info!(job = id, from = %mv.from_node, "saved; carrying its checkpoint");
+                    return;
+                }
+                if mv.preempted_for.is_some() {
+                    self.set_move(id, |m| m.saved_at_unix = Some(now));
+                    self.requeue(id);
                     return;
                 }
                 self.repoint(id, now, &mv.to_node, MovePhase::Restoring, false, |m| {
@@ -507,6 +528,10 @@ impl ClusterState {
             return;
         };
         match result {
+            Ok(bytes) if mv.preempted_for.is_some() => {
+                self.set_move(id, |m| m.bytes = bytes);
+                self.requeue(id);
+            }
             Ok(bytes) => {
                 info!(job = id, to = %mv.to_node, bytes, "checkpoint carried; starting the job on the target");
                 self.repoint(id, now, &mv.to_node, MovePhase::Restoring, true, |m| {
