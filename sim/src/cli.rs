@@ -54,6 +54,8 @@ enum Command {
     Compare(CompareArgs),
     /// A paper's evaluation setup, every policy: `govsim paper list` names them.
     Paper(PaperArgs),
+    /// Mixed priorities on a full cluster, with and without preemption by checkpoint.
+    Priority(PriorityArgs),
     /// Time the simulator on a large generated cluster.
     Bench(BenchArgs),
 }
@@ -192,6 +194,22 @@ struct PaperArgs {
 }
 
 #[derive(Debug, Args)]
+struct PriorityArgs {
+    /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
+    #[arg(long, default_value = "1-5")]
+    seeds: String,
+    /// Directory of real training logs for the loss curves.
+    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    logs: PathBuf,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+    /// What a displaced job's save and restore cost: `default`, `framework` or `criu-tcg`.
+    #[arg(long)]
+    move_cost: Option<String>,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     workers: usize,
@@ -293,6 +311,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Run(args) => run_command(args),
         Command::Compare(args) => compare_command(args),
         Command::Paper(args) => paper_command(args),
+        Command::Priority(args) => priority_command(args),
         Command::Bench(args) => bench_command(args),
     };
     match result {
@@ -517,6 +536,15 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         args.out.as_deref(),
         args.json,
         &args.also,
+        args.move_cost.as_deref(),
+    )
+}
+
+fn priority_command(args: PriorityArgs) -> Result<()> {
+    sim::priority::command(
+        parse_seeds(&args.seeds)?,
+        &args.logs,
+        args.json,
         args.move_cost.as_deref(),
     )
 }

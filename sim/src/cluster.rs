@@ -28,6 +28,14 @@
 //!   [`MigrationCost::seconds`] of its checkpoint size with all its work kept (CRIU or a framework
 //!   checkpoint). A job migrates at most `max_migrations_per_job` times (SpeCon marks a moved
 //!   container and never moves it again). `migrate = false` ignores every request.
+//! - **Preemption** (`+preempt`, the coordinator's rule: [`governor_placement::preempt`]).
+//!   After each admission round, a waiting job that fits nowhere displaces the lower-priority
+//!   jobs the rule picks on one node (run at least [`PREEMPT_MIN_RUN_S`] since their latest
+//!   start, no GPUs, never preempted themselves: no chains). A displaced job stops at once with
+//!   all its work kept (its checkpoint), goes back to the queue at the head of its priority, and
+//!   pays [`MigrationCost::seconds`] of its checkpoint when it starts again (save and restore).
+//!   The job it made room for is not delayed by the save: optimistic for it by one save
+//!   (seconds, against minutes of waiting without preemption).
 //!
 //! # Event order
 //!
@@ -252,7 +260,15 @@ pub struct PolicySpec {
     /// downtime in core-seconds ([`governor_placement::payoff`], the coordinator's own gate).
     #[serde(default)]
     pub pays: bool,
+    /// Preemption without loss (`+preempt`): a job that fits nowhere displaces lower-priority
+    /// ones by checkpoint (the coordinator's rule).
+    #[serde(default)]
+    pub preempt: bool,
 }
+
+/// A job is displaced only after running this long since its latest start (the coordinator's
+/// `preempt_min_run_s` default).
+pub const PREEMPT_MIN_RUN_S: f64 = 60.0;
 
 impl std::str::FromStr for PolicySpec {
     type Err = String;
@@ -289,6 +305,7 @@ impl std::str::FromStr for PolicySpec {
         let mut migrate = true;
         let mut rebalance = false;
         let mut pays = false;
+        let mut preempt = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
@@ -296,9 +313,10 @@ impl std::str::FromStr for PolicySpec {
                 "reserve" => reserve = true,
                 "rebalance" => rebalance = true,
                 "pays" => pays = true,
+                "preempt" => preempt = true,
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt)"
                     ));
                 }
             }
@@ -313,6 +331,7 @@ impl std::str::FromStr for PolicySpec {
             reserve_cores: reserve,
             rebalance,
             pays,
+            preempt,
         })
     }
 }
@@ -334,6 +353,11 @@ pub struct JobOutcome {
     /// Time to quality from submission (see [`crate::node::JobResult::ttq`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttq: Option<f64>,
+    #[serde(default)]
+    pub priority: i32,
+    /// Times it was displaced by a higher-priority job (`+preempt`).
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// One migration decision.
@@ -436,6 +460,12 @@ struct Rt {
     previous: Option<Observation>,
     /// (seconds since submission, noiseless loss) of every log line written.
     written: Vec<(f64, f64)>,
+    /// When it last started on a worker.
+    last_start: f64,
+    /// Times it was displaced; a displaced job never displaces others.
+    preemptions: u32,
+    /// Seconds its next start is delayed (a displaced job's save and restore).
+    resume_delay: f64,
 }
 
 #[derive(Clone, Copy)]
@@ -602,6 +632,9 @@ pub fn run_cluster(
                     last: None,
                     previous: None,
                     written: Vec::new(),
+                    last_start: 0.0,
+                    preemptions: 0,
+                    resume_delay: 0.0,
                 }
             })
             .collect(),
@@ -677,8 +710,16 @@ impl Engine<'_> {
         self.admit(t);
     }
 
-    /// One admission round of the coordinator's queue.
+    /// One admission round of the coordinator's queue; with `+preempt`, then displace
+    /// lower-priority jobs for those still waiting and admit again.
     fn admit(&mut self, t: f64) {
+        self.admit_round(t);
+        if self.spec.preempt {
+            self.preempt(t);
+        }
+    }
+
+    fn admit_round(&mut self, t: f64) {
         if self.queue.is_empty() {
             return;
         }
@@ -690,13 +731,94 @@ impl Engine<'_> {
             let Some(p) = a.members.first() else { continue };
             self.placements += 1;
             let gpus = p.gpus.clone();
-            self.start_on(j, p.node, gpus, t + self.config.start_delay.max(0.0));
+            let delay = std::mem::take(&mut self.rt[j].resume_delay);
+            self.start_on(
+                j,
+                p.node,
+                gpus,
+                t + self.config.start_delay.max(0.0) + delay,
+            );
         }
         for e in round.expired {
             if let Some(&j) = self.index.get(&e.job.id) {
                 self.rt[j].phase = Phase::Done;
             }
         }
+    }
+
+    /// Displace lower-priority jobs for the waiting ones (the coordinator's rule), each
+    /// followed by an admission round (the room is the waiting job's).
+    fn preempt(&mut self, t: f64) {
+        let waiting: Vec<(usize, JobRequest)> = self
+            .queue
+            .iter()
+            .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
+            .filter_map(|q| self.index.get(&q.id).copied())
+            .filter(|&j| self.rt[j].preemptions == 0)
+            .map(|j| (j, self.request(j)))
+            .collect();
+        for (_, request) in waiting {
+            let candidates: Vec<governor_placement::preempt::Candidate> = self
+                .rt
+                .iter()
+                .enumerate()
+                .filter(|(k, rt)| {
+                    rt.phase == Phase::Running
+                        && self.jobs[*k].gpus == 0
+                        && self.jobs[*k].model.priority < request.priority
+                        && t - rt.last_start >= PREEMPT_MIN_RUN_S
+                })
+                .map(|(k, rt)| governor_placement::preempt::Candidate {
+                    id: self.jobs[k].model.id.clone(),
+                    node: rt.worker,
+                    priority: self.jobs[k].model.priority,
+                    started_at: rt.last_start,
+                    gpus: Vec::new(),
+                })
+                .collect();
+            let Some(plan) = governor_placement::preempt::plan(&self.view, &request, &candidates)
+            else {
+                continue;
+            };
+            for victim in &plan.victims {
+                if let Some(&k) = self.index.get(victim) {
+                    self.displace(k, t);
+                }
+            }
+            // The freed room is this job's: admit before planning for the next.
+            self.admit_round(t);
+        }
+    }
+
+    /// Stop job `k` on its worker with its work kept (saved), and queue it again at the head
+    /// of its priority; its next start pays its save and restore.
+    fn displace(&mut self, k: usize, t: f64) {
+        let w = self.rt[k].worker;
+        self.leave(w, k, t);
+        self.workers[w].force_decide = true;
+        let request = self.request(k);
+        let cost = self
+            .config
+            .migration
+            .seconds(self.jobs[k].checkpoint_bytes());
+        let rt = &mut self.rt[k];
+        rt.phase = Phase::Queued;
+        rt.preemptions += 1;
+        rt.resume_delay = cost;
+        let mut q = QueuedJob::new(
+            request.id.clone(),
+            request.priority,
+            k as u64,
+            self.jobs[k].model.submit,
+        );
+        q.gpus = request.gpus;
+        q.cores = request.cores;
+        q.memory_bytes = request.memory_bytes;
+        q.head = true;
+        self.queue.push(q);
+        self.update_shares(w, t);
+        self.report(w);
+        self.schedule(w);
     }
 
     /// The job will start on worker `w` at `at` (the view already holds its reservation).
@@ -958,6 +1080,7 @@ impl Engine<'_> {
         let rt = &mut self.rt[j];
         rt.phase = Phase::Running;
         rt.worker = w;
+        rt.last_start = t;
         if rt.first_start.is_none() {
             rt.first_start = Some(t);
             rt.first_worker = Some(w);
@@ -1303,6 +1426,8 @@ impl Engine<'_> {
                 worker: rt.first_worker.map(|w| self.config.workers[w].name.clone()),
                 migrations: rt.migrations,
                 ttq: time_to_quality(&rt.written, Direction::Minimise),
+                priority: j.model.priority,
+                preemptions: rt.preemptions,
             })
             .collect();
         let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();

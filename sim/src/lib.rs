@@ -6,7 +6,8 @@
 //! - [`cluster::run_cluster`]: a cluster replaying a [`trace::Trace`] under a
 //!   [`cluster::PolicySpec`] (`govsim run`), with migrations;
 //! - [`evaluate::evaluate`]: policies against `fair` on the same trace (`govsim compare`),
-//!   [`paper`]: the papers' setups (`govsim paper`), [`plot`]: SVG charts;
+//!   [`paper`]: the papers' setups (`govsim paper`), [`priority`]: a mixed-priority trace with
+//!   and without preemption (`govsim priority`), [`plot`]: SVG charts;
 //! - [`trace::generate`] with [`curves::load_dir`]: traces from real logs (`govsim trace`).
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod job;
 pub mod node;
 pub mod paper;
 pub mod plot;
+pub mod priority;
 pub mod trace;
 pub mod workload;
 

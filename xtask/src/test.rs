@@ -113,7 +113,8 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
         vm::run_vm_test(&VmTestArgs {
             filter: None,
             nodes: Some(3),
-            timeout_minutes: 30,
+            // 17-25 min measured (2026-11-26, with the preemption scenario).
+            timeout_minutes: 40,
             unprivileged: false,
         })?;
     }
