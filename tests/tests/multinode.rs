@@ -571,6 +571,7 @@ fn coordinator_node(n: u32) {
         move_by_criu_with_its_upload_cut(&certs);
         move_a_job_both_ways(&certs);
         move_to_a_target_that_cannot_run_it(&certs);
+        move_to_a_target_that_dies(&certs);
         move_a_job_without_a_shared_path(&certs);
         move_with_a_checkpoint_corrupted_at_rest(&certs);
 
@@ -1148,6 +1149,34 @@ fn move_with_a_checkpoint_corrupted_at_rest(certs: &Path) {
             .is_some_and(|s| s.contains("checksum mismatch")),
         "{m}"
     );
+    check_completed_unharmed(certs, &job);
+}
+
+/// The target dies mid-move: node3's governor is killed (no goodbye) right after the move is
+/// asked, while node2 saves the job (it saves at its next epoch boundary, up to a second
+/// later), so the start never reaches node3; node3 is marked lost, and the job goes back to
+/// node2 from its checkpoint and ends there unharmed. node3's governor is started again.
+fn move_to_a_target_that_dies(certs: &Path) {
+    let job = submit_movable(certs, "orphan", 47, None, Saves::Shared);
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "kill-agent", 60);
+    assert!(reply.starts_with("killed"), "node3 answered {reply:?}");
+    let m = wait_move(certs, &job.id, "rolled_back", "node2");
+    eprintln!("node1: rolled back from a target that died: {m}");
+    assert!(
+        m["message"]
+            .as_str()
+            .is_some_and(|s| s.contains("target node3 was lost")),
+        "{m}"
+    );
+    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "start-agent", 60);
+    assert!(reply.starts_with("started"), "node3 answered {reply:?}");
+    wait_for("node3 to be ready again", 120, || {
+        (node_status(certs, "node3").as_deref() == Some("ready")).then_some(())
+    });
     check_completed_unharmed(certs, &job);
 }
 
