@@ -26,6 +26,7 @@ use governor_policy::Category;
 
 pub mod first_fit;
 pub mod flowcon;
+pub mod kubeflow;
 pub mod payoff;
 pub mod preempt;
 pub mod procon;
@@ -335,6 +336,14 @@ pub trait PlacementPolicy: Send + fmt::Debug {
     fn name(&self) -> &'static str;
     /// Choose a node for `job`.
     fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit>;
+    /// How the queue orders jobs of equal priority under this policy.
+    fn queue_order(&self) -> queue::QueueOrder {
+        queue::QueueOrder::Fifo
+    }
+    /// Try one node for all the members of a gang before placing them on distinct nodes.
+    fn gangs_on_one_node(&self) -> bool {
+        false
+    }
 }
 
 /// How many candidates a placement keeps for explanation.
@@ -366,6 +375,10 @@ pub const POLICIES: &[(&str, &str)] = &[
         "first-fit",
         "Schedulearn FIFO: the first node by name that fits",
     ),
+    (
+        "kubeflow",
+        "Kubeflow (DRAGON/OASIS) scheduler: queue by priority then larger CPU+memory demand, a gang on one node if one holds it, else first fit",
+    ),
 ];
 
 /// The policy the coordinator starts with.
@@ -388,6 +401,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
         "specon" => Box::new(specon::SpeCon::default()),
         "round-robin" => Box::new(round_robin::RoundRobin::default()),
         "first-fit" => Box::new(first_fit::FirstFit),
+        "kubeflow" => Box::new(kubeflow::Kubeflow),
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_owned(),

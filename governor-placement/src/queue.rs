@@ -18,6 +18,13 @@
 //!   Kubeflow scheduler: all or nothing.) Several GPUs of one member are always on one node.
 //! - **Timeout.** A gang not admitted within its timeout leaves the queue as expired, with the
 //!   reason it could not be placed; a single job without a timeout waits until capacity frees.
+//! - **Kubeflow order** (a policy's [`PlacementPolicy::queue_order`]): the DRAGON/OASIS-style
+//!   Kubeflow scheduler's weighting, higher priority ("utility") first and, within a priority,
+//!   the larger resource demand first (its CPU + memory requirement: here cores + GiB), then
+//!   submission order. A queue re-sorts when the policy's order changes.
+//! - **One-node gangs** (a policy's [`PlacementPolicy::gangs_on_one_node`]): the Kubeflow
+//!   scheduler's gang scheduling first looks for one node that holds every member (less
+//!   communication), and only then places them as usual (each on its own node here).
 //! - **Cheap rounds.** Within a round, a job that asks for at least as much as a job that did not
 //!   fit (same or more GPUs, cores, memory and members) is not tried again.
 
@@ -66,10 +73,22 @@ impl QueuedJob {
         }
     }
 
-    /// Its place in admission order: priority (higher first), preempted jobs first, then
-    /// submission order.
-    fn order(&self) -> (i64, bool, u64) {
-        (-(self.priority as i64), !self.head, self.seq)
+    /// Its place in admission order under `order`: priority (higher first), preempted jobs
+    /// first, (Kubeflow) the larger demand first, then submission order.
+    fn order(&self, order: QueueOrder) -> (i64, bool, i64, u64) {
+        let demand = match order {
+            QueueOrder::Fifo => 0,
+            // Milli-units so that the key is an integer (total order).
+            QueueOrder::KubeflowWeight => -((self.demand() * 1000.0).round() as i64),
+        };
+        (-(self.priority as i64), !self.head, demand, self.seq)
+    }
+
+    /// The Kubeflow scheduler's resource requirement R: CPU + memory (cores + GiB), per member
+    /// times members.
+    pub fn demand(&self) -> f64 {
+        (self.cores.unwrap_or(0.0) + self.memory_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64)
+            * self.replicas.max(1) as f64
     }
 
     /// The request for member `replica`, avoiding the nodes of the members placed before it.
@@ -124,11 +143,22 @@ pub struct Round {
     pub expired: Vec<Expired>,
 }
 
+/// How the queue orders jobs of equal priority.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// Submission order.
+    #[default]
+    Fifo,
+    /// The Kubeflow scheduler's weight: larger CPU + memory demand first.
+    KubeflowWeight,
+}
+
 /// The queue.
 #[derive(Clone, Debug, Default)]
 pub struct Queue {
-    /// Sorted by (priority descending, seq ascending).
+    /// Sorted by [`QueuedJob::order`] under `order`.
     jobs: Vec<QueuedJob>,
+    order: QueueOrder,
 }
 
 impl Queue {
@@ -139,7 +169,10 @@ impl Queue {
     /// Add a job in its place. A job id already queued is replaced.
     pub fn push(&mut self, job: QueuedJob) {
         self.remove(&job.id);
-        let at = self.jobs.partition_point(|q| q.order() < job.order());
+        let order = self.order;
+        let at = self
+            .jobs
+            .partition_point(|q| q.order(order) < job.order(order));
         self.jobs.insert(at, job);
     }
 
@@ -179,6 +212,11 @@ impl Queue {
         cluster: &mut ClusterView,
         policy: &mut dyn PlacementPolicy,
     ) -> Round {
+        let order = policy.queue_order();
+        if order != self.order {
+            self.order = order;
+            self.jobs.sort_by_key(|q| q.order(order));
+        }
         let mut round = Round::default();
         let mut did_not_fit: Vec<QueuedJob> = Vec::new();
         let mut kept = Vec::with_capacity(self.jobs.len());
@@ -227,6 +265,12 @@ fn place_all(
     cluster: &mut ClusterView,
     policy: &mut dyn PlacementPolicy,
 ) -> Result<Vec<Placement>, String> {
+    if job.replicas > 1
+        && policy.gangs_on_one_node()
+        && let Some(members) = place_on_one_node(job, cluster)
+    {
+        return Ok(members);
+    }
     let mut placed: Vec<(Placement, JobRequest)> = Vec::new();
     for replica in 0..job.replicas {
         let avoid = placed
@@ -261,6 +305,41 @@ fn place_all(
         }
     }
     Ok(placed.into_iter().map(|(p, _)| p).collect())
+}
+
+/// The Kubeflow scheduler's gang step: the first node (by name) that holds every member at
+/// once, each member reserved there; `None` when no node can.
+fn place_on_one_node(job: &QueuedJob, cluster: &mut ClusterView) -> Option<Vec<Placement>> {
+    let n = job.replicas;
+    let whole = JobRequest {
+        id: job.id.clone(),
+        gpus: job.gpus * n,
+        cores: job.cores.map(|c| c * n as f64),
+        memory_bytes: job.memory_bytes.map(|m| m * n as u64),
+        priority: job.priority,
+        avoid: Vec::new(),
+    };
+    let node = *crate::feasible_nodes(cluster, &whole).ok()?.first()?;
+    let mut members = Vec::new();
+    for replica in 0..n {
+        let request = job.member_request(replica, Vec::new());
+        let gpus: Vec<u32> = cluster.nodes[node]
+            .free_gpus()
+            .into_iter()
+            .take(job.gpus as usize)
+            .collect();
+        cluster.reserve(node, JobView::pending(request.id.clone(), &request), &gpus);
+        members.push(Placement {
+            node,
+            gpus,
+            reason: format!(
+                "gang on one node: {} holds all {n} members (the Kubeflow scheduler's gang step)",
+                cluster.nodes[node].name
+            ),
+            candidates: Vec::new(),
+        });
+    }
+    Some(members)
 }
 
 #[cfg(test)]

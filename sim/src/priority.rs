@@ -31,9 +31,15 @@ const GIB: u64 = 1 << 30;
 pub const HIGH: i32 = 10;
 
 /// The systems compared: FIFO with reserved cores (Schedulearn's), the same with preemption,
-/// and our default (cores shared by the node policy, nothing reserved: nothing waits for
-/// cores, so nothing is preempted).
-pub const SYSTEMS: [&str; 3] = ["fifo", "fifo+preempt", "ours"];
+/// the Kubeflow scheduler (its weighted queue and gang step, its scale-down read as our
+/// preemption by checkpoint), and our default (cores shared by the node policy, nothing
+/// reserved: nothing waits for cores, so nothing is preempted).
+pub const SYSTEMS: [&str; 4] = [
+    "fifo",
+    "fifo+preempt",
+    "fair/kubeflow+reserve+preempt",
+    "ours",
+];
 
 /// The cluster: 4 workers of 4 cores and 16 GiB.
 pub fn cluster() -> ClusterConfig {

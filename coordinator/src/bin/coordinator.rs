@@ -49,7 +49,7 @@ struct Opts {
 const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags override)
 listen = "0.0.0.0:7070"
 store = "/var/lib/governor/coordinator.redb"
-# Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit.
+# Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit, kubeflow.
 policy = "soonest"
 
 # mTLS: the CA that signed every node and govctl certificate, and the server's own.

@@ -37,33 +37,35 @@ impl ClusterState {
         if !self.config.preemption {
             return;
         }
-        let waiting: Vec<(String, i32, crate::placement::JobRequest)> = self
+        // Runs after every admission round that leaves jobs waiting: one pass over the jobs
+        // for the candidates, and none at all in the usual case of equal priorities.
+        let mut candidates = self.preemption_candidates(now);
+        let Some(lowest) = candidates.iter().map(|c| c.priority).min() else {
+            return;
+        };
+        let waiting: Vec<(String, crate::placement::JobRequest)> = self
             .queue
             .iter()
-            .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
-            .map(|q| (q.id.clone(), q.priority, q.member_request(0, Vec::new())))
+            .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1 && q.priority > lowest)
+            .map(|q| (q.id.clone(), q.member_request(0, Vec::new())))
             .collect();
         if waiting.is_empty() {
             return;
         }
-        for (id, priority, request) in waiting {
+        let making_room = self.jobs_room_is_made_for();
+        for (id, request) in waiting {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
             // No chains: a preempted job waits its turn.
-            if job.moves.iter().any(|m| m.preempted_for.is_some()) {
-                continue;
-            }
-            if self.room_being_made_for(&id) {
-                continue;
-            }
-            let candidates = self.preemption_candidates(now, priority);
-            if candidates.is_empty() {
+            if job.moves.iter().any(|m| m.preempted_for.is_some()) || making_room.contains(&id) {
                 continue;
             }
             let Some(plan) = preempt::plan(&self.view, &request, &candidates) else {
                 continue;
             };
+            // A job saved for one waiting job is not offered to the next.
+            candidates.retain(|c| !plan.victims.contains(&c.id));
             info!(job = %id, node = %self.view.nodes[plan.node].name, victims = ?plan.victims, "preempting by checkpoint");
             for victim in &plan.victims {
                 let Some(source) = self
@@ -85,18 +87,19 @@ impl ClusterState {
         }
     }
 
-    /// Some job is being saved to make room for `id`.
-    fn room_being_made_for(&self, id: &str) -> bool {
-        self.jobs.values().any(|j| {
-            j.active_move().is_some_and(|m| {
-                m.preempted_for.as_deref() == Some(id)
-                    && matches!(m.phase, MovePhase::Saving | MovePhase::Transferring)
-            })
-        })
+    /// The waiting jobs for which some job is being saved now (one preemption at a time each).
+    fn jobs_room_is_made_for(&self) -> std::collections::HashSet<String> {
+        self.jobs
+            .values()
+            .filter_map(|j| j.active_move())
+            .filter(|m| matches!(m.phase, MovePhase::Saving | MovePhase::Transferring))
+            .filter_map(|m| m.preempted_for.clone())
+            .collect()
     }
 
-    /// Running jobs of priority below `below` that can be saved and have run long enough.
-    fn preemption_candidates(&self, now: Seconds, below: i32) -> Vec<Candidate> {
+    /// Running jobs that can be saved and have run long enough since their latest start
+    /// ([`preempt::plan`] keeps those of lower priority than the job it makes room for).
+    fn preemption_candidates(&self, now: Seconds) -> Vec<Candidate> {
         let min_run = self.config.preempt_min_run_s;
         self.jobs
             .values()
@@ -105,8 +108,7 @@ impl ClusterState {
                 let spec = j.spec.as_ref()?;
                 let m = j.members.first()?;
                 let node = *self.view_index.get(&m.node)?;
-                (spec.priority < below
-                    && m.state == RunState::Running
+                (m.state == RunState::Running
                     && now - m.placed_at >= min_run
                     && self.check_movable(j).is_ok())
                 .then(|| Candidate {
