@@ -699,15 +699,20 @@ impl Engine<'_> {
     }
 
     fn submit(&mut self, j: usize, t: f64) {
-        let m = &self.jobs[j];
         self.rt[j].phase = Phase::Queued;
+        let q = self.queued(j, t);
+        self.queue.push(q);
+        self.admit(t);
+    }
+
+    /// Job `j` as the queue holds it, queued at `t`.
+    fn queued(&self, j: usize, t: f64) -> QueuedJob {
         let request = self.request(j);
-        let mut q = QueuedJob::new(m.model.id.clone(), m.model.priority, j as u64, t);
+        let mut q = QueuedJob::new(request.id, request.priority, j as u64, t);
         q.gpus = request.gpus;
         q.cores = request.cores;
         q.memory_bytes = request.memory_bytes;
-        self.queue.push(q);
-        self.admit(t);
+        q
     }
 
     /// One admission round of the coordinator's queue; with `+preempt`, then displace
@@ -796,7 +801,6 @@ impl Engine<'_> {
         let w = self.rt[k].worker;
         self.leave(w, k, t);
         self.workers[w].force_decide = true;
-        let request = self.request(k);
         let cost = self
             .config
             .migration
@@ -805,15 +809,7 @@ impl Engine<'_> {
         rt.phase = Phase::Queued;
         rt.preemptions += 1;
         rt.resume_delay = cost;
-        let mut q = QueuedJob::new(
-            request.id.clone(),
-            request.priority,
-            k as u64,
-            self.jobs[k].model.submit,
-        );
-        q.gpus = request.gpus;
-        q.cores = request.cores;
-        q.memory_bytes = request.memory_bytes;
+        let mut q = self.queued(k, self.jobs[k].model.submit);
         q.head = true;
         self.queue.push(q);
         self.update_shares(w, t);
