@@ -8,7 +8,8 @@ use governor_proto::node::{
 use super::super::{ClusterState, ControlError, StateConfig};
 use super::MoveError;
 
-fn hello(name: &str) -> Hello {
+/// A node of 4 cores and 16 GiB that cannot dump (shared with the preemption tests).
+pub(in crate::state) fn hello(name: &str) -> Hello {
     Hello {
         node_name: name.into(),
         capacity: NodeCapacity::cpu_only(4.0, 16 << 30),

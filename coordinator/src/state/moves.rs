@@ -788,4 +788,4 @@ impl ClusterState {
 
 #[cfg(test)]
 #[path = "move_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -2,10 +2,9 @@
 //! of its priority and resumed; nothing is killed.
 
 use governor_proto::control::{JobSpec, JobStatus, MovePhase};
-use governor_proto::node::{
-    Checkpoint, Hello, JobReport, NodeCapacity, NodeCommand, NodeReport, RunState,
-};
+use governor_proto::node::{Checkpoint, JobReport, NodeCommand, NodeReport, RunState};
 
+use super::super::moves::tests::hello;
 use super::super::{ClusterState, StateConfig};
 
 /// Nodes are never lost here (the tests report only when something changes).
@@ -13,15 +12,6 @@ fn config() -> StateConfig {
     StateConfig {
         lost_after_s: 1e6,
         ..StateConfig::default()
-    }
-}
-
-fn hello(name: &str) -> Hello {
-    Hello {
-        node_name: name.into(),
-        capacity: NodeCapacity::cpu_only(4.0, 16 << 30),
-        agent_version: "test".into(),
-        can_dump: false,
     }
 }
 
