@@ -5,6 +5,7 @@
 //! [`super::GpuView::is_free`] adds "and not reserved for a job"). Our fixed order is the node
 //! name. The "FIFO" part (jobs in arrival order) is the coordinator's queue.
 
+use super::elastic::Elasticity;
 use super::{
     CANDIDATES_KEPT, ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes,
     finish,
@@ -34,6 +35,32 @@ impl PlacementPolicy for FirstFit {
             |_| "position among the nodes that fit, by name".into(),
             |n, _| format!("first-fit: {} is the first node by name that fits", n.name),
         ))
+    }
+
+    /// Schedulearn's FIFO does not scale jobs.
+    fn elasticity(&self) -> Elasticity {
+        Elasticity::NONE
+    }
+}
+
+/// Schedulearn's elastic FIFO: first-fit placement in arrival order, and on each completion the
+/// longest-running elastic job grows ([`crate::elastic::grow_slowest`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ElasticFifo;
+
+impl PlacementPolicy for ElasticFifo {
+    fn name(&self) -> &'static str {
+        "elastic-fifo"
+    }
+
+    fn place(&mut self, cluster: &ClusterView, job: &JobRequest) -> Result<Placement, NoFit> {
+        let mut p = FirstFit.place(cluster, job)?;
+        p.reason = p.reason.replace("first-fit:", "elastic-fifo: first fit:");
+        Ok(p)
+    }
+
+    fn elasticity(&self) -> Elasticity {
+        Elasticity::ELASTIC_FIFO
     }
 }
 

@@ -41,6 +41,11 @@ impl PlacementPolicy for Kubeflow {
     fn gangs_on_one_node(&self) -> bool {
         true
     }
+
+    /// Its scale-up after every round, its scale-down for higher weights only.
+    fn elasticity(&self) -> crate::elastic::Elasticity {
+        crate::elastic::Elasticity::KUBEFLOW
+    }
 }
 
 #[cfg(test)]

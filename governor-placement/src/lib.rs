@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use governor_policy::Category;
 
+pub mod elastic;
 pub mod first_fit;
 pub mod flowcon;
 pub mod kubeflow;
@@ -344,6 +345,10 @@ pub trait PlacementPolicy: Send + fmt::Debug {
     fn gangs_on_one_node(&self) -> bool {
         false
     }
+    /// How it grows and shrinks elastic jobs ([`elastic`]): ours by default.
+    fn elasticity(&self) -> elastic::Elasticity {
+        elastic::Elasticity::OURS
+    }
 }
 
 /// How many candidates a placement keeps for explanation.
@@ -373,7 +378,11 @@ pub const POLICIES: &[(&str, &str)] = &[
     ),
     (
         "first-fit",
-        "Schedulearn FIFO: the first node by name that fits",
+        "Schedulearn FIFO: the first node by name that fits; elastic jobs keep their least size",
+    ),
+    (
+        "elastic-fifo",
+        "Schedulearn elastic FIFO: first fit; on each completion the longest-running elastic job grows, on its node or on another",
     ),
     (
         "kubeflow",
@@ -401,6 +410,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
         "specon" => Box::new(specon::SpeCon::default()),
         "round-robin" => Box::new(round_robin::RoundRobin::default()),
         "first-fit" => Box::new(first_fit::FirstFit),
+        "elastic-fifo" => Box::new(first_fit::ElasticFifo),
         "kubeflow" => Box::new(kubeflow::Kubeflow),
         _ => {
             return Err(UnknownPolicy {

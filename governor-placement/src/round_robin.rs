@@ -56,6 +56,11 @@ impl PlacementPolicy for RoundRobin {
         self.last = Some(cluster.nodes[p.node].name.clone());
         Ok(p)
     }
+
+    /// Schedulearn's round-robin does not scale jobs.
+    fn elasticity(&self) -> crate::elastic::Elasticity {
+        crate::elastic::Elasticity::NONE
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,10 @@ pub struct JobSpec {
     /// How it saves itself for a move; `None`: it is never moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
+    /// Elastic: the most cores it can use (`cores` is then the least). Grown and shrunk by
+    /// save and resume; needs a framework checkpoint, one member, no GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cores: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -77,7 +81,13 @@ impl JobSpec {
             gang_timeout_s: None,
             env: BTreeMap::new(),
             checkpoint: None,
+            max_cores: None,
         }
+    }
+
+    /// Declared a range of cores (`--cores MIN:MAX`) it can be resized within.
+    pub fn is_elastic(&self) -> bool {
+        self.max_cores.is_some()
     }
 
     /// A gang needs all-or-nothing admission: several members or several GPUs.
@@ -206,6 +216,9 @@ pub struct JobSummary {
     /// The phase of its current move, if one is under way ("saving on node-a for node-b").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moving: Option<String>,
+    /// The cores it holds now (an elastic job's current size; else what it declared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<f64>,
 }
 
 /// The phase of a job's move between nodes.
@@ -279,6 +292,14 @@ pub struct JobMove {
     /// job is placed again to resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_for: Option<String>,
+    /// A resize of an elastic job: its cores before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_cores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_cores: Option<f64>,
+    /// A shrink to make room: the job it made room for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resized_for: Option<String>,
 }
 
 impl JobMove {
@@ -399,7 +420,7 @@ impl TryFrom<pb::JobSpec> for JobSpec {
                 ));
             }
         }
-        Ok(JobSpec {
+        JobSpec {
             name: text("name", m.name, MAX_NAME_LEN)?,
             argv: m.argv,
             log_path: m.log_path,
@@ -413,7 +434,37 @@ impl TryFrom<pb::JobSpec> for JobSpec {
             gang_timeout_s: opt(m.gang_timeout_s, |v| positive("gang_timeout_s", v))?,
             env,
             checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
-        })
+            max_cores: opt(m.max_cores, |v| positive("max_cores", v))?,
+        }
+        .checked_elastic()
+    }
+}
+
+impl JobSpec {
+    /// An elastic job resumes at another size from its own checkpoint: it needs a range that
+    /// starts at its `cores`, a framework checkpoint (a CRIU image keeps its old thread count),
+    /// one member and no GPUs (members and GPUs are not resized).
+    fn checked_elastic(self) -> Result<Self, InvalidMessage> {
+        let Some(max) = self.max_cores else {
+            return Ok(self);
+        };
+        let bad = |why: &str| Err(InvalidMessage::new("max_cores", why.to_owned()));
+        match self.cores {
+            None => return bad("an elastic job needs its least cores in `cores` as well"),
+            Some(min) if max < min => {
+                return bad(&format!("is {max}, below the job's least cores ({min})"));
+            }
+            _ => {}
+        }
+        if self.replicas > 1 || self.gpus > 0 {
+            return bad("only single-member jobs without GPUs can be elastic");
+        }
+        if self.checkpoint.as_ref().is_none_or(|c| c.transparent) {
+            return bad(
+                "an elastic job needs a framework checkpoint (`--checkpoint-dir`) to resume at another size",
+            );
+        }
+        Ok(self)
     }
 }
 
@@ -525,6 +576,7 @@ impl TryFrom<pb::JobSummary> for JobSummary {
             } else {
                 Some(short("moving", m.moving, MAX_MESSAGE_LEN)?)
             },
+            cores: opt(m.cores, |v| positive("cores", v))?,
         })
     }
 }
@@ -627,6 +679,12 @@ impl TryFrom<pb::JobMove> for JobMove {
                 .preempted_for
                 .map(|p| text("preempted_for", p, MAX_NAME_LEN))
                 .transpose()?,
+            from_cores: opt(m.from_cores, |v| positive("from_cores", v))?,
+            to_cores: opt(m.to_cores, |v| positive("to_cores", v))?,
+            resized_for: m
+                .resized_for
+                .map(|p| text("resized_for", p, MAX_NAME_LEN))
+                .transpose()?,
         })
     }
 }
@@ -653,6 +711,9 @@ impl From<JobMove> for pb::JobMove {
             message: m.message,
             bytes: m.bytes,
             preempted_for: m.preempted_for,
+            from_cores: m.from_cores,
+            to_cores: m.to_cores,
+            resized_for: m.resized_for,
         }
     }
 }
@@ -709,6 +770,7 @@ impl From<JobSpec> for pb::JobSpec {
             gang_timeout_s: s.gang_timeout_s,
             env: s.env.into_iter().collect(),
             checkpoint: s.checkpoint.map(Into::into),
+            max_cores: s.max_cores,
         }
     }
 }
@@ -788,6 +850,7 @@ impl From<JobSummary> for pb::JobSummary {
             migration_request: j.migration_request.unwrap_or_default(),
             time_to_quality_s: j.time_to_quality_s,
             moving: j.moving.unwrap_or_default(),
+            cores: j.cores,
         }
     }
 }
@@ -917,6 +980,45 @@ mod tests {
     }
 
     #[test]
+    fn an_elastic_job_declares_a_range_from_its_cores_and_a_framework_checkpoint() {
+        let elastic = || {
+            let mut s = spec();
+            s.gpus = 0;
+            s.max_cores = Some(4.0);
+            s.checkpoint = Some(Checkpoint {
+                dir: "/shared/ck".into(),
+                save_signal: 10,
+                carry: false,
+                transparent: false,
+            });
+            s
+        };
+        let s = elastic();
+        assert!(s.is_elastic());
+        assert_eq!(JobSpec::try_from(pb::JobSpec::from(s.clone())).unwrap(), s);
+        let refused = |s: JobSpec| {
+            let e = JobSpec::try_from(pb::JobSpec::from(s)).unwrap_err();
+            assert_eq!(e.field, "max_cores");
+            e.to_string()
+        };
+        let mut s = elastic();
+        s.max_cores = Some(1.0);
+        assert!(refused(s).contains("below the job's least cores"));
+        let mut s = elastic();
+        s.cores = None;
+        assert!(refused(s).contains("least cores"));
+        let mut s = elastic();
+        s.gpus = 1;
+        assert!(refused(s).contains("single-member"));
+        let mut s = elastic();
+        s.checkpoint = Some(Checkpoint::transparent());
+        assert!(refused(s).contains("framework checkpoint"));
+        let mut s = elastic();
+        s.checkpoint = None;
+        assert!(refused(s).contains("framework checkpoint"));
+    }
+
+    #[test]
     fn zero_replicas_means_one() {
         let mut m = pb::JobSpec::from(spec());
         m.replicas = 0;
@@ -951,6 +1053,7 @@ mod tests {
             migration_request: Some("node n1 asks: converged".into()),
             time_to_quality_s: Some(42.0),
             moving: Some("saving on node2 for node3".into()),
+            cores: Some(2.0),
         };
         let detail = JobDetail {
             summary: summary.clone(),
@@ -987,6 +1090,9 @@ mod tests {
                 message: "checkpoint in /shared/ckpt (shared path)".into(),
                 bytes: 0,
                 preempted_for: None,
+                from_cores: Some(1.0),
+                to_cores: Some(3.0),
+                resized_for: None,
             }],
         };
         assert_eq!(

@@ -17,6 +17,10 @@ pub const JOB_ID: &str = "GOVERNOR_JOB_ID";
 pub const RANK: &str = "GOVERNOR_RANK";
 /// How many replicas the job has (set by the coordinator).
 pub const WORLD_SIZE: &str = "GOVERNOR_WORLD_SIZE";
+/// The cores the job holds now (set by the coordinator when the job declared cores): an
+/// elastic job's current size, to size its workers or threads by (`OMP_NUM_THREADS`,
+/// `torch.set_num_threads`).
+pub const CORES: &str = "GOVERNOR_CORES";
 /// The host of rank 0 (set by the coordinator for multi-member jobs).
 pub const MASTER_ADDR: &str = "GOVERNOR_MASTER_ADDR";
 

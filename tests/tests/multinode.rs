@@ -393,10 +393,11 @@ fn coordinator_node(n: u32) {
         "govctl certs init: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // A preempted job must have run 5 s (not a minute) in `preempt_a_job_by_checkpoint`.
+    // A preempted (or resized) job must have run 5 s, not a minute, in
+    // `preempt_a_job_by_checkpoint` and `resize_an_elastic_job`.
     std::fs::write(
         work.join("coordinator.toml"),
-        "[state]\npreempt_min_run_s = 5.0\n",
+        "[state]\npreempt_min_run_s = 5.0\nresize_min_run_s = 5.0\n",
     )
     .unwrap();
     let certs_server = serve_certs(certs.clone(), others.clone());
@@ -597,6 +598,7 @@ fn coordinator_node(n: u32) {
 
         move_automatically_when_a_node_asks(&certs);
         preempt_a_job_by_checkpoint(&certs);
+        resize_an_elastic_job(&certs);
     }
 
     std::mem::forget(farewell);
@@ -1114,6 +1116,117 @@ fn preempt_a_job_by_checkpoint(certs: &Path) {
     check_completed_unharmed(certs, &job);
     let jobs = govctl_json(certs, &["jobs"]);
     let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "filler")]);
+}
+
+/// A shell job that logs `steps` steps (`None`: forever), one each `period` seconds.
+fn submit_shell(
+    certs: &Path,
+    name: &str,
+    options: &[&str],
+    steps: Option<u32>,
+    period: &str,
+) -> String {
+    let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
+    let log = shared.join(format!("{name}.log"));
+    let _ = std::fs::remove_file(&log);
+    let limit = steps.map_or(String::from("true"), |n| format!("[ $i -lt {n} ]"));
+    let script = format!(
+        "i=0; while {limit}; do i=$((i+1)); echo \"step $i loss=$((100 / i))\" >> {}; sleep {period}; done",
+        log.display()
+    );
+    let mut args = vec!["submit", "--name", name];
+    args.extend_from_slice(options);
+    let log_arg = log.display().to_string();
+    args.extend(["--log", &log_arg, "--", "/bin/sh", "-c", &script]);
+    govctl(certs, &args)
+}
+
+/// An elastic job under the Kubeflow policy (1-core guests, sizes in halves): `elastic`
+/// (`--cores 0.5:1`) starts at 0.5 beside a 0.5-core job on node2 while a 1-core filler holds
+/// node3; when that job ends (cancelled) it grows to 1 (scale-up into the freed half); a
+/// priority-10 job that fits nowhere then makes it shrink back to 0.5 (scale-down) rather than
+/// displacing anyone. Each resize is a save and a start again at the new size
+/// (GOVERNOR_CORES, recorded by the job's prologue); its log goes on across the sizes and ends
+/// with the losses of a run never resized, bit for bit.
+fn resize_an_elastic_job(certs: &Path) {
+    govctl(certs, &["policy", "set", "kubeflow"]);
+    let out = submit_shell(certs, "neighbour", &["--cores", "0.5"], None, "1");
+    assert!(out.contains("on node2"), "neighbour goes to node2: {out}");
+    let neighbour = out.split_whitespace().next().unwrap_or_default().to_owned();
+    let out = submit_shell(certs, "holder", &["--cores", "1"], None, "1");
+    assert!(out.contains("on node3"), "holder goes to node3: {out}");
+    let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
+    let sizes = shared.join("elastic-sizes.txt");
+    let _ = std::fs::remove_file(&sizes);
+    let prologue = format!("echo \"$GOVERNOR_CORES\" >> {}", sizes.display());
+    let job = submit_movable_with(
+        certs,
+        "elastic",
+        53,
+        Some(&prologue),
+        Saves::Shared,
+        &["--cores", "0.5:1"],
+    );
+    let size_of = |d: &serde_json::Value| d["summary"]["cores"].as_f64();
+    wait_for("a few epochs of elastic at its least size", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    govctl(certs, &["cancel", &neighbour]);
+    let grown = wait_for("elastic to grow into the freed half core", 240, || {
+        let d: serde_json::Value =
+            serde_json::from_str(&try_govctl(certs, &["job", &job.id, "--json"]).ok()?).ok()?;
+        let m = d["moves"].as_array()?.last()?.clone();
+        (m["to_cores"].as_f64() == Some(1.0) && m["phase"] == "done").then_some(d)
+    });
+    assert_eq!(size_of(&grown), Some(1.0), "{grown}");
+    let out = submit_shell(
+        certs,
+        "urgent-e",
+        &["--cores", "0.5", "--priority", "10"],
+        Some(12),
+        "0.25",
+    );
+    let urgent = out.split_whitespace().next().unwrap_or_default().to_owned();
+    let shrunk = wait_for("elastic to shrink for the urgent job", 240, || {
+        let d: serde_json::Value =
+            serde_json::from_str(&try_govctl(certs, &["job", &job.id, "--json"]).ok()?).ok()?;
+        let m = d["moves"].as_array()?.last()?.clone();
+        (m["resized_for"] == urgent.as_str() && m["phase"] != "saving").then_some(m)
+    });
+    eprintln!("node1: elastic shrunk for {urgent}: {shrunk}");
+    wait_for("urgent-e to complete on node2", 240, || {
+        let jobs = govctl_json(certs, &["jobs", "--all"]);
+        job_node(&jobs, "urgent-e").filter(|(node, st, _)| node == "node2" && st == "completed")
+    });
+    check_completed_unharmed(certs, &job);
+    let detail = govctl(certs, &["job", &job.id]);
+    assert!(
+        detail.contains("resized:    0.5 -> 1 cores on node2: done"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains(&format!(
+            "resized:    1 -> 0.5 cores on node2 to make room for {urgent}: done"
+        )),
+        "{detail}"
+    );
+    let started_with: Vec<String> = std::fs::read_to_string(&sizes)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        started_with.starts_with(&["0.5".into(), "1".into(), "0.5".into()]),
+        "each start is told its size: {started_with:?}"
+    );
+    // Nothing was displaced: the holder ran throughout on node3.
+    let jobs = govctl_json(certs, &["jobs"]);
+    assert_eq!(
+        job_node(&jobs, "holder").map(|(n, st, _)| (n, st)),
+        Some(("node3".to_owned(), "running".to_owned()))
+    );
+    let _ = try_govctl(certs, &["cancel", &job_id(&jobs, "holder")]);
+    govctl(certs, &["policy", "set", "first-fit"]);
 }
 
 /// A job whose checkpoint is in each guest's own /tmp (no shared path): the coordinator carries

@@ -243,6 +243,15 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
             .map_or(String::new(), |l| format!(" (capped at {l:.2})")),
         bytes(j.memory_bytes)
     );
+    if let Some(spec) = d.spec.as_ref().filter(|s| s.is_elastic()) {
+        let _ = writeln!(
+            out,
+            "  size:       {} cores now (elastic, {} to {}; resized by save and resume, told in GOVERNOR_CORES)",
+            crate::state::cores(j.cores),
+            crate::state::cores(spec.cores),
+            crate::state::cores(spec.max_cores)
+        );
+    }
     let mut times = format!("submitted {} ago", duration(now - j.submitted_at_unix));
     if let Some(s) = j.started_at_unix {
         let _ = write!(
@@ -357,6 +366,24 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
             let _ = write!(phases, ", {} carried", bytes(m.bytes));
         }
         match &m.preempted_for {
+            None if m.to_cores.is_some() => {
+                let place = if m.from_node == m.to_node {
+                    format!("on {}", m.from_node)
+                } else {
+                    format!("moving {} -> {}", m.from_node, m.to_node)
+                };
+                let _ = writeln!(
+                    out,
+                    "  resized:    {} -> {} cores {place}{}: {} ({phases})",
+                    crate::state::cores(m.from_cores),
+                    crate::state::cores(m.to_cores),
+                    m.resized_for
+                        .as_deref()
+                        .map(|j| format!(" to make room for {j}"))
+                        .unwrap_or_default(),
+                    m.phase
+                );
+            }
             Some(by) => {
                 let resumed = if m.to_node.is_empty() {
                     String::new()
@@ -522,7 +549,7 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use governor_proto::control::JobMember;
+    use governor_proto::control::{JobMember, JobSpec};
     use governor_proto::node::{NodeCapacity, RunState};
 
     #[test]
@@ -574,6 +601,7 @@ mod tests {
             migration_request: None,
             time_to_quality_s: None,
             moving: None,
+            cores: None,
         }
     }
 
@@ -624,6 +652,9 @@ mod tests {
                     message: "framework checkpoint in /shared/ck".into(),
                     bytes: 0,
                     preempted_for: None,
+                    from_cores: None,
+                    to_cores: None,
+                    resized_for: None,
                 }],
             },
             130.0,
@@ -670,12 +701,56 @@ mod tests {
                     message: "framework checkpoint in /shared/ck".into(),
                     bytes: 0,
                     preempted_for: Some("j9".into()),
+                    from_cores: None,
+                    to_cores: None,
+                    resized_for: None,
                 }],
             },
             200.0,
         );
         assert!(
             d.contains("  preempted:  on node2 for j9, resumed on node3: done (requested +20s, saved 5s later, running again 1m00s after the save)"),
+            "{d}"
+        );
+
+        // An elastic job shrunk on its node to make room.
+        let mut j = summary(JobStatus::Running);
+        j.moving = None;
+        j.cores = Some(2.0);
+        let mut spec = JobSpec::new("sweep", vec!["train".into()], "/shared/s.csv");
+        spec.cores = Some(1.0);
+        spec.max_cores = Some(4.0);
+        let d = job_detail(
+            &JobDetail {
+                summary: j,
+                spec: Some(spec),
+                progress: Vec::new(),
+                categories: Vec::new(),
+                placements: Vec::new(),
+                moves: vec![governor_proto::control::JobMove {
+                    from_node: "node2".into(),
+                    to_node: "node2".into(),
+                    reason: "j9 of priority 0 does not fit anywhere; ...".into(),
+                    phase: governor_proto::control::MovePhase::Done,
+                    requested_at_unix: 120.0,
+                    saved_at_unix: Some(121.0),
+                    running_at_unix: Some(122.0),
+                    message: String::new(),
+                    bytes: 0,
+                    preempted_for: None,
+                    from_cores: Some(4.0),
+                    to_cores: Some(2.0),
+                    resized_for: Some("j9".into()),
+                }],
+            },
+            200.0,
+        );
+        assert!(
+            d.contains("  size:       2 cores now (elastic, 1 to 4;"),
+            "{d}"
+        );
+        assert!(
+            d.contains("  resized:    4 -> 2 cores on node2 to make room for j9: done (requested +20s, saved 1s later, running again 1s after the save)"),
             "{d}"
         );
     }

@@ -169,9 +169,12 @@ pub struct SubmitArgs {
     /// Members, each on its own node (a gang: all start or none).
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
-    /// Cores each member needs (reserved on its node).
-    #[arg(long)]
-    pub cores: Option<f64>,
+    /// Cores each member needs (reserved on its node). `MIN:MAX` makes the job elastic: it
+    /// starts with at least MIN, is grown up to MAX into cores that would otherwise idle and
+    /// shrunk back to make room, each time saved and started again from its checkpoint
+    /// (needs --checkpoint-dir) with its size in GOVERNOR_CORES.
+    #[arg(long, value_parser = parse_cores)]
+    pub cores: Option<(f64, Option<f64>)>,
     /// Memory each member needs, e.g. 4G or 512M (reserved on its node).
     #[arg(long, value_parser = parse_bytes)]
     pub memory: Option<u64>,
@@ -238,6 +241,27 @@ fn parse_signal(s: &str) -> Result<i32, String> {
 
 fn parse_bytes(s: &str) -> Result<u64, governor_proto::units::ByteSizeError> {
     governor_proto::units::ByteSize::parse(s).map(|b| b.0)
+}
+
+/// `N` or `MIN:MAX` (positive numbers, MIN <= MAX).
+fn parse_cores(s: &str) -> Result<(f64, Option<f64>), String> {
+    let number = |v: &str| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c > 0.0)
+            .ok_or_else(|| format!("{v:?} is not a positive number of cores"))
+    };
+    match s.split_once(':') {
+        None => Ok((number(s)?, None)),
+        Some((min, max)) => {
+            let (min, max) = (number(min)?, number(max)?);
+            if max < min {
+                return Err(format!("{s:?}: MAX is below MIN"));
+            }
+            Ok((min, Some(max)))
+        }
+    }
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -465,7 +489,8 @@ pub async fn main(cli: Cli) -> Result<()> {
                 gpus: a.gpus,
                 priority: a.priority,
                 replicas: a.replicas,
-                cores: a.cores,
+                cores: a.cores.map(|c| c.0),
+                max_cores: a.cores.and_then(|c| c.1),
                 memory_bytes: a.memory,
                 gang_timeout_s: a.gang_timeout.map(|d| d.as_secs_f64()),
                 env,

@@ -113,6 +113,9 @@ impl ClusterState {
         }
         if status.is_finished() {
             self.needs_dispatch = true;
+            if status == JobStatus::Completed {
+                self.completions += 1;
+            }
             job.finished_at = Some(now);
             if status == JobStatus::Failed {
                 // All or nothing: stop the members still running.
@@ -207,6 +210,7 @@ impl ClusterState {
             migration_request: None,
             time_to_quality_s: None,
             moves: Vec::new(),
+            cores_now: None,
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));
@@ -296,9 +300,17 @@ impl ClusterState {
 
     /// Place what fits. Returns how many jobs were admitted.
     pub fn dispatch(&mut self, now: Seconds) -> usize {
-        if self.queue.is_empty() {
-            return 0;
-        }
+        let admitted = if self.queue.is_empty() {
+            0
+        } else {
+            self.admission_round(now)
+        };
+        self.grow_elastic(now);
+        admitted
+    }
+
+    /// One admission round, then shrinks and preemptions for the jobs that still wait.
+    fn admission_round(&mut self, now: Seconds) -> usize {
         let round = self.queue.admit(now, &mut self.view, self.policy.as_mut());
         let policy = self.policy.name().to_owned();
         for expired in round.expired {
@@ -377,6 +389,9 @@ impl ClusterState {
                 self.resume_admitted(&id, &node, previous);
             }
             self.index_job(&id);
+            if let [only] = a.members.as_slice() {
+                self.initial_size(&id, only.node);
+            }
             for replica in 0..a.members.len() as u32 {
                 if let Some(cmd) = self.start_command(&id, replica) {
                     let node = self.jobs[&id].members[replica as usize].node.clone();
@@ -386,7 +401,8 @@ impl ClusterState {
                 }
             }
         }
-        self.preempt_for_waiting(now);
+        let room_being_made = self.shrink_for_waiting(now);
+        self.preempt_for_waiting(now, &room_being_made);
         admitted
     }
 
@@ -398,6 +414,9 @@ impl ClusterState {
         env.insert(job_env::JOB_ID.into(), job.id.clone());
         env.insert(job_env::RANK.into(), replica.to_string());
         env.insert(job_env::WORLD_SIZE.into(), spec.replicas.to_string());
+        if let Some(c) = job.cores() {
+            env.insert(job_env::CORES.into(), super::cores(Some(c)));
+        }
         if let Some(first) = job.members.first()
             && let Some(n) = self.nodes.get(&first.node)
         {
@@ -420,7 +439,7 @@ impl ClusterState {
             gpu_indices: member.gpus.clone(),
             priority: spec.priority,
             env,
-            cores: spec.cores,
+            cores: job.cores(),
             memory_bytes: spec.memory_bytes,
             checkpoint: spec.checkpoint.clone(),
             attempt: member.attempt,

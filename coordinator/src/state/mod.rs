@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::placement::{self, ClusterView, PlacementPolicy, UnknownPolicy};
 use crate::queue::{Queue, Seconds};
 
+mod elastic;
 mod jobs;
 mod moves;
 mod nodes;
@@ -80,6 +81,12 @@ pub struct StateConfig {
     pub preemption: bool,
     /// A job is displaced only after running this long since its latest start.
     pub preempt_min_run_s: f64,
+    /// Grow and shrink elastic jobs (`--cores MIN:MAX`) as the placement policy says
+    /// ([`governor_placement::elastic`]); off: they keep the size they started with.
+    pub elastic: bool,
+    /// An elastic job is resized only after running this long since its latest start (a
+    /// resize is a save and a start again).
+    pub resize_min_run_s: f64,
 }
 
 impl Default for StateConfig {
@@ -101,6 +108,8 @@ impl Default for StateConfig {
             criu_move_cost: payoff::MoveCost::CRIU,
             preemption: true,
             preempt_min_run_s: 60.0,
+            elastic: true,
+            resize_min_run_s: 60.0,
         }
     }
 }
@@ -190,6 +199,9 @@ pub struct JobRecord {
     /// Its moves between nodes, oldest first; the last one may be under way.
     #[serde(default)]
     pub moves: Vec<JobMove>,
+    /// An elastic job's current size in cores (`None`: the cores it declared, its least).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_now: Option<f64>,
 }
 
 /// A node's request to move one of its jobs.
@@ -213,6 +225,12 @@ impl JobRecord {
 
     fn replicas(&self) -> u32 {
         self.spec.as_ref().map_or(1, |s| s.replicas)
+    }
+
+    /// The cores it holds per member: an elastic job's current size, else what it declared.
+    pub fn cores(&self) -> Option<f64> {
+        self.cores_now
+            .or_else(|| self.spec.as_ref().and_then(|s| s.cores))
     }
 
     fn summary(&self) -> JobSummary {
@@ -255,7 +273,31 @@ impl JobRecord {
                 .migration_request
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
+            cores: self.cores(),
             moving: self.active_move().map(|m| match m.phase {
+                governor_proto::control::MovePhase::Saving
+                    if m.to_cores.is_some() && m.from_node == m.to_node =>
+                {
+                    format!(
+                        "saving on {} to resize from {} to {} cores{}",
+                        m.from_node,
+                        cores(m.from_cores),
+                        cores(m.to_cores),
+                        m.resized_for
+                            .as_deref()
+                            .map(|j| format!(" (room for {j})"))
+                            .unwrap_or_default()
+                    )
+                }
+                governor_proto::control::MovePhase::Restoring
+                    if m.to_cores.is_some() && m.from_node == m.to_node =>
+                {
+                    format!(
+                        "starting again on {} with {} cores",
+                        m.to_node,
+                        cores(m.to_cores)
+                    )
+                }
                 governor_proto::control::MovePhase::Saving if m.preempted_for.is_some() => {
                     format!(
                         "saving on {} to make room for {} (preempted)",
@@ -386,6 +428,9 @@ pub struct ClusterState {
     needs_dispatch: bool,
     /// Jobs whose carried checkpoint is no longer needed (their move is over).
     spent_checkpoints: Vec<String>,
+    /// Coordinator jobs that completed since the last elastic round (Schedulearn's elastic
+    /// FIFO grows a job on each).
+    completions: u32,
 }
 
 impl ClusterState {
@@ -409,6 +454,7 @@ impl ClusterState {
             placements: 0,
             needs_dispatch: false,
             spent_checkpoints: Vec::new(),
+            completions: 0,
         })
     }
 
@@ -519,6 +565,15 @@ impl ClusterState {
     // ---- the node -> jobs index ------------------------------------------------------------
 
     // ---- the placement view ---------------------------------------------------------------
+}
+
+/// Cores as govctl shows them: "4", "1.5" ("?" for none).
+pub(crate) fn cores(c: Option<f64>) -> String {
+    match c {
+        Some(c) if c.fract() == 0.0 => format!("{c:.0}"),
+        Some(c) => format!("{c}"),
+        None => "?".into(),
+    }
 }
 
 #[cfg(test)]

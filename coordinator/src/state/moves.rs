@@ -158,6 +158,9 @@ impl ClusterState {
             },
             bytes: 0,
             preempted_for,
+            from_cores: None,
+            to_cores: None,
+            resized_for: None,
         };
         info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
         let job = self.jobs.get_mut(id).expect("checked by the caller");
@@ -266,7 +269,7 @@ impl ClusterState {
             .capacity
             .memory_bytes
             .saturating_sub(node.report.memory_used_bytes);
-        (free >= spec.cores.unwrap_or(0.0) && free_memory >= spec.memory_bytes.unwrap_or(0))
+        (free >= job.cores().unwrap_or(0.0) && free_memory >= spec.memory_bytes.unwrap_or(0))
             .then_some(free)
     }
 
@@ -323,7 +326,7 @@ impl ClusterState {
             .map(|c| (c.carry, c.dir.clone()));
         match mv.phase {
             MovePhase::Saving if state == RunState::Exited && saved => {
-                if let Some((true, dir)) = carry {
+                if let Some((true, dir)) = carry.filter(|_| mv.to_node != mv.from_node) {
                     // No shared path: the checkpoint comes to the coordinator first.
                     let attempt = member.attempt;
                     self.set_move(id, |m| {
@@ -483,6 +486,7 @@ impl ClusterState {
             update(m);
         }
         self.dirty.jobs.insert(id.to_owned());
+        self.size_for_start(id, phase);
         self.index_job(id);
         if let Some(cmd) = self.start_command(id, 0)
             && self.session_of(node).is_some()

@@ -269,6 +269,7 @@ impl ClusterState {
                 migration_request: None,
                 time_to_quality_s: None,
                 moves: Vec::new(),
+                cores_now: None,
             }
         });
         let limit = self.config.progress_samples;

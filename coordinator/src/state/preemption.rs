@@ -33,7 +33,12 @@ use crate::queue::Seconds;
 
 impl ClusterState {
     /// After an admission round: displace lower-priority work for the jobs that still wait.
-    pub(super) fn preempt_for_waiting(&mut self, now: Seconds) {
+    /// `room_being_made`: waiting jobs elastic jobs are shrinking for (they wait for that).
+    pub(super) fn preempt_for_waiting(
+        &mut self,
+        now: Seconds,
+        room_being_made: &std::collections::HashSet<String>,
+    ) {
         if !self.config.preemption {
             return;
         }
@@ -58,7 +63,10 @@ impl ClusterState {
                 continue;
             };
             // No chains: a preempted job waits its turn.
-            if job.moves.iter().any(|m| m.preempted_for.is_some()) || making_room.contains(&id) {
+            if job.moves.iter().any(|m| m.preempted_for.is_some())
+                || making_room.contains(&id)
+                || room_being_made.contains(&id)
+            {
                 continue;
             }
             let Some(plan) = preempt::plan(&self.view, &request, &candidates) else {
@@ -140,6 +148,8 @@ impl ClusterState {
             .unwrap_or_default();
         info!(job = id, node = %from, preempted_for = %for_job, "preempted job saved; queued to resume");
         job.status = JobStatus::Queued;
+        // An elastic job resumes at its least size (and grows again if there is room).
+        job.cores_now = None;
         job.message =
             format!("preempted on {from} for {for_job}; waiting to resume from its checkpoint");
         if let Some(m) = job.moves.last_mut() {
@@ -179,4 +189,4 @@ impl ClusterState {
 
 #[cfg(test)]
 #[path = "preemption_tests.rs"]
-mod tests;
+pub(super) mod tests;

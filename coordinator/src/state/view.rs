@@ -78,7 +78,7 @@ impl ClusterState {
                 growth_efficiency: r.growth_efficiency,
                 cpu_cores: r.cpu_cores,
                 memory_bytes: r.memory_bytes,
-                requested_cores: requested.and_then(|s| s.cores),
+                requested_cores: self.jobs.get(&id).and_then(JobRecord::cores),
                 requested_memory_bytes: requested.and_then(|s| s.memory_bytes),
                 epoch: r.epoch,
                 max_epochs: r.max_epochs,
@@ -104,7 +104,7 @@ impl ClusterState {
                 let request = JobRequest {
                     id: member_id(&job.id, m.replica, spec.replicas),
                     gpus: spec.gpus,
-                    cores: spec.cores,
+                    cores: job.cores(),
                     memory_bytes: spec.memory_bytes,
                     priority: spec.priority,
                     avoid: Vec::new(),

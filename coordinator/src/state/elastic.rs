@@ -1,0 +1,232 @@
+//! Elastic jobs: grown into cores that would otherwise idle and shrunk to make room, each time
+//! by save and resume (never by killing work).
+//!
+//! A job that declared `--cores MIN:MAX` and a framework checkpoint is elastic. The placement
+//! policy says when its jobs grow and for whom they shrink
+//! ([`governor_placement::elastic::Elasticity`]); this module carries it out:
+//! - **at admission** an elastic job starts at the largest size its node leaves free (up to its
+//!   maximum) when its policy grows jobs and no other job waits: a start at the right size costs
+//!   nothing, a resize costs a save;
+//! - **a resize** is a move to its own node at another size ([`ClusterState::begin_save`] with
+//!   `from_cores`/`to_cores`): its node saves it (SIGUSR1 or what it declared), the coordinator
+//!   starts it again there from its own checkpoint directory with the new size in
+//!   `GOVERNOR_CORES`; should that start fail, it is started again at its old size. Schedulearn's
+//!   move-and-grow goes to another node the same way a move does (carried or shared path);
+//! - **shrinks** come before preemption: a waiting job that fits nowhere first takes back cores
+//!   that elastic jobs hold above their least size; only if that cannot make room are whole
+//!   jobs saved and requeued ([`super::preemption`]);
+//! - a job is resized only after [`StateConfig::resize_min_run_s`](super::StateConfig) since its
+//!   latest start, and one resize or preemption at a time makes room for a waiting job.
+
+use std::collections::HashSet;
+
+use governor_placement::elastic::{self, ElasticJob, Grow};
+use governor_proto::control::{JobStatus, MovePhase};
+use governor_proto::node::RunState;
+use tracing::info;
+
+use super::{ClusterState, cores};
+use crate::queue::Seconds;
+
+impl ClusterState {
+    /// Running elastic jobs that may be resized now (ran long enough, not being moved).
+    fn elastic_candidates(&self, now: Seconds) -> Vec<ElasticJob> {
+        let min_run = self.config.resize_min_run_s;
+        self.jobs
+            .values()
+            .filter(|j| j.status == JobStatus::Running)
+            .filter_map(|j| {
+                let spec = j.spec.as_ref().filter(|s| s.is_elastic())?;
+                let m = j.members.first()?;
+                let node = *self.view_index.get(&m.node)?;
+                let min = spec.cores?;
+                (m.state == RunState::Running
+                    && now - m.placed_at >= min_run
+                    && self.check_movable(j).is_ok())
+                .then(|| ElasticJob {
+                    id: j.id.clone(),
+                    node,
+                    cores: j.cores().unwrap_or(min),
+                    min_cores: min,
+                    max_cores: spec.max_cores.unwrap_or(min),
+                    priority: spec.priority,
+                    started_at: m.placed_at,
+                    submitted_at: j.submitted_at,
+                })
+            })
+            .collect()
+    }
+
+    /// A just-admitted elastic job's size: the most its node leaves free, up to its maximum,
+    /// when the policy grows jobs into free cores and no other job waits; else its least.
+    pub(super) fn initial_size(&mut self, id: &str, node: usize) {
+        let grow = self.policy.elasticity().grow;
+        if !self.config.elastic || !matches!(grow, Grow::WhenNoneWait | Grow::Always) {
+            return;
+        }
+        if grow == Grow::WhenNoneWait && !self.queue.is_empty() {
+            return;
+        }
+        let Some(job) = self.jobs.get(id) else { return };
+        let Some(spec) = job.spec.as_ref().filter(|s| s.is_elastic()) else {
+            return;
+        };
+        let (Some(min), Some(max)) = (spec.cores, spec.max_cores) else {
+            return;
+        };
+        let now_cores = job.cores().unwrap_or(min);
+        let candidate = ElasticJob {
+            id: id.to_owned(),
+            node,
+            cores: now_cores,
+            min_cores: min,
+            max_cores: max,
+            priority: spec.priority,
+            started_at: 0.0,
+            submitted_at: job.submitted_at,
+        };
+        // The view holds the job's reservation at its current size already.
+        let Some(to) = elastic::grown_size(&self.view.nodes[node], &candidate) else {
+            return;
+        };
+        info!(job = id, node = %self.view.nodes[node].name, cores = to, "an elastic job starts larger: its node has the cores free");
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.cores_now = Some(to);
+        }
+        if let Some(j) = self.view.nodes[node]
+            .jobs_mut()
+            .iter_mut()
+            .find(|j| j.id == id)
+        {
+            j.requested_cores = Some(to);
+        }
+    }
+
+    /// After an admission round: shrink elastic jobs for the jobs that still wait. Returns the
+    /// waiting jobs room is being made for (by a shrink started now or earlier), which
+    /// preemption leaves alone.
+    pub(super) fn shrink_for_waiting(&mut self, now: Seconds) -> HashSet<String> {
+        let mut served: HashSet<String> = self
+            .jobs
+            .values()
+            .filter_map(|j| j.active_move())
+            .filter_map(|m| m.resized_for.clone())
+            .collect();
+        let rule = self.policy.elasticity().shrink;
+        if !self.config.elastic || rule == elastic::Shrink::Never {
+            return served;
+        }
+        let mut candidates = self.elastic_candidates(now);
+        if candidates.is_empty() {
+            return served;
+        }
+        let waiting: Vec<(String, crate::placement::JobRequest)> = self
+            .queue
+            .iter()
+            .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
+            .filter(|q| !served.contains(&q.id))
+            .map(|q| (q.id.clone(), q.member_request(0, Vec::new())))
+            .collect();
+        for (id, request) in waiting {
+            let Some(plan) = elastic::shrink_plan(&self.view, &request, &candidates, rule) else {
+                continue;
+            };
+            candidates.retain(|c| !plan.resizes.iter().any(|r| r.id == c.id));
+            for r in plan.resizes {
+                self.begin_resize(now, &r, Some(id.clone()));
+            }
+            served.insert(id);
+        }
+        served
+    }
+
+    /// Grow elastic jobs as the policy says: into free cores (ours when no job waits,
+    /// Kubeflow after every round), or on each completion (Schedulearn's elastic FIFO).
+    pub(super) fn grow_elastic(&mut self, now: Seconds) {
+        let completions = std::mem::take(&mut self.completions);
+        let grow = self.policy.elasticity().grow;
+        if !self.config.elastic {
+            return;
+        }
+        let waiting = self.queue.iter().any(|q| !q.waiting_reason.is_empty());
+        let resizes = match grow {
+            Grow::Never => return,
+            Grow::WhenNoneWait if waiting || !self.queue.is_empty() => return,
+            Grow::WhenNoneWait | Grow::Always => {
+                let candidates = self.elastic_candidates(now);
+                if candidates.is_empty() {
+                    return;
+                }
+                elastic::grow_into_idle(&self.view, &candidates)
+            }
+            Grow::OnCompletion => {
+                let mut candidates = self.elastic_candidates(now);
+                let mut resizes = Vec::new();
+                for _ in 0..completions {
+                    let Some(r) = elastic::grow_slowest(&self.view, &candidates, |_, i| {
+                        self.view.nodes[i].schedulable
+                    }) else {
+                        break;
+                    };
+                    candidates.retain(|c| c.id != r.id);
+                    resizes.push(r);
+                }
+                resizes
+            }
+        };
+        for r in resizes {
+            self.begin_resize(now, &r, None);
+        }
+    }
+
+    /// Start a resize: ask the job's node to save it, to start it again with `r.to` cores on
+    /// node `r.node`.
+    fn begin_resize(&mut self, now: Seconds, r: &elastic::Resize, for_job: Option<String>) {
+        let Some(source) = self
+            .jobs
+            .get(&r.id)
+            .and_then(|j| self.check_movable(j).ok())
+        else {
+            return;
+        };
+        let target = self.view.nodes[r.node].name.clone();
+        info!(job = %r.id, node = %source, to_node = %target, from = r.from, to = r.to, reason = %r.reason, "resizing an elastic job");
+        self.begin_save(now, &r.id, source, target, None, &r.reason);
+        if let Some(m) = self.jobs.get_mut(&r.id).and_then(|j| j.moves.last_mut()) {
+            m.from_cores = Some(r.from);
+            m.to_cores = Some(r.to);
+            m.resized_for = for_job;
+            if m.from_node == m.to_node {
+                m.message = format!(
+                    "resize from {} to {} cores: saved and started again on {}",
+                    cores(Some(r.from)),
+                    cores(Some(r.to)),
+                    m.to_node
+                );
+            }
+        }
+    }
+
+    /// A resize's phase moved on: the size the job runs at follows its start (the new size on
+    /// the way forward, the old one when it goes back).
+    pub(super) fn size_for_start(&mut self, id: &str, phase: MovePhase) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let Some(m) = job.moves.last() else { return };
+        let size = match phase {
+            MovePhase::Restoring => m.to_cores,
+            MovePhase::RollingBack => m.from_cores,
+            _ => None,
+        };
+        if let Some(size) = size {
+            job.cores_now = Some(size);
+            // A shrink frees room for the job that waits.
+            self.needs_dispatch = true;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "elastic_tests.rs"]
+mod tests;

@@ -1,0 +1,318 @@
+//! Elastic jobs driven by hand: each resize is a save and a start again at the new size, on
+//! the job's node or (Schedulearn's elastic FIFO) on another one.
+
+use governor_proto::control::{JobSpec, JobStatus, MovePhase};
+use governor_proto::job_env;
+use governor_proto::node::{Checkpoint, NodeCommand, RunState};
+
+use super::super::moves::tests::hello;
+use super::super::preemption::tests::{config, report, status};
+use super::super::{ClusterState, StateConfig};
+
+/// Cores in `cores`, elastic up to `max` when given, with a framework checkpoint in the node's
+/// own directory (`carry`: carried by the coordinator should it move).
+fn job(name: &str, cores: f64, max: Option<f64>, priority: i32) -> JobSpec {
+    JobSpec {
+        cores: Some(cores),
+        max_cores: max,
+        priority,
+        checkpoint: Some(Checkpoint {
+            dir: format!("/var/ck/{name}"),
+            save_signal: 10,
+            carry: true,
+            transparent: false,
+        }),
+        ..JobSpec::new(name, vec!["train".into()], "/shared/train.log")
+    }
+}
+
+/// The commands sent, starts with their size (and its GOVERNOR_CORES).
+fn commands(s: &mut ClusterState) -> Vec<String> {
+    s.take_outbox()
+        .into_iter()
+        .map(|(node, c)| match c {
+            NodeCommand::Start(st) => {
+                let env = st.env.get(job_env::CORES).cloned().unwrap_or_default();
+                assert_eq!(
+                    Some(env.as_str()),
+                    st.cores.map(|c| super::super::cores(Some(c))).as_deref(),
+                    "GOVERNOR_CORES follows the size"
+                );
+                format!(
+                    "start {} on {node} attempt {} cores {env}{}",
+                    st.job_id,
+                    st.attempt,
+                    if st.carried_checkpoint {
+                        " carried"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            NodeCommand::Save(st) => format!("save {} on {node}", st.job_id),
+            NodeCommand::Upload(u) => format!("upload {} from {node}", u.job_id),
+            NodeCommand::Stop(st) => format!("stop {} on {node}", st.job_id),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+fn quick() -> StateConfig {
+    StateConfig {
+        resize_min_run_s: 30.0,
+        ..config()
+    }
+}
+
+#[test]
+fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
+    let mut s = ClusterState::new(quick(), "soonest").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 4"]);
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    assert_eq!(s.job_detail("j1").unwrap().summary.cores, Some(4.0));
+
+    // A 2-core job of the same priority arrives before the minimum run time: it waits.
+    s.submit(10.0, job("eval", 2.0, None, 0));
+    assert_eq!(status(&s, "j2"), JobStatus::Queued);
+    assert!(commands(&mut s).is_empty());
+    // Then j1 gives back exactly 2 cores: saved, and started again with 2 on its own node,
+    // from its own directory (nothing carried).
+    s.tick(40.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    let d = s.job_detail("j1").unwrap();
+    assert_eq!(
+        d.summary.moving.as_deref(),
+        Some("saving on a to resize from 4 to 2 cores (room for j2)")
+    );
+    assert!(
+        d.moves[0]
+            .reason
+            .contains("j1 shrinks from 4 to 2 cores on a"),
+        "{}",
+        d.moves[0].reason
+    );
+    // One shrink at a time: no preemption, no second shrink while it saves.
+    s.tick(41.0);
+    assert!(commands(&mut s).is_empty());
+    s.report(45.0, "a", a, report(&[("j1", RunState::Exited, 0, true)]))
+        .unwrap();
+    s.dispatch_if_needed(45.0);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 1 cores 2",
+            "start j2 on a attempt 0 cores 2"
+        ]
+    );
+    s.report(
+        46.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Running, 1, false),
+            ("j2", RunState::Running, 0, false),
+        ]),
+    )
+    .unwrap();
+    s.tick(60.0);
+    let d = s.job_detail("j1").unwrap();
+    assert_eq!(d.summary.cores, Some(2.0));
+    assert_eq!(d.moves[0].phase, MovePhase::Done);
+    assert_eq!(
+        (
+            d.moves[0].from_cores,
+            d.moves[0].to_cores,
+            d.moves[0].resized_for.as_deref()
+        ),
+        (Some(4.0), Some(2.0), Some("j2"))
+    );
+    assert_eq!(status(&s, "j1"), JobStatus::Running);
+
+    // j2 completes: j1 grows back into the 2 cores once it has run its minimum time again.
+    s.report(
+        70.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Running, 1, false),
+            ("j2", RunState::Exited, 0, false),
+        ]),
+    )
+    .unwrap();
+    s.tick(70.0);
+    assert!(
+        commands(&mut s).is_empty(),
+        "not within resize_min_run_s of its start"
+    );
+    s.tick(80.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    s.report(82.0, "a", a, report(&[("j1", RunState::Exited, 1, true)]))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 2 cores 4"]);
+}
+
+#[test]
+fn a_start_that_fails_at_the_new_size_goes_back_to_the_old_one() {
+    let mut s = ClusterState::new(quick(), "soonest").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("fixed", 2.0, None, 0));
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 0 cores 2",
+            "start j2 on a attempt 0 cores 2"
+        ]
+    );
+    s.report(
+        2.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Running, 0, false),
+            ("j2", RunState::Running, 0, false),
+        ]),
+    )
+    .unwrap();
+    s.report(
+        50.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Exited, 0, false),
+            ("j2", RunState::Running, 0, false),
+        ]),
+    )
+    .unwrap();
+    s.tick(50.0);
+    assert_eq!(commands(&mut s), ["save j2 on a"]);
+    s.report(52.0, "a", a, report(&[("j2", RunState::Exited, 0, true)]))
+        .unwrap();
+    assert_eq!(commands(&mut s), ["start j2 on a attempt 1 cores 4"]);
+    // It cannot run with 4 (it exits at once): started again with its old 2.
+    let mut failed = report(&[("j2", RunState::Failed, 1, false)]);
+    failed.jobs[0].message = "out of memory with 4 workers".into();
+    s.report(53.0, "a", a, failed).unwrap();
+    assert_eq!(commands(&mut s), ["start j2 on a attempt 2 cores 2"]);
+    let d = s.job_detail("j2").unwrap();
+    assert_eq!(d.moves[0].phase, MovePhase::RollingBack);
+    assert_eq!(d.summary.cores, Some(2.0));
+}
+
+#[test]
+fn elastic_fifo_grows_the_longest_running_job_on_each_completion_even_on_another_node() {
+    let mut s = ClusterState::new(quick(), "elastic-fifo").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    // j1 (elastic, starts at its least: FIFO does not grow at admission) and j3 fill a; j2 b.
+    s.submit(1.0, job("old", 1.0, Some(4.0), 0));
+    s.submit(2.0, job("wide", 4.0, None, 0));
+    s.submit(3.0, job("rest", 3.0, None, 0));
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 0 cores 1",
+            "start j2 on b attempt 0 cores 4",
+            "start j3 on a attempt 0 cores 3"
+        ]
+    );
+    s.report(
+        4.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Running, 0, false),
+            ("j3", RunState::Running, 0, false),
+        ]),
+    )
+    .unwrap();
+    s.report(4.0, "b", b, report(&[("j2", RunState::Running, 0, false)]))
+        .unwrap();
+    // Idle cores alone grow nothing under elastic FIFO: only a completion does.
+    s.tick(40.0);
+    assert!(commands(&mut s).is_empty());
+    // j2 completes: j1 has run longest; a is full, so it moves to b and grows to 4 there,
+    // its checkpoint carried (no shared path).
+    s.report(50.0, "b", b, report(&[("j2", RunState::Exited, 0, false)]))
+        .unwrap();
+    s.tick(50.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    let d = s.job_detail("j1").unwrap();
+    assert!(
+        d.moves[0]
+            .reason
+            .contains("moves to b to grow from 1 to 4 cores"),
+        "{}",
+        d.moves[0].reason
+    );
+    s.report(
+        52.0,
+        "a",
+        a,
+        report(&[
+            ("j1", RunState::Exited, 0, true),
+            ("j3", RunState::Running, 0, false),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(commands(&mut s), ["upload j1 from a"]);
+}
+
+#[test]
+fn kubeflow_grows_while_jobs_wait_and_shrinks_only_for_higher_priority() {
+    let mut s = ClusterState::new(quick(), "kubeflow").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("sweep", 2.0, Some(4.0), 0));
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 4"]);
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    // Same priority: it waits (Kubeflow scales down only for a higher weight).
+    s.submit(40.0, job("peer", 2.0, None, 0));
+    s.tick(41.0);
+    assert!(commands(&mut s).is_empty());
+    assert_eq!(status(&s, "j2"), JobStatus::Queued);
+    // Higher priority: j1 shrinks to its least (2) for it.
+    s.submit(42.0, job("urgent", 2.0, None, 5));
+    s.tick(43.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    s.report(45.0, "a", a, report(&[("j1", RunState::Exited, 0, true)]))
+        .unwrap();
+    s.dispatch_if_needed(45.0);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 1 cores 2",
+            "start j3 on a attempt 0 cores 2"
+        ]
+    );
+}
+
+#[test]
+fn off_by_configuration_or_under_plain_fifo_jobs_keep_their_least_size() {
+    for (config, policy) in [
+        (
+            StateConfig {
+                elastic: false,
+                ..quick()
+            },
+            "soonest",
+        ),
+        (quick(), "first-fit"),
+    ] {
+        let mut s = ClusterState::new(config, policy).unwrap();
+        let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+        s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+        assert_eq!(
+            commands(&mut s),
+            ["start j1 on a attempt 0 cores 1"],
+            "{policy}"
+        );
+        s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+            .unwrap();
+        s.tick(100.0);
+        assert!(commands(&mut s).is_empty(), "{policy}");
+    }
+}

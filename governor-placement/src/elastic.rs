@@ -1,0 +1,522 @@
+//! Elastic jobs: which jobs grow into cores that would otherwise idle, and which shrink to make
+//! room for a job that waits.
+//!
+//! An elastic job declares a range of cores (`govctl submit --cores MIN:MAX`) and a framework
+//! checkpoint. Every resize is a save and a start again at the new size (the coordinator does
+//! that; this module only chooses), so resizes are few and whole: a job grows straight to the
+//! most cores its node leaves unreserved (up to its maximum), and shrinks by no more whole
+//! cores than the waiting job needs.
+//!
+//! Each placement policy says how its jobs scale ([`Elasticity`]):
+//! - **ours** (`soonest` and the node-side papers' policies): grow when no job waits, shrink for
+//!   a waiting job of the same or higher priority. The cores a job grew into were idle, so any
+//!   job that arrives may have them back; growing while jobs wait would take their room.
+//! - **Kubeflow** (DRAGON/OASIS): after every round, scale up every running job into the
+//!   residual resources (its `ScaleUp`, run at the end of each scheduling pass), and scale down
+//!   jobs of lower weight (priority) to admit a higher-priority job (its `ScaleDown`). The
+//!   write-up scales worker replicas of a fixed size; we scale the cores of one member, a
+//!   worker's worth at a time (whole cores), on its node: documented in the README.
+//! - **Schedulearn's elastic FIFO**: "whenever a job completes, determine the slowest job that
+//!   is still running … scale out the job by adding more GPUs to the job, or possibly migrate
+//!   the job to another server with more GPUs". The slowest job is read as the one that has
+//!   been running longest (the write-up's test: "how long the job has been running"); on each
+//!   completion that job grows on its node, or moves to the node where it can grow most. One
+//!   job per completion, as the algorithm says; where the slowest cannot grow anywhere the next
+//!   slowest is taken (so a completion is not wasted on a job already at its maximum). It never
+//!   shrinks jobs.
+//! - plain **FIFO** and **round-robin** (Schedulearn's others) never resize: elastic jobs run at
+//!   their least size.
+
+use crate::queue::Seconds;
+use crate::{ClusterView, JobRequest, NodeView, feasible_nodes};
+
+/// When a policy's elastic jobs grow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grow {
+    Never,
+    /// Into unreserved cores, but only while no job waits in the queue.
+    WhenNoneWait,
+    /// Into unreserved cores after every round (Kubeflow's scale-up).
+    Always,
+    /// On each completion, the job running longest (Schedulearn's elastic FIFO).
+    OnCompletion,
+}
+
+/// For which waiting jobs a policy's elastic jobs shrink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shrink {
+    Never,
+    /// Waiting jobs of strictly higher priority (Kubeflow's scale-down).
+    ForHigherPriority,
+    /// Waiting jobs of the same or higher priority (ours: grown cores are lent, not owned).
+    ForSameOrHigherPriority,
+}
+
+/// How a placement policy resizes elastic jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Elasticity {
+    pub grow: Grow,
+    pub shrink: Shrink,
+}
+
+impl Elasticity {
+    pub const NONE: Elasticity = Elasticity {
+        grow: Grow::Never,
+        shrink: Shrink::Never,
+    };
+    pub const OURS: Elasticity = Elasticity {
+        grow: Grow::WhenNoneWait,
+        shrink: Shrink::ForSameOrHigherPriority,
+    };
+    pub const KUBEFLOW: Elasticity = Elasticity {
+        grow: Grow::Always,
+        shrink: Shrink::ForHigherPriority,
+    };
+    pub const ELASTIC_FIFO: Elasticity = Elasticity {
+        grow: Grow::OnCompletion,
+        shrink: Shrink::Never,
+    };
+}
+
+/// A running elastic job that may be resized now (the caller leaves out jobs being moved or
+/// saved, and those that started too recently).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElasticJob {
+    /// Its id in the view (the job id: elastic jobs have one member).
+    pub id: String,
+    /// Index of its node in the view.
+    pub node: usize,
+    /// Cores it holds now.
+    pub cores: f64,
+    pub min_cores: f64,
+    pub max_cores: f64,
+    pub priority: i32,
+    /// Its latest start (a resize starts it again).
+    pub started_at: Seconds,
+    /// Its submission (how long it has been running, for Schedulearn's "slowest job").
+    pub submitted_at: Seconds,
+}
+
+/// Resize one job: save it and start it again with `to` cores on node `node` (its own node, or
+/// another one for Schedulearn's move-and-grow).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resize {
+    pub id: String,
+    pub node: usize,
+    pub from: f64,
+    pub to: f64,
+    pub reason: String,
+}
+
+/// Tolerance for comparing core counts built from sums.
+const EPS: f64 = 1e-9;
+
+/// The node with job `id`'s reservation set to `cores`.
+fn with_cores(node: &NodeView, id: &str, cores: f64) -> NodeView {
+    let mut n = node.clone();
+    if let Some(j) = n.jobs_mut().iter_mut().find(|j| j.id == id) {
+        j.requested_cores = Some(cores);
+    }
+    n
+}
+
+/// The size `job` can grow to on `node`: its cores plus the node's unreserved whole cores, up to
+/// its maximum; `None` when that is not at least one core more (or up to its maximum).
+pub fn grown_size(node: &NodeView, job: &ElasticJob) -> Option<f64> {
+    if !node.schedulable {
+        return None;
+    }
+    let spare = node.unreserved_cores().max(0.0);
+    if job.cores + spare >= job.max_cores - EPS {
+        // Its maximum fits: take it, however small the step.
+        return (job.max_cores > job.cores + EPS).then_some(job.max_cores);
+    }
+    let whole = (spare + EPS).floor();
+    (whole >= 1.0).then_some(job.cores + whole)
+}
+
+/// Grow jobs into the cores their nodes leave unreserved: higher priority first, then the
+/// earliest submitted; each straight to the largest size that fits, whole cores at a time.
+pub fn grow_into_idle(cluster: &ClusterView, jobs: &[ElasticJob]) -> Vec<Resize> {
+    let mut view = cluster.clone();
+    let mut order: Vec<&ElasticJob> = jobs.iter().filter(|j| j.cores < j.max_cores).collect();
+    order.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.submitted_at.total_cmp(&b.submitted_at))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut resizes = Vec::new();
+    for job in order {
+        let Some(to) = grown_size(&view.nodes[job.node], job) else {
+            continue;
+        };
+        view.nodes[job.node] = with_cores(&view.nodes[job.node], &job.id, to);
+        resizes.push(Resize {
+            id: job.id.clone(),
+            node: job.node,
+            from: job.cores,
+            to,
+            reason: format!(
+                "{} has {} unreserved core(s): {} grows from {} to {} cores",
+                view.nodes[job.node].name,
+                to - job.cores,
+                job.id,
+                job.cores,
+                to
+            ),
+        });
+    }
+    resizes
+}
+
+/// Schedulearn's elastic FIFO after a completion: the job running longest grows on its node, or
+/// moves to the node where it can grow most; `can_run_on(job, node)` says where it may go (the
+/// caller's checks: ready, able to take its checkpoint). `None` when no job can grow anywhere.
+pub fn grow_slowest(
+    cluster: &ClusterView,
+    jobs: &[ElasticJob],
+    can_run_on: impl Fn(&ElasticJob, usize) -> bool,
+) -> Option<Resize> {
+    let mut order: Vec<&ElasticJob> = jobs.iter().filter(|j| j.cores < j.max_cores).collect();
+    order.sort_by(|a, b| {
+        a.submitted_at
+            .total_cmp(&b.submitted_at)
+            .then(a.id.cmp(&b.id))
+    });
+    for job in order {
+        if let Some(to) = grown_size(&cluster.nodes[job.node], job) {
+            return Some(Resize {
+                id: job.id.clone(),
+                node: job.node,
+                from: job.cores,
+                to,
+                reason: format!(
+                    "elastic FIFO: a job completed; {} has run longest and grows from {} to {} cores on {}",
+                    job.id, job.cores, to, cluster.nodes[job.node].name
+                ),
+            });
+        }
+        // Elsewhere: the node where it would hold the most cores (it leaves its own).
+        let elsewhere = cluster
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != job.node && can_run_on(job, *i))
+            .filter_map(|(i, n)| {
+                let alone = ElasticJob {
+                    cores: 0.0,
+                    ..job.clone()
+                };
+                let to = grown_size(n, &alone)?;
+                (to >= job.cores + 1.0 - EPS || (to - job.max_cores).abs() < EPS && to > job.cores)
+                    .then_some((i, to))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        if let Some((node, to)) = elsewhere {
+            return Some(Resize {
+                id: job.id.clone(),
+                node,
+                from: job.cores,
+                to,
+                reason: format!(
+                    "elastic FIFO: a job completed; {} has run longest, its node is full, and it moves to {} to grow from {} to {} cores",
+                    job.id, cluster.nodes[node].name, job.cores, to
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// Shrinks on one node that let a waiting job fit there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShrinkPlan {
+    pub node: usize,
+    pub resizes: Vec<Resize>,
+}
+
+/// The fewest whole cores taken from elastic jobs on one node (never below their least size)
+/// that let `job` fit, or `None`. Per node, jobs give back lowest priority first, then the most
+/// recently started; across nodes, the one whose highest shrunk priority is lowest wins, then
+/// the fewest resizes, the fewest cores taken, the first in the view.
+pub fn shrink_plan(
+    cluster: &ClusterView,
+    job: &JobRequest,
+    jobs: &[ElasticJob],
+    rule: Shrink,
+) -> Option<ShrinkPlan> {
+    let eligible = |j: &ElasticJob| match rule {
+        Shrink::Never => false,
+        Shrink::ForHigherPriority => j.priority < job.priority,
+        Shrink::ForSameOrHigherPriority => j.priority <= job.priority,
+    };
+    if rule == Shrink::Never || feasible_nodes(cluster, job).is_ok() {
+        return None;
+    }
+    let fits = |node: &NodeView| {
+        feasible_nodes(
+            &ClusterView {
+                nodes: vec![node.clone()],
+            },
+            job,
+        )
+        .is_ok()
+    };
+    let mut best: Option<((i32, usize, i64, usize), ShrinkPlan)> = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if !node.schedulable || job.avoid.iter().any(|a| a == &node.name) {
+            continue;
+        }
+        let mut on_node: Vec<&ElasticJob> = jobs
+            .iter()
+            .filter(|j| j.node == i && j.cores > j.min_cores + EPS && eligible(j))
+            .collect();
+        if on_node.is_empty() {
+            continue;
+        }
+        on_node.sort_by(|a, b| {
+            a.priority
+                .cmp(&b.priority)
+                .then(b.started_at.total_cmp(&a.started_at))
+                .then(a.id.cmp(&b.id))
+        });
+        let mut shrunk = node.clone();
+        let mut resizes = Vec::new();
+        for j in on_node {
+            if fits(&shrunk) {
+                break;
+            }
+            // The fewest whole cores that make it fit, or down to its least size.
+            let mut to = j.cores;
+            loop {
+                to = (to - 1.0).max(j.min_cores);
+                if fits(&with_cores(&shrunk, &j.id, to)) || to <= j.min_cores + EPS {
+                    break;
+                }
+            }
+            shrunk = with_cores(&shrunk, &j.id, to);
+            resizes.push(Resize {
+                id: j.id.clone(),
+                node: i,
+                from: j.cores,
+                to,
+                reason: String::new(),
+            });
+        }
+        if !fits(&shrunk) {
+            continue;
+        }
+        let highest = on_node_priority(jobs, &resizes);
+        let taken: f64 = resizes.iter().map(|r| r.from - r.to).sum();
+        let key = (highest, resizes.len(), (taken * 1000.0).round() as i64, i);
+        if best.as_ref().is_none_or(|(k, _)| key < *k) {
+            best = Some((key, ShrinkPlan { node: i, resizes }));
+        }
+    }
+    let (_, mut plan) = best?;
+    let node = &cluster.nodes[plan.node].name;
+    for r in &mut plan.resizes {
+        r.reason = format!(
+            "{} of priority {} does not fit anywhere; {} shrinks from {} to {} cores on {node} to make room",
+            job.id, job.priority, r.id, r.from, r.to
+        );
+    }
+    Some(plan)
+}
+
+fn on_node_priority(jobs: &[ElasticJob], resizes: &[Resize]) -> i32 {
+    resizes
+        .iter()
+        .filter_map(|r| jobs.iter().find(|j| j.id == r.id).map(|j| j.priority))
+        .max()
+        .unwrap_or(i32::MIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+    use crate::{Category, JobView, NodeView};
+
+    fn holding(id: &str, cores: f64) -> JobView {
+        JobView {
+            requested_cores: Some(cores),
+            ..JobView::running(id, Category::Progressing, cores)
+        }
+    }
+
+    fn elastic(id: &str, node: usize, cores: f64, range: (f64, f64), priority: i32) -> ElasticJob {
+        ElasticJob {
+            id: id.into(),
+            node,
+            cores,
+            min_cores: range.0,
+            max_cores: range.1,
+            priority,
+            started_at: 0.0,
+            submitted_at: 0.0,
+        }
+    }
+
+    fn eight(name: &str, jobs: Vec<JobView>) -> NodeView {
+        node(name, jobs)
+    }
+
+    fn wants(cores: f64, priority: i32) -> JobRequest {
+        JobRequest {
+            cores: Some(cores),
+            priority,
+            ..JobRequest::new("new", 0)
+        }
+    }
+
+    #[test]
+    fn a_job_grows_straight_to_what_its_node_leaves_up_to_its_maximum() {
+        let c = cluster(vec![
+            eight("a", vec![holding("e1", 2.0), holding("x", 3.0)]),
+            eight("b", vec![holding("e2", 1.0)]),
+        ]);
+        let jobs = [
+            elastic("e1", 0, 2.0, (2.0, 16.0), 0),
+            elastic("e2", 1, 1.0, (1.0, 4.0), 0),
+        ];
+        let r = grow_into_idle(&c, &jobs);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].id.as_str(), r[0].from, r[0].to), ("e1", 2.0, 5.0));
+        assert_eq!((r[1].id.as_str(), r[1].to), ("e2", 4.0));
+        assert!(
+            r[0].reason.contains("grows from 2 to 5 cores"),
+            "{}",
+            r[0].reason
+        );
+    }
+
+    #[test]
+    fn two_jobs_on_one_node_share_its_spare_cores_by_priority_then_age() {
+        let c = cluster(vec![eight(
+            "a",
+            vec![holding("old", 1.0), holding("hi", 1.0)],
+        )]);
+        let mut old = elastic("old", 0, 1.0, (1.0, 8.0), 0);
+        old.submitted_at = 1.0;
+        let hi = ElasticJob {
+            submitted_at: 5.0,
+            ..elastic("hi", 0, 1.0, (1.0, 4.0), 3)
+        };
+        let r = grow_into_idle(&c, &[old, hi]);
+        // hi takes 3 (to its max of 4), old the remaining 3.
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].id.as_str(), r[0].to), ("hi", 4.0));
+        assert_eq!((r[1].id.as_str(), r[1].to), ("old", 4.0));
+    }
+
+    #[test]
+    fn no_growth_by_less_than_a_core_or_on_an_unschedulable_node() {
+        let c = cluster(vec![eight("a", vec![holding("e", 1.0), holding("x", 6.5)])]);
+        assert!(grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 4.0), 0)]).is_empty());
+        // Half a core is enough when it reaches the maximum.
+        let r = grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 1.5), 0)]);
+        assert_eq!(r[0].to, 1.5);
+        let mut n = eight("a", vec![holding("e", 1.0)]);
+        n.schedulable = false;
+        assert!(
+            grow_into_idle(&cluster(vec![n]), &[elastic("e", 0, 1.0, (1.0, 4.0), 0)]).is_empty()
+        );
+    }
+
+    #[test]
+    fn elastic_fifo_grows_the_longest_running_job_here_or_elsewhere() {
+        // a is full; b has 6 free cores.
+        let c = cluster(vec![
+            eight("a", vec![holding("old", 2.0), holding("x", 6.0)]),
+            eight("b", vec![holding("young", 2.0)]),
+        ]);
+        let mut old = elastic("old", 0, 2.0, (2.0, 8.0), 0);
+        old.submitted_at = 1.0;
+        let mut young = elastic("young", 1, 2.0, (2.0, 8.0), 0);
+        young.submitted_at = 9.0;
+        let r = grow_slowest(&c, &[young.clone(), old.clone()], |_, _| true).unwrap();
+        assert_eq!((r.id.as_str(), r.node, r.to), ("old", 1, 6.0));
+        assert!(r.reason.contains("moves to b"), "{}", r.reason);
+        // Not allowed to move: the next slowest grows at home.
+        let r = grow_slowest(&c, &[young, old], |_, _| false).unwrap();
+        assert_eq!((r.id.as_str(), r.node, r.to), ("young", 1, 8.0));
+    }
+
+    #[test]
+    fn a_shrink_takes_the_fewest_cores_lowest_priority_newest_first() {
+        let c = cluster(vec![eight(
+            "a",
+            vec![holding("low", 4.0), holding("mid", 4.0)],
+        )]);
+        let low = elastic("low", 0, 4.0, (1.0, 4.0), 0);
+        let mid = ElasticJob {
+            started_at: 10.0,
+            ..elastic("mid", 0, 4.0, (2.0, 4.0), 1)
+        };
+        // 2 cores: low gives 2.
+        let p = shrink_plan(
+            &c,
+            &wants(2.0, 5),
+            &[low.clone(), mid.clone()],
+            Shrink::ForHigherPriority,
+        )
+        .unwrap();
+        assert_eq!(p.resizes.len(), 1);
+        assert_eq!((p.resizes[0].id.as_str(), p.resizes[0].to), ("low", 2.0));
+        assert!(
+            p.resizes[0]
+                .reason
+                .contains("shrinks from 4 to 2 cores on a")
+        );
+        // 5 cores: low down to 1 (3), mid gives 2.
+        let p = shrink_plan(
+            &c,
+            &wants(5.0, 5),
+            &[low.clone(), mid.clone()],
+            Shrink::ForHigherPriority,
+        )
+        .unwrap();
+        let sizes: Vec<(&str, f64)> = p.resizes.iter().map(|r| (r.id.as_str(), r.to)).collect();
+        assert_eq!(sizes, vec![("low", 1.0), ("mid", 2.0)]);
+        // 6 cores cannot be made (1 + 2 held at least).
+        assert!(
+            shrink_plan(
+                &c,
+                &wants(6.0, 5),
+                &[low.clone(), mid.clone()],
+                Shrink::ForHigherPriority
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn who_may_shrink_for_whom() {
+        let c = cluster(vec![eight("a", vec![holding("e", 8.0)])]);
+        let e = [elastic("e", 0, 8.0, (2.0, 8.0), 1)];
+        assert!(shrink_plan(&c, &wants(2.0, 1), &e, Shrink::ForHigherPriority).is_none());
+        assert!(shrink_plan(&c, &wants(2.0, 1), &e, Shrink::ForSameOrHigherPriority).is_some());
+        assert!(shrink_plan(&c, &wants(2.0, 0), &e, Shrink::ForSameOrHigherPriority).is_none());
+        assert!(shrink_plan(&c, &wants(2.0, 9), &e, Shrink::Never).is_none());
+        // A job that fits already needs no shrink.
+        let roomy = cluster(vec![eight("a", vec![holding("e", 4.0)])]);
+        assert!(shrink_plan(&roomy, &wants(2.0, 9), &e, Shrink::ForHigherPriority).is_none());
+    }
+
+    #[test]
+    fn the_node_with_the_lowest_priority_shrunk_is_chosen() {
+        let c = cluster(vec![
+            eight("a", vec![holding("p3", 8.0)]),
+            eight("b", vec![holding("p1", 8.0)]),
+        ]);
+        let jobs = [
+            elastic("p3", 0, 8.0, (1.0, 8.0), 3),
+            elastic("p1", 1, 8.0, (1.0, 8.0), 1),
+        ];
+        let p = shrink_plan(&c, &wants(2.0, 5), &jobs, Shrink::ForHigherPriority).unwrap();
+        assert_eq!(p.node, 1);
+        assert_eq!(p.resizes[0].to, 6.0);
+    }
+}
