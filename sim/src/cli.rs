@@ -56,6 +56,9 @@ enum Command {
     Paper(PaperArgs),
     /// Mixed priorities on a full cluster, with and without preemption by checkpoint.
     Priority(PriorityArgs),
+    /// Elastic jobs under Schedulearn's elastic FIFO, the Kubeflow scheduler and ours, against
+    /// FIFO without elasticity: `kubeflow`, `schedulearn` and `priority` scenarios.
+    Elastic(ElasticArgs),
     /// Time the simulator on a large generated cluster.
     Bench(BenchArgs),
 }
@@ -210,6 +213,25 @@ struct PriorityArgs {
 }
 
 #[derive(Debug, Args)]
+struct ElasticArgs {
+    /// One scenario (kubeflow, schedulearn, priority); default: all three.
+    scenario: Option<String>,
+    /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
+    #[arg(long, default_value = "1-5")]
+    seeds: String,
+    /// Directory of real training logs for the loss curves.
+    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    logs: PathBuf,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+    /// What a resize's (or displaced job's) save and restore cost: `default`, `framework` or
+    /// `criu-tcg`.
+    #[arg(long)]
+    move_cost: Option<String>,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     workers: usize,
@@ -312,6 +334,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Compare(args) => compare_command(args),
         Command::Paper(args) => paper_command(args),
         Command::Priority(args) => priority_command(args),
+        Command::Elastic(args) => elastic_command(args),
         Command::Bench(args) => bench_command(args),
     };
     match result {
@@ -536,6 +559,16 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         args.out.as_deref(),
         args.json,
         &args.also,
+        args.move_cost.as_deref(),
+    )
+}
+
+fn elastic_command(args: ElasticArgs) -> Result<()> {
+    sim::elastic::command(
+        args.scenario.as_deref(),
+        parse_seeds(&args.seeds)?,
+        &args.logs,
+        args.json,
         args.move_cost.as_deref(),
     )
 }

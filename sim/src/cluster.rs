@@ -264,7 +264,22 @@ pub struct PolicySpec {
     /// ones by checkpoint (the coordinator's rule).
     #[serde(default)]
     pub preempt: bool,
+    /// Elastic jobs (`+elastic`, with `+reserve`): jobs that declare a least size
+    /// ([`crate::trace::TraceJob::min_cores`]) are admitted at it and grown and shrunk as the
+    /// placement policy says ([`governor_placement::elastic`], the coordinator's rule); each
+    /// resize stops the job and starts it again at the new size after its save and restore.
+    #[serde(default)]
+    pub elastic: bool,
+    /// Jobs that declare a least size run at it and are never resized (`+least`: FIFO without
+    /// elasticity, each job at the size it is sure to get); without it and without `+elastic`
+    /// they run at their parallelism (the most they can use).
+    #[serde(default)]
+    pub least: bool,
 }
+
+/// An elastic job is resized only after running this long since its latest start (the
+/// coordinator's `resize_min_run_s` default).
+pub const RESIZE_MIN_RUN_S: f64 = 60.0;
 
 /// A job is displaced only after running this long since its latest start (the coordinator's
 /// `preempt_min_run_s` default).
@@ -306,6 +321,8 @@ impl std::str::FromStr for PolicySpec {
         let mut rebalance = false;
         let mut pays = false;
         let mut preempt = false;
+        let mut elastic = false;
+        let mut least = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
@@ -314,9 +331,11 @@ impl std::str::FromStr for PolicySpec {
                 "rebalance" => rebalance = true,
                 "pays" => pays = true,
                 "preempt" => preempt = true,
+                "elastic" => elastic = true,
+                "least" => least = true,
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt, elastic, least)"
                     ));
                 }
             }
@@ -332,6 +351,8 @@ impl std::str::FromStr for PolicySpec {
             rebalance,
             pays,
             preempt,
+            elastic,
+            least,
         })
     }
 }
@@ -358,6 +379,9 @@ pub struct JobOutcome {
     /// Times it was displaced by a higher-priority job (`+preempt`).
     #[serde(default)]
     pub preemptions: u32,
+    /// Times it was resized (`+elastic`).
+    #[serde(default)]
+    pub resizes: u32,
 }
 
 /// One migration decision.
@@ -466,6 +490,9 @@ struct Rt {
     preemptions: u32,
     /// Seconds its next start is delayed (a displaced job's save and restore).
     resume_delay: f64,
+    /// Cores it runs with: its parallelism, or an elastic job's current size.
+    size: f64,
+    resizes: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -545,6 +572,8 @@ struct Engine<'a> {
     requests: Vec<(usize, usize)>,
     /// Jobs Algorithm 2 has processed, for Algorithm 3 (its set D).
     converged: Vec<ConvergedJob>,
+    /// Jobs finished since the last elastic round (Schedulearn's elastic FIFO grows on each).
+    completions: u32,
 }
 
 /// Simulate `trace` on the cluster under `spec`. Deterministic for a given `seed` (it seeds
@@ -635,6 +664,8 @@ pub fn run_cluster(
                     last_start: 0.0,
                     preemptions: 0,
                     resume_delay: 0.0,
+                    size: jobs[i].model.parallelism,
+                    resizes: 0,
                 }
             })
             .collect(),
@@ -651,6 +682,7 @@ pub fn run_cluster(
         migrations: Vec::new(),
         requests: Vec::new(),
         converged: Vec::new(),
+        completions: 0,
     };
     for (i, j) in jobs.iter().enumerate() {
         engine.heap.push(Reverse(Ev {
@@ -691,10 +723,24 @@ impl Engine<'_> {
             cores: self
                 .spec
                 .reserve_cores
-                .then(|| m.model.parallelism.min(self.max_cores)),
+                .then(|| self.least_size(j).min(self.max_cores)),
             memory_bytes: Some(m.model.memory_bytes),
             priority: m.model.priority,
             avoid: Vec::new(),
+        }
+    }
+
+    /// Whether job `j` is resized in this run.
+    fn is_elastic(&self, j: usize) -> bool {
+        self.spec.elastic && self.jobs[j].min_cores.is_some()
+    }
+
+    /// The size job `j` is admitted at: an elastic job's least, else its parallelism.
+    fn least_size(&self, j: usize) -> f64 {
+        let m = &self.jobs[j];
+        match m.min_cores {
+            Some(min) if self.spec.elastic || self.spec.least => min.min(m.model.parallelism),
+            _ => m.model.parallelism,
         }
     }
 
@@ -719,9 +765,11 @@ impl Engine<'_> {
     /// lower-priority jobs for those still waiting and admit again.
     fn admit(&mut self, t: f64) {
         self.admit_round(t);
+        let room_being_made = self.shrink_for_waiting(t);
         if self.spec.preempt {
-            self.preempt(t);
+            self.preempt(t, &room_being_made);
         }
+        self.grow_elastic(t);
     }
 
     fn admit_round(&mut self, t: f64) {
@@ -737,6 +785,8 @@ impl Engine<'_> {
             self.placements += 1;
             let gpus = p.gpus.clone();
             let delay = std::mem::take(&mut self.rt[j].resume_delay);
+            self.rt[j].size = self.least_size(j);
+            self.initial_size(j, p.node);
             self.start_on(
                 j,
                 p.node,
@@ -753,12 +803,13 @@ impl Engine<'_> {
 
     /// Displace lower-priority jobs for the waiting ones (the coordinator's rule), each
     /// followed by an admission round (the room is the waiting job's).
-    fn preempt(&mut self, t: f64) {
+    fn preempt(&mut self, t: f64, room_being_made: &[usize]) {
         let waiting: Vec<(usize, JobRequest)> = self
             .queue
             .iter()
             .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
             .filter_map(|q| self.index.get(&q.id).copied())
+            .filter(|j| !room_being_made.contains(j))
             .filter(|&j| self.rt[j].preemptions == 0)
             .map(|j| (j, self.request(j)))
             .collect();
@@ -814,6 +865,165 @@ impl Engine<'_> {
         self.queue.push(q);
         self.update_shares(w, t);
         self.report(w);
+        self.schedule(w);
+    }
+
+    /// Running elastic jobs that may be resized now (the coordinator's candidates).
+    fn elastic_candidates(&self, t: f64) -> Vec<governor_placement::elastic::ElasticJob> {
+        self.rt
+            .iter()
+            .enumerate()
+            .filter(|(k, rt)| {
+                rt.phase == Phase::Running
+                    && self.is_elastic(*k)
+                    && self.jobs[*k].gpus == 0
+                    && t - rt.last_start >= RESIZE_MIN_RUN_S
+            })
+            .map(|(k, rt)| governor_placement::elastic::ElasticJob {
+                id: self.jobs[k].model.id.clone(),
+                node: rt.worker,
+                cores: rt.size,
+                min_cores: self.least_size(k),
+                max_cores: self.jobs[k].model.parallelism.min(self.max_cores),
+                priority: self.jobs[k].model.priority,
+                started_at: rt.last_start,
+                submitted_at: self.jobs[k].model.submit,
+            })
+            .collect()
+    }
+
+    /// An elastic job just admitted on `w` starts at the largest size there that its policy
+    /// allows (the coordinator's `initial_size`).
+    fn initial_size(&mut self, j: usize, w: usize) {
+        use governor_placement::elastic::{ElasticJob, Grow};
+        let grow = self.placement.elasticity().grow;
+        if !self.is_elastic(j)
+            || !matches!(grow, Grow::WhenNoneWait | Grow::Always)
+            || (grow == Grow::WhenNoneWait && !self.queue.is_empty())
+        {
+            return;
+        }
+        let m = &self.jobs[j];
+        let job = ElasticJob {
+            id: m.model.id.clone(),
+            node: w,
+            cores: self.rt[j].size,
+            min_cores: self.least_size(j),
+            max_cores: m.model.parallelism.min(self.max_cores),
+            priority: m.model.priority,
+            started_at: 0.0,
+            submitted_at: m.model.submit,
+        };
+        let Some(to) = governor_placement::elastic::grown_size(&self.view.nodes[w], &job) else {
+            return;
+        };
+        self.rt[j].size = to;
+        if let Some(v) = self.view.nodes[w]
+            .jobs_mut()
+            .iter_mut()
+            .find(|v| v.id == job.id)
+        {
+            v.requested_cores = Some(to);
+        }
+    }
+
+    /// Shrink elastic jobs for the jobs that still wait (before any preemption); returns the
+    /// waiting jobs room was made for.
+    fn shrink_for_waiting(&mut self, t: f64) -> Vec<usize> {
+        use governor_placement::elastic::{Shrink, shrink_plan};
+        let rule = self.placement.elasticity().shrink;
+        if !self.spec.elastic || rule == Shrink::Never {
+            return Vec::new();
+        }
+        let waiting: Vec<(usize, JobRequest)> = self
+            .queue
+            .iter()
+            .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
+            .filter_map(|q| self.index.get(&q.id).copied())
+            .map(|j| (j, self.request(j)))
+            .collect();
+        let mut served = Vec::new();
+        for (j, request) in waiting {
+            let candidates = self.elastic_candidates(t);
+            if candidates.is_empty() {
+                break;
+            }
+            let Some(plan) = shrink_plan(&self.view, &request, &candidates, rule) else {
+                continue;
+            };
+            for r in &plan.resizes {
+                if let Some(&k) = self.index.get(&r.id) {
+                    self.resize(k, r.node, r.to, t);
+                }
+            }
+            served.push(j);
+            // The freed room is this job's.
+            self.admit_round(t);
+        }
+        served
+    }
+
+    /// Grow elastic jobs as the placement policy says.
+    fn grow_elastic(&mut self, t: f64) {
+        use governor_placement::elastic::{Grow, grow_into_idle, grow_slowest};
+        let completions = std::mem::take(&mut self.completions);
+        if !self.spec.elastic {
+            return;
+        }
+        let resizes = match self.placement.elasticity().grow {
+            Grow::Never => return,
+            Grow::WhenNoneWait if !self.queue.is_empty() => return,
+            Grow::WhenNoneWait | Grow::Always => {
+                let candidates = self.elastic_candidates(t);
+                if candidates.is_empty() {
+                    return;
+                }
+                grow_into_idle(&self.view, &candidates)
+            }
+            Grow::OnCompletion => {
+                let mut candidates = self.elastic_candidates(t);
+                let mut resizes = Vec::new();
+                for _ in 0..completions {
+                    let Some(r) = grow_slowest(&self.view, &candidates, |_, _| true) else {
+                        break;
+                    };
+                    candidates.retain(|c| c.id != r.id);
+                    resizes.push(r);
+                }
+                resizes
+            }
+        };
+        for r in resizes {
+            if let Some(&k) = self.index.get(&r.id) {
+                self.resize(k, r.node, r.to, t);
+            }
+        }
+    }
+
+    /// Save job `j` and start it again with `size` cores on worker `to` after its save and
+    /// restore (all its work kept).
+    fn resize(&mut self, j: usize, to: usize, size: f64, t: f64) {
+        let w = self.rt[j].worker;
+        let downtime = self
+            .config
+            .migration
+            .seconds(self.jobs[j].checkpoint_bytes());
+        self.leave(w, j, t);
+        self.workers[w].force_decide = true;
+        let rt = &mut self.rt[j];
+        rt.phase = Phase::Starting;
+        rt.size = size;
+        rt.resizes += 1;
+        let request = JobRequest {
+            cores: Some(size),
+            ..self.request(j)
+        };
+        // The view: gone from its worker, pending at its new size where it starts again.
+        self.report(w);
+        self.view
+            .reserve(to, JobView::pending(request.id.clone(), &request), &[]);
+        self.update_shares(w, t);
+        self.start_on(j, to, Vec::new(), t + downtime);
         self.schedule(w);
     }
 
@@ -913,6 +1123,7 @@ impl Engine<'_> {
                 self.rt[j].finish = Some(t);
                 self.rt[j].phase = Phase::Done;
                 self.leave(w, j, t);
+                self.completions += 1;
                 changed = true;
                 departed = true;
             }
@@ -1009,6 +1220,9 @@ impl Engine<'_> {
         }
         if departed {
             self.admit(t);
+        } else if report && self.spec.elastic {
+            // The coordinator's tick: jobs that ran their minimum time may grow now.
+            self.grow_elastic(t);
         }
         let requested = !self.requests.is_empty();
         if requested {
@@ -1160,7 +1374,7 @@ impl Engine<'_> {
             .map(|&j| ShareRequest {
                 weight: self.rt[j].alloc.weight,
                 max_cores: self.rt[j].alloc.max_cores,
-                demand: self.jobs[j].model.parallelism,
+                demand: self.rt[j].size,
             })
             .collect();
         let shares = water_fill(worker.node.cores, &requests);
@@ -1178,10 +1392,15 @@ impl Engine<'_> {
         let worker = &self.workers[w];
         let mut jobs: Vec<JobView> = worker.running.iter().map(|&j| self.job_view(j)).collect();
         for &(_, j) in &worker.arriving {
-            jobs.push(JobView::pending(
-                self.jobs[j].model.id.clone(),
-                &self.request(j),
-            ));
+            // At the size it will run with (an elastic job's may differ from its request).
+            let request = JobRequest {
+                cores: self
+                    .spec
+                    .reserve_cores
+                    .then(|| self.rt[j].size.min(self.max_cores)),
+                ..self.request(j)
+            };
+            jobs.push(JobView::pending(self.jobs[j].model.id.clone(), &request));
         }
         let node = &mut self.view.nodes[w];
         node.cpu_used_cores = worker.running.iter().map(|&j| self.rt[j].cores).sum();
@@ -1242,10 +1461,7 @@ impl Engine<'_> {
             growth_efficiency,
             cpu_cores: rt.cores,
             memory_bytes: m.memory_bytes,
-            requested_cores: self
-                .spec
-                .reserve_cores
-                .then(|| m.parallelism.min(self.max_cores)),
+            requested_cores: self.spec.reserve_cores.then(|| rt.size.min(self.max_cores)),
             requested_memory_bytes: Some(m.memory_bytes),
             epoch,
             max_epochs,
@@ -1424,6 +1640,7 @@ impl Engine<'_> {
                 ttq: time_to_quality(&rt.written, Direction::Minimise),
                 priority: j.model.priority,
                 preemptions: rt.preemptions,
+                resizes: rt.resizes,
             })
             .collect();
         let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();

@@ -15,6 +15,7 @@ pub mod baseline;
 pub mod cluster;
 pub mod compare;
 pub mod curves;
+pub mod elastic;
 pub mod evaluate;
 pub mod job;
 pub mod node;

@@ -82,6 +82,10 @@ pub struct TraceJob {
     /// Where the loss curve came from (informative).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub curve: Option<String>,
+    /// Elastic: the fewest cores it runs with (its `parallelism` is then the most), as
+    /// `govctl submit --cores MIN:MAX`. Resized under `+elastic` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_cores: Option<f64>,
 }
 
 impl TraceJob {
@@ -92,6 +96,7 @@ impl TraceJob {
             gpus: 0,
             checkpoint_bytes: None,
             curve: None,
+            min_cores: None,
         }
     }
 
@@ -369,6 +374,7 @@ pub fn generate(params: &TraceParams, curves: &[RealCurve]) -> Trace {
                 gpus,
                 checkpoint_bytes: Some(checkpoint_bytes),
                 curve: Some(curve.source.clone()),
+                min_cores: None,
             }
         })
         .collect();
