@@ -27,6 +27,7 @@ pub mod allocate;
 pub mod fair;
 pub mod flowcon;
 pub mod governor;
+pub mod gpu_power;
 pub mod quality;
 pub mod share;
 pub mod specon;

@@ -84,6 +84,35 @@ pub struct DaemonConfig {
     pub actuation: ActuationConfig,
     /// Cluster coordinator; absent: the node governs on its own.
     pub coordinator: Option<CoordinatorConfig>,
+    /// GPUs: who uses which, their energy, and (opt-in) power by training progress.
+    pub gpu: GpuConfig,
+}
+
+/// `[gpu]`: NVIDIA GPUs through NVML.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuConfig {
+    /// Lower the power limit of GPUs whose jobs stopped learning, and restore it after
+    /// (needs root or the driver's permission to set power limits). Off: GPUs are only read.
+    pub govern: bool,
+    /// The NVML library to load (default: the driver's `libnvidia-ml.so.1`).
+    pub nvml_library: Option<PathBuf>,
+    /// Power limit of a GPU whose jobs are all `watching`, as a fraction of its original.
+    pub watching_power: f64,
+    /// Power limit of a GPU whose jobs are all `converged`, as a fraction of its original.
+    pub converged_power: f64,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        let p = governor_policy::gpu_power::GpuPowerParams::default();
+        GpuConfig {
+            govern: false,
+            nvml_library: None,
+            watching_power: p.watching,
+            converged_power: p.converged,
+        }
+    }
 }
 
 impl Default for DaemonConfig {
@@ -100,6 +129,7 @@ impl Default for DaemonConfig {
             discovery: DiscoveryConfig::default(),
             actuation: ActuationConfig::default(),
             coordinator: None,
+            gpu: GpuConfig::default(),
         }
     }
 }

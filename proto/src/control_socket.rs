@@ -75,6 +75,33 @@ pub struct NodeStatus {
     /// Seconds since the daemon started.
     pub uptime_seconds: f64,
     pub jobs: Vec<JobStatus>,
+    /// The node's GPUs (NVML), with the jobs on each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// One GPU as the daemon sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub utilization_percent: u32,
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
+    pub power_watts: Option<f64>,
+    /// Its power limit now.
+    pub limit_watts: Option<f64>,
+    /// The limit it had before the governor changed it (only while changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_limit_watts: Option<f64>,
+    /// Energy since the daemon started (NVML's total-energy counter).
+    pub energy_joules: Option<f64>,
+    /// Governed jobs with a compute process on it.
+    pub jobs: Vec<String>,
+    /// Why it is not governed (MIG, no permission, not supported), if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// One governed job.
@@ -128,6 +155,16 @@ pub struct JobStatus {
     /// What time to quality is judged by: `validation loss` or the progress signal's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality_signal: Option<String>,
+    /// GPUs it has compute processes on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
+    /// GPU memory its processes hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
+    /// GPU energy attributed to it since the daemon found it on a GPU (a shared GPU's energy is
+    /// split by the jobs' GPU memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_joules: Option<f64>,
 }
 
 #[cfg(test)]
