@@ -54,9 +54,10 @@ pub fn target_limit(range: PowerRange, stages: &[Category], params: GpuPowerPara
         };
         f.clamp(0.0, 1.0) * f64::from(top)
     };
-    let wanted = stages.iter().map(per_job).fold(None, |m: Option<f64>, v| {
-        Some(m.map_or(v, |m| m.max(v)))
-    })?;
+    let wanted = stages
+        .iter()
+        .map(per_job)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))?;
     Some((wanted.round() as u32).clamp(range.min_mw.min(top), top))
 }
 
@@ -73,7 +74,10 @@ mod tests {
     #[test]
     fn learning_jobs_keep_the_original_and_converged_ones_lower_it() {
         let p = GpuPowerParams::default();
-        assert_eq!(target_limit(H100, &[Category::Progressing], p), Some(700_000));
+        assert_eq!(
+            target_limit(H100, &[Category::Progressing], p),
+            Some(700_000)
+        );
         assert_eq!(target_limit(H100, &[Category::Unknown], p), Some(700_000));
         assert_eq!(target_limit(H100, &[Category::Watching], p), Some(560_000));
         assert_eq!(target_limit(H100, &[Category::Converged], p), Some(420_000));

@@ -37,6 +37,7 @@ pub fn render_table(s: &NodeStatus) -> String {
     if let Some(c) = &s.coordinator {
         let _ = writeln!(out, "coordinator {c}");
     }
+    render_gpus(s, &mut out);
     if s.jobs.is_empty() {
         out.push_str("no governed jobs\n");
         return out;
@@ -111,10 +112,99 @@ pub fn render_table(s: &NodeStatus) -> String {
     out
 }
 
+/// One line per GPU: use, power against its limit (and the original it goes back to), energy
+/// since the daemon started, and the jobs on it with their share of the energy.
+fn render_gpus(s: &NodeStatus, out: &mut String) {
+    for g in &s.gpus {
+        let jobs: Vec<String> = g
+            .jobs
+            .iter()
+            .map(|name| {
+                let energy = s
+                    .jobs
+                    .iter()
+                    .find(|j| &j.name == name)
+                    .and_then(|j| j.gpu_energy_joules);
+                match energy {
+                    Some(e) => format!("{name} ({})", joules(e)),
+                    None => name.clone(),
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "gpu {} {}  util {}%  memory {}/{}  power {} / limit {}{}  energy {}  jobs: {}{}",
+            g.index,
+            g.model,
+            g.utilization_percent,
+            human_bytes(g.memory_used_bytes),
+            human_bytes(g.memory_total_bytes),
+            opt(g.power_watts, |w| format!("{w:.0} W")),
+            opt(g.limit_watts, |w| format!("{w:.0} W")),
+            g.original_limit_watts
+                .map(|w| format!(" (lowered from {w:.0} W)"))
+                .unwrap_or_default(),
+            opt(g.energy_joules, joules),
+            if jobs.is_empty() {
+                "-".to_owned()
+            } else {
+                jobs.join(", ")
+            },
+            g.note
+                .as_deref()
+                .map(|n| format!("  [{n}]"))
+                .unwrap_or_default(),
+        );
+    }
+}
+
+/// Joules as kJ / MJ when large.
+fn joules(j: f64) -> String {
+    if j >= 1e6 {
+        format!("{:.2} MJ", j / 1e6)
+    } else if j >= 1e3 {
+        format!("{:.1} kJ", j / 1e3)
+    } else {
+        format!("{j:.0} J")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::Category;
+
+    #[test]
+    fn gpus_show_their_power_limit_energy_and_jobs() {
+        let s = NodeStatus {
+            node: "n1".into(),
+            gpus: vec![governor_proto::control_socket::GpuStatus {
+                index: 0,
+                uuid: "GPU-1".into(),
+                model: "H100".into(),
+                utilization_percent: 95,
+                memory_used_bytes: 2 << 30,
+                memory_total_bytes: 80 << 30,
+                power_watts: Some(420.0),
+                limit_watts: Some(420.0),
+                original_limit_watts: Some(700.0),
+                energy_joules: Some(125_000.0),
+                jobs: vec!["a".into()],
+                note: None,
+            }],
+            jobs: vec![JobStatus {
+                name: "a".into(),
+                gpu_energy_joules: Some(125_000.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = render_table(&s);
+        assert!(
+            t.contains("gpu 0 H100  util 95%  memory 2.0GiB/80.0GiB  power 420 W / limit 420 W (lowered from 700 W)  energy 125.0 kJ  jobs: a (125.0 kJ)"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn table_has_a_row_per_job_and_aligned_columns() {

@@ -340,9 +340,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementDefaultLimit(
     limit: *mut c_uint,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded contract.
-    with_device("nvmlDeviceGetPowerManagementDefaultLimit", device, |d| unsafe {
-        put(limit, d.default_limit_mw)
-    })
+    with_device(
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        device,
+        |d| unsafe { put(limit, d.default_limit_mw) },
+    )
 }
 
 /// # Safety
@@ -353,15 +355,19 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimitConstraints(
     min: *mut c_uint,
     max: *mut c_uint,
 ) -> nvmlReturn_t {
-    with_device("nvmlDeviceGetPowerManagementLimitConstraints", device, |d| {
-        // SAFETY: forwarded contract.
-        let r = unsafe { put(min, d.min_limit_mw) };
-        if r != nvmlReturn_enum_NVML_SUCCESS {
-            return r;
-        }
-        // SAFETY: forwarded contract.
-        unsafe { put(max, d.max_limit_mw) }
-    })
+    with_device(
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        device,
+        |d| {
+            // SAFETY: forwarded contract.
+            let r = unsafe { put(min, d.min_limit_mw) };
+            if r != nvmlReturn_enum_NVML_SUCCESS {
+                return r;
+            }
+            // SAFETY: forwarded contract.
+            unsafe { put(max, d.max_limit_mw) }
+        },
+    )
 }
 
 #[unsafe(no_mangle)]

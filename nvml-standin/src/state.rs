@@ -97,11 +97,12 @@ impl Device {
         if self.processes.is_empty() {
             return self.idle_power_mw.min(self.power_limit_mw);
         }
-        let clock_share = self
-            .locked_clocks_mhz
-            .map_or(1.0, |(_, max)| f64::from(max) / f64::from(self.max_clock_mhz.max(1)));
+        let clock_share = self.locked_clocks_mhz.map_or(1.0, |(_, max)| {
+            f64::from(max) / f64::from(self.max_clock_mhz.max(1))
+        });
         let busy = f64::from(self.idle_power_mw)
-            + f64::from(self.busy_power_mw.saturating_sub(self.idle_power_mw)) * clock_share.min(1.0);
+            + f64::from(self.busy_power_mw.saturating_sub(self.idle_power_mw))
+                * clock_share.min(1.0);
         (busy as u32).min(self.power_limit_mw)
     }
 
@@ -169,7 +170,8 @@ pub fn with_state<T>(path: &Path, f: impl FnOnce(&mut State) -> T) -> std::io::R
         .truncate(false)
         .write(true)
         .open(lock_path(path))?;
-    let _lock = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
+    let _lock =
+        Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
     let text = fs::read_to_string(path)?;
     let mut state: State = serde_json::from_str(&text)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;

@@ -40,6 +40,8 @@ pub struct Daemon {
     pub jobs_dir: PathBuf,
     /// Arguments added after `daemon --config FILE` (e.g. `--coordinator ...`).
     pub extra_args: Vec<String>,
+    /// Environment added to the daemon's (e.g. the stand-in NVML's state file).
+    pub env: Vec<(String, String)>,
     log: PathBuf,
 }
 
@@ -68,6 +70,7 @@ impl Daemon {
             config,
             jobs_dir,
             extra_args: Vec::new(),
+            env: Vec::new(),
             log,
         }
     }
@@ -91,6 +94,7 @@ impl Daemon {
             .arg(&self.config)
             .args(["--log-level", "governor=debug,info"])
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

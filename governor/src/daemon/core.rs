@@ -826,6 +826,7 @@ impl NodeCore {
                 .iter()
                 .map(|(cgroup, e)| e.status(cgroup, now))
                 .collect(),
+            gpus: Vec::new(),
         }
     }
 }
@@ -889,6 +890,9 @@ impl JobEntry {
             } else {
                 self.tracker.metric().map(str::to_owned)
             },
+            gpus: Vec::new(),
+            gpu_memory_bytes: None,
+            gpu_energy_joules: None,
         }
     }
 }

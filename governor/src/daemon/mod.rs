@@ -322,6 +322,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         config_path: opts.config_path.clone(),
         opts: opts.clone(),
         cluster,
+        gpu: open_gpu_governor(&config),
     };
     shell.refresh_coordinator_state();
     shell.recover_coordinator_jobs(Instant::now()).await;
@@ -406,6 +407,10 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     // restarted daemon finds them again through GOVERNOR_LOG in their environment.
     drop(shell.cluster.take());
     let report = shell.core.shutdown();
+    if let Some(gpu) = shell.gpu.as_mut() {
+        let restored = gpu.restore_all();
+        info!(restored, "GPU power limits restored");
+    }
     shell.discovery.cleanup_adopted_groups(&shell.core);
     let _ = std::fs::remove_file(&config.socket);
     if report.errors.is_empty() {
@@ -424,6 +429,55 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             report.errors.len()
         )
     }
+}
+
+/// The node's GPUs through NVML (the configured library, else the driver's), or `None` on a
+/// node without one (said once). Restores power limits a previous run left changed.
+fn open_gpu_governor(config: &DaemonConfig) -> Option<crate::gpu::governance::GpuGovernor> {
+    use crate::gpu::device::NvmlDevices;
+    use crate::gpu::governance::{GpuGovernor, JOURNAL_FILE_NAME};
+    let nvml = match crate::gpu::open_nvml(config.gpu.nvml_library.as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            if config.gpu.govern {
+                warn!(error = %e, "[gpu] govern is set but NVML does not load: GPUs are not governed");
+            } else {
+                info!(reason = %e, "no NVML: GPU use is not followed");
+            }
+            return None;
+        }
+    };
+    let params = governor_policy::gpu_power::GpuPowerParams {
+        watching: config.gpu.watching_power,
+        converged: config.gpu.converged_power,
+    };
+    info!(govern = config.gpu.govern, "GPUs followed through NVML");
+    Some(GpuGovernor::new(
+        Box::new(NvmlDevices(nvml)),
+        config.gpu.govern,
+        params,
+        config.state_file.with_file_name(JOURNAL_FILE_NAME),
+    ))
+}
+
+/// `governor status`: the core's view, with each GPU and each job's GPU use.
+fn status_with_gpus(
+    core: &NodeCore,
+    gpu: Option<&crate::gpu::governance::GpuGovernor>,
+    now: Instant,
+) -> governor_proto::control_socket::NodeStatus {
+    let mut status = core.status(now);
+    if let Some(g) = gpu {
+        status.gpus = g.status().to_vec();
+        for j in &mut status.jobs {
+            if let Some(u) = g.job(&j.name) {
+                j.gpus.clone_from(&u.gpus);
+                j.gpu_memory_bytes = Some(u.memory_bytes);
+                j.gpu_energy_joules = Some(u.energy_joules);
+            }
+        }
+    }
+    status
 }
 
 /// Watch events handled in one turn of the control loop after the one that woke it.
@@ -582,7 +636,10 @@ impl ClusterSide {
         config: &DaemonConfig,
         core: &NodeCore,
     ) -> Result<(ClusterSide, ClusterReceivers)> {
-        let gpus = crate::gpu::Gpus::open(&config.node.simulated_gpus);
+        let gpus = crate::gpu::Gpus::open(
+            &config.node.simulated_gpus,
+            config.gpu.nvml_library.as_deref(),
+        );
         let inventory = gpus.inventory();
         let capacity = node_report::node_capacity(&settings.resources, &inventory);
         // Transparent (CRIU) moves: asked for, a criu found, and the right to make PID
@@ -665,6 +722,8 @@ struct Shell {
     config_path: PathBuf,
     opts: DaemonOptions,
     cluster: Option<ClusterSide>,
+    /// The node's GPUs (NVML), if it has any: jobs on them, energy, power by progress.
+    gpu: Option<crate::gpu::governance::GpuGovernor>,
 }
 
 impl Shell {
@@ -696,7 +755,7 @@ impl Shell {
             return;
         };
         c.launcher.poll(self.core.actuator().fs(), now);
-        let status = self.core.status(now);
+        let status = status_with_gpus(&self.core, self.gpu.as_ref(), now);
         let gpus = c.gpus.usage();
         let report = node_report::node_report(&status, c.launcher.jobs(), &gpus);
         c.reports.send_replace(report);
@@ -901,6 +960,20 @@ impl Shell {
         self.core.sample(now, cpu);
         self.core.decide_and_apply(now);
         self.core.poll_actuator(now);
+        if let Some(gpu) = self.gpu.as_mut() {
+            let jobs: Vec<crate::gpu::governance::GpuJob> = self
+                .core
+                .status(now)
+                .jobs
+                .into_iter()
+                .map(|j| crate::gpu::governance::GpuJob {
+                    name: j.name,
+                    cgroup: j.cgroup,
+                    category: j.category,
+                })
+                .collect();
+            gpu.step(&jobs);
+        }
     }
 
     async fn rescan(&mut self, now: Instant) {
@@ -953,7 +1026,11 @@ impl Shell {
             return;
         }
         let response = match req.request {
-            Request::Status => Response::Status(Box::new(self.core.status(now))),
+            Request::Status => Response::Status(Box::new(status_with_gpus(
+                &self.core,
+                self.gpu.as_ref(),
+                now,
+            ))),
             Request::Reload => {
                 self.reload(now).await;
                 Response::Ok {

@@ -117,7 +117,8 @@ impl GpuGovernor {
             let restored = g.restore_all();
             warn!(
                 devices = n,
-                restored, "restored GPU power limits left by a previous run that did not stop cleanly"
+                restored,
+                "restored GPU power limits left by a previous run that did not stop cleanly"
             );
         }
         g
@@ -151,7 +152,10 @@ impl GpuGovernor {
         let count = match self.devices.count() {
             Ok(c) => c,
             Err(e) => {
-                self.log_once("count".into(), || warn!(error = %e, "NVML cannot count the GPUs"));
+                self.log_once(
+                    "count".into(),
+                    || warn!(error = %e, "NVML cannot count the GPUs"),
+                );
                 return;
             }
         };
@@ -191,10 +195,12 @@ impl GpuGovernor {
                     .jobs
                     .get(&jobs[j].name)
                     .map_or(0.0, |u| u.energy_joules);
-                let u = uses.entry(jobs[j].name.clone()).or_insert_with(|| JobGpuUse {
-                    energy_joules: previous,
-                    ..JobGpuUse::default()
-                });
+                let u = uses
+                    .entry(jobs[j].name.clone())
+                    .or_insert_with(|| JobGpuUse {
+                        energy_joules: previous,
+                        ..JobGpuUse::default()
+                    });
                 u.gpus.push(index);
                 u.memory_bytes += bytes;
                 u.energy_joules += share * delta_mj as f64 / 1000.0;

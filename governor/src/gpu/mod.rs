@@ -2,14 +2,17 @@
 //! for reports, read through NVML (nvml-wrapper loads `libnvidia-ml` at run time, so the daemon
 //! builds and runs on machines without a GPU).
 //!
-//! Only reads: nothing here changes a clock, a power limit or any other device setting. GPU
-//! clock/power governance is planned work and will go through this module.
+//! This file only reads (inventory and usage for the coordinator). Every device setting goes
+//! through [`device`] and is made by [`governance`], opt-in.
 //!
 //! Machines without NVIDIA GPUs (these development machines, the VM bed) can declare simulated
 //! GPUs in the configuration (`[[node.simulated_gpus]]`) so that GPU-aware placement is testable.
 
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
+
+pub mod device;
+pub mod governance;
 
 /// One GPU, as registered with the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,10 +50,22 @@ pub enum Gpus {
     None,
 }
 
+/// Load NVML: `library` (the stand-in, another path), else the driver's `libnvidia-ml`.
+pub fn open_nvml(
+    library: Option<&std::path::Path>,
+) -> Result<nvml_wrapper::Nvml, nvml_wrapper::error::NvmlError> {
+    match library {
+        Some(path) => nvml_wrapper::Nvml::builder()
+            .lib_path(path.as_os_str())
+            .init(),
+        None => nvml_wrapper::Nvml::init(),
+    }
+}
+
 impl Gpus {
-    /// Simulated GPUs if configured, else NVML if the driver's library loads, else none (said
-    /// once in the log).
-    pub fn open(simulated: &[SimulatedGpu]) -> Gpus {
+    /// Simulated GPUs if configured, else NVML if the driver's library (or `library`) loads,
+    /// else none (said once in the log).
+    pub fn open(simulated: &[SimulatedGpu], library: Option<&std::path::Path>) -> Gpus {
         if !simulated.is_empty() {
             info!(
                 count = simulated.len(),
@@ -58,7 +73,7 @@ impl Gpus {
             );
             return Gpus::Simulated(simulated_inventory(simulated));
         }
-        match nvml_wrapper::Nvml::init() {
+        match open_nvml(library) {
             Ok(nvml) => Gpus::Nvml(nvml),
             Err(e) => {
                 info!(reason = %e, "no NVIDIA management library: the node reports no GPUs");
@@ -144,16 +159,19 @@ mod tests {
 
     #[test]
     fn simulated_gpus_are_listed_with_stable_indices_and_report_idle() {
-        let g = Gpus::open(&[
-            SimulatedGpu {
-                model: "NVIDIA H200".into(),
-                memory: ByteSize(141 << 30),
-            },
-            SimulatedGpu {
-                model: "NVIDIA H200".into(),
-                memory: ByteSize(141 << 30),
-            },
-        ]);
+        let g = Gpus::open(
+            &[
+                SimulatedGpu {
+                    model: "NVIDIA H200".into(),
+                    memory: ByteSize(141 << 30),
+                },
+                SimulatedGpu {
+                    model: "NVIDIA H200".into(),
+                    memory: ByteSize(141 << 30),
+                },
+            ],
+            None,
+        );
         let inv = g.inventory();
         assert_eq!(inv.len(), 2);
         assert_eq!(inv[1].index, 1);
@@ -171,7 +189,7 @@ mod tests {
     #[test]
     fn without_a_driver_the_node_has_no_gpus() {
         // These machines have no libnvidia-ml: init fails and the node reports none.
-        let g = Gpus::open(&[]);
+        let g = Gpus::open(&[], None);
         if let Gpus::Nvml(_) = g {
             return; // a machine with a driver: nothing to check here
         }

@@ -1,0 +1,236 @@
+//! GPU governance through NVML's real code path, without a GPU: the daemon loads the workspace's
+//! stand-in NVML library (`nvml-standin`) by its ordinary loading path (`[gpu] nvml_library`),
+//! finds a governed job's process on the stand-in GPU, lowers the GPU's power limit when the job
+//! converges (recording the original first), is killed mid-way and restores the limit on its
+//! next start, adopts a limit someone else set as the new original, and restores it when it
+//! stops. Run as root on a cgroup v1 host (`root_host_v1_*`, in `cargo xtask test`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::require_v1_cpu_host;
+use nvml_standin::state::{self, Process, STATE_ENV, State};
+
+/// The stand-in library cargo built beside the test binaries.
+fn standin_library() -> PathBuf {
+    let deps = bin("governor").parent().unwrap().join("deps");
+    for p in [
+        bin("governor").with_file_name("libnvml_standin.so"),
+        deps.join("libnvml_standin.so"),
+    ] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libnvml_standin.so was not built (`cargo build -p nvml-standin`)");
+}
+
+/// A job that learns for 4 s (a falling loss every 200 ms), then logs a flat loss (converged)
+/// until it is stopped.
+fn start_converging_job(d: &Daemon, name: &str) -> Child {
+    let log = d.dir.path().join(format!("{name}.csv"));
+    let script = format!(
+        "log='{}'\necho epoch,loss > \"$log\"\nk=0\n\
+         while :; do if [ $k -lt 20 ]; then v=$((20000 - 500 * k)); else v=10000; fi; \
+         echo \"$k,$((v / 10000)).$(printf %04d $((v % 10000)))\" >> \"$log\"; \
+         k=$((k + 1)); sleep 0.2; done\n",
+        log.display()
+    );
+    Command::new(bin("governor"))
+        .args(["run-job", "--name", name, "--log"])
+        .arg(&log)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("governor run-job")
+}
+
+/// The job's `run-job` and every process in its group are killed when the test ends, passed
+/// or failed (a failed run must not leave a job behind for the next).
+struct JobGuard {
+    name: String,
+    child: Child,
+}
+
+impl Drop for JobGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for pid in job_pids(&self.name) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        sleep(Duration::from_millis(200));
+        governor_integration_tests::remove_empty_governor_subtree();
+    }
+}
+
+fn job_pids(name: &str) -> Vec<u32> {
+    fs::read_to_string(format!(
+        "/sys/fs/cgroup/cpu/governor.slice/jobs/{name}/cgroup.procs"
+    ))
+    .unwrap_or_default()
+    .lines()
+    .filter_map(|l| l.trim().parse().ok())
+    .collect()
+}
+
+fn limit_w(path: &Path) -> f64 {
+    state::with_state(path, |s| f64::from(s.devices[0].power_limit_mw) / 1000.0).unwrap()
+}
+
+fn wait_limit(d: &Daemon, path: &Path, watts: f64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (limit_w(path) - watts).abs() > 1e-6 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the GPU's limit is {} W, not {watts} W; status {:?}\nlog:\n{}",
+            limit_w(path),
+            d.status_json(),
+            d.log_tail()
+        );
+        sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "root host: writes the host's cgroup v1 cpu controller; run by `cargo xtask test`"]
+fn root_host_v1_gpu_power_follows_progress_and_every_change_is_undone() {
+    require_v1_cpu_host();
+    let library = standin_library();
+    let mut d = Daemon::configure(
+        "governor",
+        &format!(
+            "[gpu]\ngovern = true\nnvml_library = \"{}\"\n",
+            library.display()
+        ),
+    );
+    let gpu_state = d.dir.path().join("nvml-standin.json");
+    state::create(&gpu_state, &State::h100s(1)).unwrap();
+    d.env
+        .push((STATE_ENV.into(), gpu_state.display().to_string()));
+    let journal = d.state_file.with_file_name("gpu-state.json");
+    d.spawn();
+    let name = format!("gpu-conv-{}", std::process::id());
+    let _job = JobGuard {
+        name: name.clone(),
+        child: start_converging_job(&d, &name),
+    };
+    // Its main process (the job's shell, the oldest in its group) runs on the GPU (a CUDA
+    // context, as NVML would list it).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        if let Some(p) = job_pids(&name).into_iter().min() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "run-job never placed the job");
+        sleep(Duration::from_millis(100));
+    };
+    state::with_state(&gpu_state, |s| {
+        s.devices[0].processes = vec![Process {
+            pid,
+            used_memory: 2 << 30,
+        }];
+    })
+    .unwrap();
+    // Learning: the GPU keeps its default. Attribution and energy show in the status.
+    let j = d.wait_job(&name, Duration::from_secs(30), "found on GPU 0", |j| {
+        j["gpus"] == serde_json::json!([0])
+    });
+    assert_eq!(j["gpu_memory_bytes"].as_u64(), Some(2 << 30), "{j}");
+    assert_eq!(limit_w(&gpu_state), 700.0);
+    // Converged: 60% of the original, recorded first.
+    d.wait_job(&name, Duration::from_secs(60), "converged", |j| {
+        j["category"] == "converged"
+    });
+    wait_limit(&d, &gpu_state, 420.0, "converged");
+    let recorded = fs::read_to_string(&journal).expect("the original is journalled");
+    assert!(recorded.contains("\"original_mw\": 700000"), "{recorded}");
+    let status = d.status_json().unwrap();
+    assert_eq!(status["gpus"][0]["original_limit_watts"], 700.0, "{status}");
+    let energy = d.job(&name).unwrap()["gpu_energy_joules"].as_f64().unwrap();
+    assert!(energy > 0.0, "energy attributed to the job: {energy}");
+
+    // A crash: the limit stays lowered until the next start, which restores it first.
+    d.kill();
+    assert_eq!(limit_w(&gpu_state), 420.0);
+    d.spawn();
+    assert!(
+        d.log_text()
+            .contains("restored GPU power limits left by a previous run"),
+        "{}",
+        d.log_tail()
+    );
+    // The job is still converged: lowered again, from the same original.
+    wait_limit(&d, &gpu_state, 420.0, "governed again after the restart");
+
+    // Someone else sets 500 W (`nvidia-smi -pl 500`): adopted, 60% of it applied.
+    state::with_state(&gpu_state, |s| s.devices[0].power_limit_mw = 500_000).unwrap();
+    wait_limit(&d, &gpu_state, 300.0, "someone else's limit adopted");
+    assert!(d.log_text().contains("changed by someone else"));
+
+    // A clean stop puts back the operator's 500 W and leaves no journal.
+    assert!(d.terminate().success(), "{}", d.log_tail());
+    assert_eq!(limit_w(&gpu_state), 500.0);
+    assert!(!journal.exists());
+}
+
+/// Without permission to set power limits the daemon says so once, leaves the GPU as it was,
+/// and keeps governing CPU (a plain host test: no root, no cgroup needed for this part).
+#[test]
+fn the_standin_library_loads_through_nvml_wrapper_and_maps_errors() {
+    let library = standin_library();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let mut s = State::h100s(2);
+    s.devices[1].fail.insert(
+        "nvmlDeviceSetPowerManagementLimit".into(),
+        "NO_PERMISSION".into(),
+    );
+    s.devices[0].processes = vec![Process {
+        pid: 4242,
+        used_memory: 1 << 30,
+    }];
+    state::create(&path, &s).unwrap();
+    // SAFETY: set before any thread of this test reads the environment; the stand-in reads it
+    // on each call.
+    unsafe { std::env::set_var(STATE_ENV, &path) };
+    let nvml = governor::gpu::open_nvml(Some(&library)).expect("the stand-in loads");
+    use governor::gpu::device::{GpuDevices, GpuError, NvmlDevices};
+    let devices = NvmlDevices(nvml);
+    assert_eq!(devices.count().unwrap(), 2);
+    let snap = devices.snapshot(0).unwrap();
+    assert_eq!(snap.uuid, "GPU-standin-0000");
+    assert_eq!(snap.processes, vec![(4242, 1 << 30)]);
+    assert_eq!(snap.memory_used_bytes, 1 << 30);
+    assert_eq!(
+        (snap.limit_mw, snap.min_limit_mw, snap.default_limit_mw),
+        (Some(700_000), Some(200_000), Some(700_000))
+    );
+    assert!(!snap.mig);
+    devices.set_power_limit(0, 400_000).unwrap();
+    assert_eq!(devices.snapshot(0).unwrap().limit_mw, Some(400_000));
+    assert_eq!(
+        devices.set_power_limit(1, 400_000),
+        Err(GpuError::NoPermission)
+    );
+    assert!(matches!(
+        devices.set_power_limit(0, 100_000),
+        Err(GpuError::Other(_))
+    ));
+    // The energy counter advances at the device's draw.
+    let e0 = devices.snapshot(0).unwrap().energy_mj.unwrap();
+    sleep(Duration::from_millis(300));
+    let e1 = devices.snapshot(0).unwrap().energy_mj.unwrap();
+    assert!(e1 > e0, "{e0} -> {e1}");
+}
