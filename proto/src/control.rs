@@ -219,6 +219,9 @@ pub struct JobSummary {
     /// The cores it holds now (an elastic job's current size; else what it declared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores: Option<f64>,
+    /// GPU energy its nodes attribute to it, joules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_joules: Option<f64>,
 }
 
 /// The phase of a job's move between nodes.
@@ -577,6 +580,9 @@ impl TryFrom<pb::JobSummary> for JobSummary {
                 Some(short("moving", m.moving, MAX_MESSAGE_LEN)?)
             },
             cores: opt(m.cores, |v| positive("cores", v))?,
+            gpu_energy_joules: opt(m.gpu_energy_joules, |v| {
+                non_negative("gpu_energy_joules", v)
+            })?,
         })
     }
 }
@@ -851,6 +857,7 @@ impl From<JobSummary> for pb::JobSummary {
             time_to_quality_s: j.time_to_quality_s,
             moving: j.moving.unwrap_or_default(),
             cores: j.cores,
+            gpu_energy_joules: j.gpu_energy_joules,
         }
     }
 }
@@ -1054,6 +1061,7 @@ mod tests {
             time_to_quality_s: Some(42.0),
             moving: Some("saving on node2 for node3".into()),
             cores: Some(2.0),
+            gpu_energy_joules: Some(1500.0),
         };
         let detail = JobDetail {
             summary: summary.clone(),

@@ -163,6 +163,9 @@ pub struct JobReport {
     /// The node could not save it for a move (a CRIU dump that failed): why. It runs on.
     #[serde(default)]
     pub save_error: String,
+    /// GPU energy its node attributes to it (joules since the node found it on a GPU).
+    #[serde(default)]
+    pub gpu_energy_joules: Option<f64>,
 }
 
 impl JobReport {
@@ -194,6 +197,7 @@ impl JobReport {
             saved: false,
             attempt: 0,
             save_error: String::new(),
+            gpu_energy_joules: None,
         }
     }
 }
@@ -605,6 +609,9 @@ impl TryFrom<pb::JobReport> for JobReport {
             saved: m.saved,
             attempt: m.attempt,
             save_error: short("save_error", m.save_error, MAX_MESSAGE_LEN)?,
+            gpu_energy_joules: opt(m.gpu_energy_joules, |v| {
+                non_negative("gpu_energy_joules", v)
+            })?,
         })
     }
 }
@@ -889,6 +896,7 @@ impl From<JobReport> for pb::JobReport {
             saved: j.saved,
             attempt: j.attempt,
             save_error: j.save_error,
+            gpu_energy_joules: j.gpu_energy_joules,
         }
     }
 }

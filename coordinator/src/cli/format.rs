@@ -243,6 +243,13 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
             .map_or(String::new(), |l| format!(" (capped at {l:.2})")),
         bytes(j.memory_bytes)
     );
+    if let Some(e) = j.gpu_energy_joules {
+        let _ = writeln!(
+            out,
+            "  gpu:        {:.1} kJ of GPU energy (its nodes' NVML counters)",
+            e / 1000.0
+        );
+    }
     if let Some(spec) = d.spec.as_ref().filter(|s| s.is_elastic()) {
         let _ = writeln!(
             out,
@@ -602,6 +609,7 @@ mod tests {
             time_to_quality_s: None,
             moving: None,
             cores: None,
+            gpu_energy_joules: None,
         }
     }
 
@@ -717,6 +725,7 @@ mod tests {
         let mut j = summary(JobStatus::Running);
         j.moving = None;
         j.cores = Some(2.0);
+        j.gpu_energy_joules = Some(1500.0);
         let mut spec = JobSpec::new("sweep", vec!["train".into()], "/shared/s.csv");
         spec.cores = Some(1.0);
         spec.max_cores = Some(4.0);
@@ -744,6 +753,10 @@ mod tests {
                 }],
             },
             200.0,
+        );
+        assert!(
+            d.contains("  gpu:        1.5 kJ of GPU energy (its nodes' NVML counters)"),
+            "{d}"
         );
         assert!(
             d.contains("  size:       2 cores now (elastic, 1 to 4;"),

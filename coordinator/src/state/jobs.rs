@@ -362,6 +362,7 @@ impl ClusterState {
                     save_error: String::new(),
                     attempt: 0,
                     carried: false,
+                    gpu_energy_joules: None,
                 });
                 job.placements.push(PlacementDecision {
                     at_unix: now,

@@ -155,6 +155,9 @@ pub struct MemberRecord {
     /// Its node could not save it for a move (it runs on): why.
     #[serde(default)]
     pub save_error: String,
+    /// GPU energy its node attributes to it (joules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_joules: Option<f64>,
     /// Which start of the job runs here (0, then one more per start after a move); reports of
     /// an earlier start are ignored.
     #[serde(default)]
@@ -274,6 +277,11 @@ impl JobRecord {
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
             cores: self.cores(),
+            gpu_energy_joules: self
+                .members
+                .iter()
+                .filter_map(|m| m.gpu_energy_joules)
+                .reduce(|a, b| a + b),
             moving: self.active_move().map(|m| match m.phase {
                 governor_proto::control::MovePhase::Saving
                     if m.to_cores.is_some() && m.from_node == m.to_node =>

@@ -259,6 +259,7 @@ impl ClusterState {
                     save_error: String::new(),
                     attempt: 0,
                     carried: false,
+                    gpu_energy_joules: None,
                 }],
                 category: Category::Unknown,
                 categories: Vec::new(),
@@ -424,6 +425,9 @@ pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
     member.exit_code = report.exit_code;
     member.saved = report.saved;
     member.save_error = report.save_error.clone();
+    if report.gpu_energy_joules.is_some() {
+        member.gpu_energy_joules = report.gpu_energy_joules;
+    }
 }
 
 /// Record category changes and progress samples. Replica 0 speaks for a gang.

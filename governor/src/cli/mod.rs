@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod daemon;
+pub mod gpus;
 pub mod parse;
 pub mod run_job;
 pub mod status;
@@ -41,6 +42,9 @@ pub enum Command {
     Formats,
     /// Live per-cgroup CPU use, run-queue wait and context switches from the eBPF maps.
     Top(top::TopArgs),
+    /// Read-only check of the GPUs through NVML: inventory, compute processes and their
+    /// cgroups, energy over an interval. Changes no device setting.
+    Gpus(gpus::GpusArgs),
     /// Internal: the parent the daemon puts between itself and a coordinator job, so that the
     /// job's exit status survives a restart of the daemon (see the `supervise` module).
     #[command(hide = true)]
@@ -85,6 +89,7 @@ pub fn main() -> ExitCode {
         Command::Parse(args) => parse::run_parse(args),
         Command::Formats => parse::run_formats(),
         Command::Top(args) => top::run_top(args),
+        Command::Gpus(args) => gpus::run(args),
         Command::Supervise(args) => crate::supervise::run(args),
     }
 }

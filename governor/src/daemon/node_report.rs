@@ -182,6 +182,10 @@ fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
     report.cpu_limit_cores = j.cpu_max_cores.filter(|c| c.is_finite() && *c > 0.0);
     report.cpu_weight = j.cpu_weight.unwrap_or(0);
     report.time_to_quality_s = j.time_to_quality_s.filter(|t| t.is_finite() && *t >= 0.0);
+    report.gpu_energy_joules = j.gpu_energy_joules.filter(|e| e.is_finite() && *e >= 0.0);
+    if report.gpu_memory_bytes == 0 {
+        report.gpu_memory_bytes = j.gpu_memory_bytes.unwrap_or(0);
+    }
     // A job being stopped at convergence says so (the coordinator shows the message).
     if let Some(f) = &j.finish
         && report.message.is_empty()
@@ -252,6 +256,7 @@ mod tests {
             cpu_weight: Some(400),
             cpu_max_cores: Some(2.0),
             memory_bytes: Some(300 << 20),
+            gpu_energy_joules: Some(1234.5),
             ..JobStatus::default()
         }
     }
@@ -334,6 +339,7 @@ mod tests {
         assert_eq!(j1.memory_bytes, 300 << 20);
         assert_eq!(j1.gpu_indices, vec![1]);
         assert_eq!(j1.gpu_utilization, 0.8, "its own GPU only");
+        assert_eq!(j1.gpu_energy_joules, Some(1234.5));
         assert_eq!(j1.gpu_memory_bytes, 2 << 30);
 
         let j2 = &report.jobs[1];
