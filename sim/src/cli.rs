@@ -59,6 +59,8 @@ enum Command {
     /// Elastic jobs under Schedulearn's elastic FIFO, the Kubeflow scheduler and ours, against
     /// FIFO without elasticity: `kubeflow`, `schedulearn` and `priority` scenarios.
     Elastic(ElasticArgs),
+    /// GPU power by training progress on and off (`+gpu-power`): GPU energy, time to quality, JCT.
+    Gpu(GpuArgs),
     /// Time the simulator on a large generated cluster.
     Bench(BenchArgs),
 }
@@ -213,6 +215,19 @@ struct PriorityArgs {
 }
 
 #[derive(Debug, Args)]
+struct GpuArgs {
+    /// Seeds to run: `1-5` or `1,3`.
+    #[arg(long, default_value = "1-5")]
+    seeds: String,
+    /// Directory of real training logs for the loss curves.
+    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    logs: PathBuf,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
 struct ElasticArgs {
     /// One scenario (kubeflow, schedulearn, priority); default: all three.
     scenario: Option<String>,
@@ -335,6 +350,9 @@ pub(crate) fn main() -> ExitCode {
         Command::Paper(args) => paper_command(args),
         Command::Priority(args) => priority_command(args),
         Command::Elastic(args) => elastic_command(args),
+        Command::Gpu(args) => {
+            parse_seeds(&args.seeds).and_then(|s| sim::gpu::eval::command(s, &args.logs, args.json))
+        }
         Command::Bench(args) => bench_command(args),
     };
     match result {

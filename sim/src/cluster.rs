@@ -275,6 +275,11 @@ pub struct PolicySpec {
     /// they run at their parallelism (the most they can use).
     #[serde(default)]
     pub least: bool,
+    /// GPU power by training progress (`+gpu-power`, the daemon's `[gpu] govern`): a GPU job's
+    /// limit follows its learning stage ([`governor_policy::gpu_power`]), its speed and draw
+    /// follow the limit ([`crate::gpu::GpuModel`]).
+    #[serde(default)]
+    pub gpu_power: bool,
 }
 
 /// An elastic job is resized only after running this long since its latest start (the
@@ -323,6 +328,7 @@ impl std::str::FromStr for PolicySpec {
         let mut preempt = false;
         let mut elastic = false;
         let mut least = false;
+        let mut gpu_power = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
@@ -333,9 +339,10 @@ impl std::str::FromStr for PolicySpec {
                 "preempt" => preempt = true,
                 "elastic" => elastic = true,
                 "least" => least = true,
+                "gpu-power" => gpu_power = true,
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt, elastic, least)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt, elastic, least, gpu-power)"
                     ));
                 }
             }
@@ -353,6 +360,7 @@ impl std::str::FromStr for PolicySpec {
             preempt,
             elastic,
             least,
+            gpu_power,
         })
     }
 }
@@ -382,6 +390,11 @@ pub struct JobOutcome {
     /// Times it was resized (`+elastic`).
     #[serde(default)]
     pub resizes: u32,
+    /// GPU jobs: energy of its GPUs, joules, all told and after its time to quality.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_j: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_energy_after_ttq_j: Option<f64>,
 }
 
 /// One migration decision.
@@ -493,6 +506,10 @@ struct Rt {
     /// Cores it runs with: its parallelism, or an elastic job's current size.
     size: f64,
     resizes: u32,
+    /// Its GPUs' power limit, a fraction of the default (1 without `+gpu-power`).
+    gpu_limit: f64,
+    /// (seconds since submission, GPU joules so far) at every step it ran.
+    gpu_energy: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -666,6 +683,8 @@ pub fn run_cluster(
                     resume_delay: 0.0,
                     size: jobs[i].model.parallelism,
                     resizes: 0,
+                    gpu_limit: 1.0,
+                    gpu_energy: Vec::new(),
                 }
             })
             .collect(),
@@ -696,7 +715,35 @@ pub fn run_cluster(
     Ok(engine.result())
 }
 
+/// A GPU job's power limit (fraction of its default) at its learning stage: the daemon's rule.
+fn gpu_limit_for(category: Category) -> f64 {
+    use governor_policy::gpu_power::{GpuPowerParams, PowerRange, target_limit};
+    let model = crate::gpu::GpuModel::default();
+    let scale = 1_000_000.0;
+    let range = PowerRange {
+        min_mw: (model.min_limit * scale) as u32,
+        default_mw: scale as u32,
+        original_mw: scale as u32,
+    };
+    target_limit(range, &[category], GpuPowerParams::default())
+        .map_or(1.0, |l| f64::from(l) / scale)
+}
+
+/// Work per second of job `j`: its CPU speed, times its GPUs' throughput at their limit.
+fn speed_with(job: &TraceJob, rt: &Rt) -> f64 {
+    let cpu = job.model.speed(rt.cores);
+    if job.gpus > 0 && rt.gpu_limit < 1.0 {
+        cpu * crate::gpu::GpuModel::default().throughput(rt.gpu_limit)
+    } else {
+        cpu
+    }
+}
+
 impl Engine<'_> {
+    fn speed_of(&self, j: usize) -> f64 {
+        speed_with(&self.jobs[j], &self.rt[j])
+    }
+
     fn run(&mut self) {
         while let Some(Reverse(ev)) = self.heap.pop() {
             if ev.t > self.config.horizon {
@@ -1070,7 +1117,7 @@ impl Engine<'_> {
         for &j in &worker.running {
             let m = &self.jobs[j].model;
             let rt = &self.rt[j];
-            let speed = m.speed(rt.cores);
+            let speed = self.speed_of(j);
             if speed > 0.0 {
                 next = next.min(t + (m.work - rt.done).max(0.0) / speed);
                 if let LogEvery::Work { .. } = m.log_every {
@@ -1103,9 +1150,17 @@ impl Engine<'_> {
             let dt = t - worker.t;
             if dt > 0.0 {
                 for &j in &worker.running {
+                    let speed = speed_with(&self.jobs[j], &self.rt[j]);
                     let rt = &mut self.rt[j];
-                    rt.done += self.jobs[j].model.speed(rt.cores) * dt;
+                    rt.done += speed * dt;
                     rt.cpu += rt.cores * dt;
+                    let gpus = self.jobs[j].gpus;
+                    if gpus > 0 {
+                        let model = crate::gpu::GpuModel::default();
+                        let so_far = rt.gpu_energy.last().map_or(0.0, |e| e.1)
+                            + f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
+                        rt.gpu_energy.push((t - self.jobs[j].model.submit, so_far));
+                    }
                 }
             }
             worker.t = t;
@@ -1354,6 +1409,9 @@ impl Engine<'_> {
             {
                 self.rt[j].alloc = a.cpu;
                 self.rt[j].category = a.category;
+                if self.spec.gpu_power && self.jobs[j].gpus > 0 {
+                    self.rt[j].gpu_limit = gpu_limit_for(a.category);
+                }
             }
         }
         let worker = &mut self.workers[w];
@@ -1641,6 +1699,18 @@ impl Engine<'_> {
                 priority: j.model.priority,
                 preemptions: rt.preemptions,
                 resizes: rt.resizes,
+                gpu_energy_j: rt.gpu_energy.last().map(|e| e.1),
+                gpu_energy_after_ttq_j: {
+                    let ttq = time_to_quality(&rt.written, Direction::Minimise);
+                    match (ttq, rt.gpu_energy.last()) {
+                        (Some(q), Some(&(_, total))) => {
+                            let k = rt.gpu_energy.partition_point(|e| e.0 <= q);
+                            let at_q = if k == 0 { 0.0 } else { rt.gpu_energy[k - 1].1 };
+                            Some(total - at_q)
+                        }
+                        _ => None,
+                    }
+                },
             })
             .collect();
         let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();

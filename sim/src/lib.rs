@@ -17,6 +17,7 @@ pub mod compare;
 pub mod curves;
 pub mod elastic;
 pub mod evaluate;
+pub mod gpu;
 pub mod job;
 pub mod node;
 pub mod paper;
