@@ -3,7 +3,8 @@
 //! finds a governed job's process on the stand-in GPU, lowers the GPU's power limit when the job
 //! converges (recording the original first), is killed mid-way and restores the limit on its
 //! next start, adopts a limit someone else set as the new original, and restores it when it
-//! stops. Run as root on a cgroup v1 host (`root_host_v1_*`, in `cargo xtask test`).
+//! stops. Run as root on a cgroup v1 host (`root_host_v1_*`, in `cargo xtask test`) and on
+//! cgroup v2 in the VM (`vm_*`, `cargo xtask vm-test gpu_standin`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::require_v1_cpu_host;
+use governor_integration_tests::{require_v1_cpu_host, require_vm};
 use nvml_standin::state::{self, Process, STATE_ENV, State};
 
 /// The stand-in library cargo built beside the test binaries.
@@ -53,10 +54,29 @@ fn start_converging_job(d: &Daemon, name: &str) -> Child {
         .expect("governor run-job")
 }
 
+/// Where a `run-job` group's processes are listed.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Hybrid host: the v1 cpu controller.
+    HostV1,
+    /// Unified (the VM).
+    V2,
+}
+
+impl Layout {
+    fn procs(self, name: &str) -> PathBuf {
+        PathBuf::from(match self {
+            Layout::HostV1 => format!("/sys/fs/cgroup/cpu/governor.slice/jobs/{name}/cgroup.procs"),
+            Layout::V2 => format!("/sys/fs/cgroup/governor.slice/jobs/{name}/cgroup.procs"),
+        })
+    }
+}
+
 /// The job's `run-job` and every process in its group are killed when the test ends, passed
 /// or failed (a failed run must not leave a job behind for the next).
 struct JobGuard {
     name: String,
+    layout: Layout,
     child: Child,
 }
 
@@ -64,7 +84,7 @@ impl Drop for JobGuard {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        for pid in job_pids(&self.name) {
+        for pid in job_pids(self.layout, &self.name) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGKILL,
@@ -75,14 +95,12 @@ impl Drop for JobGuard {
     }
 }
 
-fn job_pids(name: &str) -> Vec<u32> {
-    fs::read_to_string(format!(
-        "/sys/fs/cgroup/cpu/governor.slice/jobs/{name}/cgroup.procs"
-    ))
-    .unwrap_or_default()
-    .lines()
-    .filter_map(|l| l.trim().parse().ok())
-    .collect()
+fn job_pids(layout: Layout, name: &str) -> Vec<u32> {
+    fs::read_to_string(layout.procs(name))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 fn limit_w(path: &Path) -> f64 {
@@ -107,6 +125,17 @@ fn wait_limit(d: &Daemon, path: &Path, watts: f64, what: &str) {
 #[ignore = "root host: writes the host's cgroup v1 cpu controller; run by `cargo xtask test`"]
 fn root_host_v1_gpu_power_follows_progress_and_every_change_is_undone() {
     require_v1_cpu_host();
+    power_follows_progress(Layout::HostV1);
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test gpu_standin`"]
+fn vm_gpu_power_follows_progress_and_every_change_is_undone() {
+    require_vm();
+    power_follows_progress(Layout::V2);
+}
+
+fn power_follows_progress(layout: Layout) {
     let library = standin_library();
     let mut d = Daemon::configure(
         "governor",
@@ -124,13 +153,14 @@ fn root_host_v1_gpu_power_follows_progress_and_every_change_is_undone() {
     let name = format!("gpu-conv-{}", std::process::id());
     let _job = JobGuard {
         name: name.clone(),
+        layout,
         child: start_converging_job(&d, &name),
     };
     // Its main process (the job's shell, the oldest in its group) runs on the GPU (a CUDA
     // context, as NVML would list it).
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid = loop {
-        if let Some(p) = job_pids(&name).into_iter().min() {
+        if let Some(p) = job_pids(layout, &name).into_iter().min() {
             break p;
         }
         assert!(Instant::now() < deadline, "run-job never placed the job");
