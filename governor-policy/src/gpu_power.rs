@@ -9,9 +9,11 @@
 //! savings. A GPU shared by several jobs follows its most demanding one. The limit never goes
 //! below the device's minimum nor above the original (so never above the default either).
 //!
-//! Zeus learns each job's throughput against its power limit and picks the lowest limit within
-//! a slowdown budget; that needs the job's steps per second from its log and is not built yet:
-//! these fractions are the fixed reading of "lower power once converged".
+//! Where the job's log gives its pace (records per second: its steps or epochs), the limit of a
+//! GPU whose one job stopped learning is *searched* as Zeus does it ([`LimitSearch`]): measured
+//! at the original, then one step lower at a time while the pace stays within the slowdown
+//! budget (2%), settling on the lowest limit that kept it. The fixed fractions are the fallback
+//! for a shared GPU, a log too sparse to measure, and the time before the search settles.
 
 use crate::Category;
 
@@ -61,9 +63,199 @@ pub fn target_limit(range: PowerRange, stages: &[Category], params: GpuPowerPara
     Some((wanted.round() as u32).clamp(range.min_mw.min(top), top))
 }
 
+/// Where a [`LimitSearch`] stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchState {
+    /// Measuring the pace at this limit.
+    Trying(u32),
+    /// The lowest limit found within the budget.
+    Settled(u32),
+    /// The log is too sparse to measure a pace: use the fixed fractions.
+    NoSignal,
+}
+
+/// Zeus's power-limit search for one GPU running one job that stopped learning: the pace at
+/// the original limit, then at one `step` lower at a time, each over a window of at least
+/// `window_s` seconds and `window_records` records, until the pace falls below
+/// `(1 - slowdown)` of the first; it settles on the lowest limit that kept the pace. The pace is
+/// records over the time between the records that bound the window (their arrival times, not
+/// the sampling instants: a 10-record window sampled once a second would be ±10% off, five
+/// times the budget). A window that sees fewer records than needed within `max_window_s`
+/// means the log is too sparse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitSearch {
+    top: u32,
+    min: u32,
+    step: u32,
+    slowdown: f64,
+    pub window_s: f64,
+    pub window_records: u64,
+    pub max_window_s: f64,
+    baseline: Option<f64>,
+    best: u32,
+    state: SearchState,
+    /// Records seen when the limit was first seen in force: the window opens at the next one.
+    armed: Option<u64>,
+    /// The window: (arrival of its first record, records then).
+    since: Option<(f64, u64)>,
+}
+
+impl LimitSearch {
+    /// A search from the original limit down to the device's minimum, in steps of 10% of the
+    /// original.
+    pub fn new(range: PowerRange, slowdown: f64) -> LimitSearch {
+        let top = range.original_mw.min(range.default_mw).max(range.min_mw);
+        LimitSearch {
+            top,
+            min: range.min_mw.min(top),
+            step: (top / 10).max(1),
+            slowdown: slowdown.clamp(0.0, 1.0),
+            window_s: 10.0,
+            window_records: 3,
+            max_window_s: 120.0,
+            baseline: None,
+            best: top,
+            state: SearchState::Trying(top),
+            armed: None,
+            since: None,
+        }
+    }
+
+    pub fn state(&self) -> SearchState {
+        self.state
+    }
+
+    /// Feed what is seen now: the limit in force, the job's records so far and when the last
+    /// of them arrived. Returns where the search stands (the limit to set while `Trying` or
+    /// `Settled`).
+    pub fn observe(
+        &mut self,
+        now: f64,
+        limit_in_force: u32,
+        records: u64,
+        last_record_at: f64,
+    ) -> SearchState {
+        let SearchState::Trying(trying) = self.state else {
+            return self.state;
+        };
+        if limit_in_force != trying {
+            // Not set yet: the window starts once it is.
+            self.armed = None;
+            self.since = None;
+            return self.state;
+        }
+        let Some((t0, r0)) = self.since else {
+            // The window opens at the first record that arrives wholly under this limit (a
+            // record under way when it changed was partly made at the old one).
+            match self.armed {
+                None => self.armed = Some(records),
+                Some(a) if records > a => self.since = Some((last_record_at, records)),
+                Some(_) => {}
+            }
+            return self.state;
+        };
+        let n = records.saturating_sub(r0);
+        let elapsed = last_record_at - t0;
+        if n < self.window_records || elapsed < self.window_s {
+            if now - t0 > self.max_window_s && n < self.window_records {
+                self.armed = None;
+                self.state = match self.baseline {
+                    // Too sparse to judge a lower limit: keep the last one that passed.
+                    Some(_) => SearchState::Settled(self.best),
+                    None => SearchState::NoSignal,
+                };
+            }
+            return self.state;
+        }
+        let pace = n as f64 / elapsed;
+        let kept = match self.baseline {
+            None => {
+                self.baseline = Some(pace);
+                true
+            }
+            Some(b) => pace >= (1.0 - self.slowdown) * b,
+        };
+        if kept {
+            self.best = trying;
+            let next = trying.saturating_sub(self.step);
+            self.state = if trying <= self.min || next < self.min {
+                if trying > self.min {
+                    SearchState::Trying(self.min)
+                } else {
+                    SearchState::Settled(self.best)
+                }
+            } else {
+                SearchState::Trying(next)
+            };
+        } else {
+            self.state = SearchState::Settled(self.best);
+        }
+        self.armed = None;
+        self.since = None;
+        self.state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job whose pace is flat down to 70% of the original limit and falls below it.
+    fn pace_at(limit: u32) -> f64 {
+        let l = f64::from(limit) / 700_000.0;
+        if l >= 0.7 { 1.0 } else { (l / 0.7).powf(0.6) }
+    }
+
+    /// Drive a search: the job logs a record every `1 / pace` seconds at the limit in force;
+    /// the search looks at every record (and the limit changes at once).
+    fn run(search: &mut LimitSearch, records: u64, pace: impl Fn(u32) -> f64) -> Vec<u32> {
+        let mut limit = H100.original_mw;
+        let mut at = 0.0;
+        let mut seen = Vec::new();
+        for r in 1..=records {
+            at += 1.0 / pace(limit);
+            match search.observe(at, limit, r, at) {
+                SearchState::Trying(l) | SearchState::Settled(l) => {
+                    if seen.last() != Some(&l) {
+                        seen.push(l);
+                    }
+                    limit = l;
+                }
+                SearchState::NoSignal => break,
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn the_search_settles_on_the_lowest_limit_within_the_slowdown() {
+        let mut s = LimitSearch::new(H100, 0.02);
+        let seen = run(&mut s, 400, pace_at);
+        // 420 kW is 8.8% slower: back to the last limit within 2%.
+        assert_eq!(s.state(), SearchState::Settled(490_000), "{seen:?}");
+        assert_eq!(seen, [700_000, 630_000, 560_000, 490_000, 420_000, 490_000]);
+    }
+
+    #[test]
+    fn a_flat_pace_goes_down_to_the_minimum_and_a_sparse_log_gives_no_signal() {
+        let mut s = LimitSearch::new(H100, 0.02);
+        run(&mut s, 1000, |_| 1.0);
+        assert_eq!(s.state(), SearchState::Settled(200_000));
+        // One record in three minutes: nothing to measure.
+        let mut sparse = LimitSearch::new(H100, 0.02);
+        assert_eq!(
+            sparse.observe(0.0, 700_000, 1, 0.0),
+            SearchState::Trying(700_000)
+        );
+        assert_eq!(
+            sparse.observe(1.0, 700_000, 2, 1.0),
+            SearchState::Trying(700_000)
+        );
+        assert_eq!(
+            sparse.observe(200.0, 700_000, 3, 180.0),
+            SearchState::NoSignal
+        );
+    }
 
     const H100: PowerRange = PowerRange {
         min_mw: 200_000,

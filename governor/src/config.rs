@@ -101,6 +101,10 @@ pub struct GpuConfig {
     pub watching_power: f64,
     /// Power limit of a GPU whose jobs are all `converged`, as a fraction of its original.
     pub converged_power: f64,
+    /// Zeus's search: a GPU with one job that stopped learning and logs often enough runs at
+    /// the lowest limit (in steps of 10% of its original) that keeps the job's pace within this
+    /// fraction of its pace at the original. Unset: the fixed fractions only.
+    pub slowdown: Option<f64>,
 }
 
 impl Default for GpuConfig {
@@ -111,6 +115,7 @@ impl Default for GpuConfig {
             nvml_library: None,
             watching_power: p.watching,
             converged_power: p.converged,
+            slowdown: Some(0.02),
         }
     }
 }
@@ -630,6 +635,17 @@ sample_interval = "1s"
 # [[node.simulated_gpus]]
 # model = "NVIDIA H200"
 # memory = "141GiB"
+
+[gpu]
+# Read-only unless govern = true: then a GPU whose jobs stopped learning runs at a lower power
+# limit (searched within `slowdown` of the job's pace, else the fractions below), restored when
+# the jobs learn again or leave, when the daemon stops, and at the next start after a crash.
+# Setting power limits needs root.
+govern = false
+watching_power = 0.8
+converged_power = 0.6
+slowdown = 0.02
+# nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 [discovery]
 # Adopt processes started with GOVERNOR_LOG=<path> in their environment

@@ -280,6 +280,9 @@ pub struct PolicySpec {
     /// follow the limit ([`crate::gpu::GpuModel`]).
     #[serde(default)]
     pub gpu_power: bool,
+    /// With `+gpu-power`: the fixed fractions only, no search (`+gpu-fixed`).
+    #[serde(default)]
+    pub gpu_fixed: bool,
 }
 
 /// An elastic job is resized only after running this long since its latest start (the
@@ -329,6 +332,7 @@ impl std::str::FromStr for PolicySpec {
         let mut elastic = false;
         let mut least = false;
         let mut gpu_power = false;
+        let mut gpu_fixed = false;
         for flag in parts {
             match flag.trim() {
                 "migrate" => migrate = true,
@@ -340,9 +344,13 @@ impl std::str::FromStr for PolicySpec {
                 "elastic" => elastic = true,
                 "least" => least = true,
                 "gpu-power" => gpu_power = true,
+                "gpu-fixed" => {
+                    gpu_power = true;
+                    gpu_fixed = true;
+                }
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt, elastic, least, gpu-power)"
+                        "unknown flag +{f} in {s:?} (migrate, no-migrate, reserve, rebalance, pays, preempt, elastic, least, gpu-power, gpu-fixed)"
                     ));
                 }
             }
@@ -361,6 +369,7 @@ impl std::str::FromStr for PolicySpec {
             elastic,
             least,
             gpu_power,
+            gpu_fixed,
         })
     }
 }
@@ -510,6 +519,8 @@ struct Rt {
     gpu_limit: f64,
     /// (seconds since submission, GPU joules so far) at every step it ran.
     gpu_energy: Vec<(f64, f64)>,
+    /// Zeus's search of its GPUs' limit once it stopped learning (the daemon's `[gpu] slowdown`).
+    gpu_search: Option<governor_policy::gpu_power::LimitSearch>,
 }
 
 #[derive(Clone, Copy)]
@@ -685,6 +696,7 @@ pub fn run_cluster(
                     resizes: 0,
                     gpu_limit: 1.0,
                     gpu_energy: Vec::new(),
+                    gpu_search: None,
                 }
             })
             .collect(),
@@ -715,9 +727,13 @@ pub fn run_cluster(
     Ok(engine.result())
 }
 
-/// A GPU job's power limit (fraction of its default) at its learning stage: the daemon's rule.
-fn gpu_limit_for(category: Category) -> f64 {
-    use governor_policy::gpu_power::{GpuPowerParams, PowerRange, target_limit};
+/// A GPU job's power limit (fraction of its default) at its learning stage: the daemon's rule,
+/// Zeus's search (2% slowdown) on the pace of its log lines once it stopped learning, the fixed
+/// fractions until the search has a pace.
+fn gpu_limit_for(category: Category, now: f64, submit: f64, search: bool, rt: &mut Rt) -> f64 {
+    use governor_policy::gpu_power::{
+        GpuPowerParams, LimitSearch, PowerRange, SearchState, target_limit,
+    };
     let model = crate::gpu::GpuModel::default();
     let scale = 1_000_000.0;
     let range = PowerRange {
@@ -725,8 +741,26 @@ fn gpu_limit_for(category: Category) -> f64 {
         default_mw: scale as u32,
         original_mw: scale as u32,
     };
-    target_limit(range, &[category], GpuPowerParams::default())
-        .map_or(1.0, |l| f64::from(l) / scale)
+    let fixed = || {
+        target_limit(range, &[category], GpuPowerParams::default())
+            .map_or(1.0, |l| f64::from(l) / scale)
+    };
+    if !search || !matches!(category, Category::Watching | Category::Converged) {
+        rt.gpu_search = None;
+        return fixed();
+    }
+    let Some(&(last, _)) = rt.written.last() else {
+        return fixed();
+    };
+    let records = rt.written.len() as u64;
+    let current = (rt.gpu_limit * scale).round() as u32;
+    let search = rt
+        .gpu_search
+        .get_or_insert_with(|| LimitSearch::new(range, 0.02));
+    match search.observe(now, current, records, submit + last) {
+        SearchState::Trying(l) | SearchState::Settled(l) => f64::from(l) / scale,
+        SearchState::NoSignal => fixed(),
+    }
 }
 
 /// Work per second of job `j`: its CPU speed, times its GPUs' throughput at their limit.
@@ -1410,7 +1444,10 @@ impl Engine<'_> {
                 self.rt[j].alloc = a.cpu;
                 self.rt[j].category = a.category;
                 if self.spec.gpu_power && self.jobs[j].gpus > 0 {
-                    self.rt[j].gpu_limit = gpu_limit_for(a.category);
+                    let submit = self.jobs[j].model.submit;
+                    let search = !self.spec.gpu_fixed;
+                    let rt = &mut self.rt[j];
+                    rt.gpu_limit = gpu_limit_for(a.category, t, submit, search, rt);
                 }
             }
         }

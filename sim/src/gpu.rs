@@ -166,13 +166,22 @@ pub mod eval {
         let mut rows: Vec<Vec<GpuRow>> = Vec::new();
         for &seed in &seeds {
             let (config, trace) = setup(&curves, seed);
-            let off: PolicySpec = "ours".parse().map_err(anyhow::Error::msg)?;
-            let on: PolicySpec = "ours+gpu-power".parse().map_err(anyhow::Error::msg)?;
-            let base = run_cluster(&trace, &config, &off, seed)?;
-            let governed = run_cluster(&trace, &config, &on, seed)?;
+            let spec = |s: &str| s.parse::<PolicySpec>().map_err(anyhow::Error::msg);
+            let base = run_cluster(&trace, &config, &spec("ours")?, seed)?;
+            let searched = run_cluster(&trace, &config, &spec("ours+gpu-power")?, seed)?;
+            let fixed = run_cluster(&trace, &config, &spec("ours+gpu-fixed")?, seed)?;
             rows.push(vec![
                 row("ours (GPUs at their default)", &base, None),
-                row("ours + GPU power by progress", &governed, Some(&base)),
+                row(
+                    "+ power by progress: search within 2%, fixed fractions where no pace",
+                    &searched,
+                    Some(&base),
+                ),
+                row(
+                    "+ power by progress: fixed fractions only (80% watching, 60% converged)",
+                    &fixed,
+                    Some(&base),
+                ),
             ]);
         }
         let mean = |k: usize, f: fn(&GpuRow) -> f64| {
@@ -189,7 +198,7 @@ pub mod eval {
              | system | GPU energy | after time to quality | avg TTQ | avg JCT | worst job TTQ / off | worst job JCT / off |\n\
              | --- | --- | --- | --- | --- | --- | --- |\n"
         );
-        for k in 0..2 {
+        for k in 0..3 {
             let name = rows.first().map_or("", |r| r[k].system.as_str()).to_owned();
             let _ = writeln!(
                 out,
@@ -202,17 +211,20 @@ pub mod eval {
                 worst(k, |r| r.worst_jct_ratio),
             );
         }
-        let saved = 1.0
-            - mean(1, |r| r.energy_after_quality_mj)
-                / mean(0, |r| r.energy_after_quality_mj).max(1e-9);
-        let _ = writeln!(
-            out,
-            "\nEnergy after time to quality: {:+.1}%; all GPU energy: {:+.1}%; average TTQ {:+.2}%; average JCT {:+.1}%.",
-            -100.0 * saved,
-            100.0 * (mean(1, |r| r.energy_mj) / mean(0, |r| r.energy_mj).max(1e-9) - 1.0),
-            100.0 * (mean(1, |r| r.avg_ttq) / mean(0, |r| r.avg_ttq).max(1e-9) - 1.0),
-            100.0 * (mean(1, |r| r.avg_jct) / mean(0, |r| r.avg_jct).max(1e-9) - 1.0),
-        );
+        for k in 1..3 {
+            let saved = 1.0
+                - mean(k, |r| r.energy_after_quality_mj)
+                    / mean(0, |r| r.energy_after_quality_mj).max(1e-9);
+            let _ = writeln!(
+                out,
+                "\n{}: energy after time to quality {:+.1}%; all GPU energy {:+.1}%; average TTQ {:+.2}%; average JCT {:+.1}%.",
+                rows.first().map_or("", |r| r[k].system.as_str()),
+                -100.0 * saved,
+                100.0 * (mean(k, |r| r.energy_mj) / mean(0, |r| r.energy_mj).max(1e-9) - 1.0),
+                100.0 * (mean(k, |r| r.avg_ttq) / mean(0, |r| r.avg_ttq).max(1e-9) - 1.0),
+                100.0 * (mean(k, |r| r.avg_jct) / mean(0, |r| r.avg_jct).max(1e-9) - 1.0),
+            );
+        }
         print!("{out}");
         Ok(())
     }

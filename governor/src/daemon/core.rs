@@ -92,6 +92,8 @@ pub struct JobEntry {
     /// The same on the daemon's clock (seconds since it started).
     adopted_secs: f64,
     records: u64,
+    /// When its latest record arrived (the GPU governor's pace measurement).
+    last_record_at: Option<Instant>,
     last_value: Option<f64>,
     /// Recent (time, value) pairs for the growth figure shown in status.
     history: VecDeque<(Instant, f64)>,
@@ -341,6 +343,7 @@ impl NodeCore {
             adopted_at: now,
             adopted_secs: self.secs(now),
             records: 0,
+            last_record_at: None,
             last_value: None,
             history: VecDeque::new(),
             first_value: None,
@@ -384,6 +387,7 @@ impl NodeCore {
             return false;
         };
         entry.records += 1;
+        entry.last_record_at = Some(now);
         entry.log_file = Some(record.file.display().to_string());
         entry.log_problem = None;
         // The quality signal (validation loss): time to quality, and the policy's view of what
@@ -893,6 +897,9 @@ impl JobEntry {
             gpus: Vec::new(),
             gpu_memory_bytes: None,
             gpu_energy_joules: None,
+            last_record_age_s: self
+                .last_record_at
+                .map(|at| now.saturating_duration_since(at).as_secs_f64()),
         }
     }
 }

@@ -451,13 +451,17 @@ fn open_gpu_governor(config: &DaemonConfig) -> Option<crate::gpu::governance::Gp
         watching: config.gpu.watching_power,
         converged: config.gpu.converged_power,
     };
-    info!(govern = config.gpu.govern, "GPUs followed through NVML");
-    Some(GpuGovernor::new(
+    info!(govern = config.gpu.govern, slowdown = ?config.gpu.slowdown, "GPUs followed through NVML");
+    let governor = GpuGovernor::new(
         Box::new(NvmlDevices(nvml)),
         config.gpu.govern,
         params,
         config.state_file.with_file_name(JOURNAL_FILE_NAME),
-    ))
+    );
+    Some(match config.gpu.slowdown {
+        Some(s) => governor.with_search(s),
+        None => governor,
+    })
 }
 
 /// `governor status`: the core's view, with each GPU and each job's GPU use.
@@ -961,18 +965,20 @@ impl Shell {
         self.core.decide_and_apply(now);
         self.core.poll_actuator(now);
         if let Some(gpu) = self.gpu.as_mut() {
-            let jobs: Vec<crate::gpu::governance::GpuJob> = self
-                .core
-                .status(now)
+            let status = self.core.status(now);
+            let clock = status.uptime_seconds;
+            let jobs: Vec<crate::gpu::governance::GpuJob> = status
                 .jobs
                 .into_iter()
                 .map(|j| crate::gpu::governance::GpuJob {
                     name: j.name,
                     cgroup: j.cgroup,
                     category: j.category,
+                    records: j.records,
+                    last_record_at: j.last_record_age_s.map(|age| clock - age),
                 })
                 .collect();
-            gpu.step(&jobs);
+            gpu.step(clock, &jobs);
         }
     }
 

@@ -23,7 +23,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use governor_policy::Category;
-use governor_policy::gpu_power::{GpuPowerParams, PowerRange, target_limit};
+use governor_policy::gpu_power::{
+    GpuPowerParams, LimitSearch, PowerRange, SearchState, target_limit,
+};
 use governor_proto::control_socket::GpuStatus;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -40,6 +42,10 @@ pub struct GpuJob {
     /// Its cgroup, relative to the cgroup root (as `governor status` shows it).
     pub cgroup: String,
     pub category: Category,
+    /// Log records so far, and when the latest arrived (seconds, the governor's clock): its
+    /// pace, for the power-limit search.
+    pub records: u64,
+    pub last_record_at: Option<f64>,
 }
 
 /// What the governor knows of one job's GPU use.
@@ -81,6 +87,10 @@ pub struct GpuGovernor {
     first_energy: HashMap<String, u64>,
     jobs: BTreeMap<String, JobGpuUse>,
     status: Vec<GpuStatus>,
+    /// Zeus's search per GPU (UUID) for its one job that stopped learning (`None`: the fixed
+    /// fractions only).
+    slowdown: Option<f64>,
+    searches: HashMap<String, (String, LimitSearch)>,
 }
 
 impl GpuGovernor {
@@ -111,6 +121,8 @@ impl GpuGovernor {
             first_energy: HashMap::new(),
             jobs: BTreeMap::new(),
             status: Vec::new(),
+            slowdown: None,
+            searches: HashMap::new(),
         };
         if !g.journal.devices.is_empty() {
             let n = g.journal.devices.len();
@@ -122,6 +134,13 @@ impl GpuGovernor {
             );
         }
         g
+    }
+
+    /// Search each GPU's limit within `slowdown` (Zeus) where one job that stopped learning
+    /// runs on it and its log gives a pace.
+    pub fn with_search(mut self, slowdown: f64) -> Self {
+        self.slowdown = Some(slowdown);
+        self
     }
 
     /// Read `/proc` elsewhere (tests).
@@ -148,7 +167,7 @@ impl GpuGovernor {
 
     /// One round: read every device, attribute its processes and energy to jobs, and (when
     /// governing) set its power limit by its jobs' stages.
-    pub fn step(&mut self, jobs: &[GpuJob]) {
+    pub fn step(&mut self, now: f64, jobs: &[GpuJob]) {
         let count = match self.devices.count() {
             Ok(c) => c,
             Err(e) => {
@@ -206,8 +225,12 @@ impl GpuGovernor {
                 u.energy_joules += share * delta_mj as f64 / 1000.0;
             }
             let stages: Vec<Category> = here.keys().map(|&j| jobs[j].category).collect();
+            let alone = match here.keys().collect::<Vec<_>>().as_slice() {
+                [j] => Some(&jobs[**j]),
+                _ => None,
+            };
             if self.govern {
-                self.govern_device(&snap, &stages);
+                self.govern_device(now, &snap, &stages, alone);
             }
             let snap = if self.govern {
                 // Its limit after this round's change.
@@ -245,7 +268,43 @@ impl GpuGovernor {
         self.status = status;
     }
 
-    fn govern_device(&mut self, snap: &Snapshot, stages: &[Category]) {
+    /// The limit Zeus's search asks for, if it applies: one job on the GPU, stopped learning,
+    /// with a pace to measure.
+    fn searched_limit(
+        &mut self,
+        now: f64,
+        snap: &Snapshot,
+        range: PowerRange,
+        current: u32,
+        job: Option<&GpuJob>,
+    ) -> Option<u32> {
+        let slowdown = self.slowdown?;
+        let job = job.filter(|j| matches!(j.category, Category::Watching | Category::Converged));
+        let Some(job) = job else {
+            self.searches.remove(&snap.uuid);
+            return None;
+        };
+        let last = job.last_record_at?;
+        let entry = self
+            .searches
+            .entry(snap.uuid.clone())
+            .or_insert_with(|| (job.name.clone(), LimitSearch::new(range, slowdown)));
+        if entry.0 != job.name {
+            *entry = (job.name.clone(), LimitSearch::new(range, slowdown));
+        }
+        match entry.1.observe(now, current, job.records, last) {
+            SearchState::Trying(l) | SearchState::Settled(l) => Some(l),
+            SearchState::NoSignal => None,
+        }
+    }
+
+    fn govern_device(
+        &mut self,
+        now: f64,
+        snap: &Snapshot,
+        stages: &[Category],
+        alone: Option<&GpuJob>,
+    ) {
         if snap.mig || self.stopped.contains_key(&snap.uuid) {
             return;
         }
@@ -275,7 +334,10 @@ impl GpuGovernor {
             default_mw: snap.default_limit_mw.unwrap_or(original),
             original_mw: original,
         };
-        let target = target_limit(range, stages, self.params).unwrap_or(original);
+        let target = match self.searched_limit(now, snap, range, current, alone) {
+            Some(l) => l,
+            None => target_limit(range, stages, self.params).unwrap_or(original),
+        };
         if target == current {
             if target == original && self.journal.devices.remove(&snap.uuid).is_some() {
                 self.save_journal();

@@ -74,6 +74,8 @@ fn job(name: &str, category: Category) -> GpuJob {
         name: name.into(),
         cgroup: format!("governor/{name}"),
         category,
+        records: 0,
+        last_record_at: None,
     }
 }
 
@@ -122,9 +124,9 @@ fn jobs_are_found_on_their_gpus_and_share_its_energy_by_memory() {
         job("a", Category::Progressing),
         job("b", Category::Progressing),
     ];
-    g.step(&jobs);
+    g.step(0.0, &jobs);
     bed.fake.with(|d| d[0].energy_mj = Some(1_400_000)); // 400 J more
-    g.step(&jobs);
+    g.step(0.0, &jobs);
     assert_eq!(
         g.status()[0].jobs,
         ["a", "b"],
@@ -144,22 +146,22 @@ fn jobs_are_found_on_their_gpus_and_share_its_energy_by_memory() {
 fn a_converged_job_lowers_its_gpu_which_is_restored_when_it_learns_again_or_leaves() {
     let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Progressing)]);
+    g.step(0.0, &[job("a", Category::Progressing)]);
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(!bed.journal().exists());
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 420_000);
     let journal = fs::read_to_string(bed.journal()).unwrap();
     assert!(journal.contains("\"original_mw\": 700000"), "{journal}");
     assert_eq!(g.status()[0].original_limit_watts, Some(700.0));
-    g.step(&[job("a", Category::Watching)]);
+    g.step(0.0, &[job("a", Category::Watching)]);
     assert_eq!(bed.fake.limit(0), 560_000);
-    g.step(&[job("a", Category::Progressing)]);
+    g.step(0.0, &[job("a", Category::Progressing)]);
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(!bed.journal().exists(), "nothing left to restore");
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     // The job leaves (no governed job on the GPU): back to the original.
-    g.step(&[]);
+    g.step(0.0, &[]);
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(!bed.journal().exists());
 }
@@ -168,11 +170,11 @@ fn a_converged_job_lowers_its_gpu_which_is_restored_when_it_learns_again_or_leav
 fn a_limit_changed_by_someone_else_is_adopted_as_the_original() {
     let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 420_000);
     // `nvidia-smi -pl 500`
     bed.fake.with(|d| d[0].limit_mw = Some(500_000));
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 300_000, "60% of the adopted 500 W");
     assert_eq!(g.restore_all(), 1);
     assert_eq!(
@@ -186,7 +188,10 @@ fn a_limit_changed_by_someone_else_is_adopted_as_the_original() {
 fn the_daemon_stopping_or_crashing_leaves_every_gpu_as_it_found_it() {
     let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)]), h100(1, &[(101, 1 << 30)])]);
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Converged), job("b", Category::Watching)]);
+    g.step(
+        0.0,
+        &[job("a", Category::Converged), job("b", Category::Watching)],
+    );
     assert_eq!((bed.fake.limit(0), bed.fake.limit(1)), (420_000, 560_000));
     // A crash: nothing restored, the journal stays; the next start restores both.
     drop(g);
@@ -197,7 +202,7 @@ fn the_daemon_stopping_or_crashing_leaves_every_gpu_as_it_found_it() {
     drop(g);
     // A clean stop restores too.
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(g.restore_all(), 1);
     assert_eq!(bed.fake.limit(0), 700_000);
 }
@@ -207,7 +212,7 @@ fn a_gpu_that_refuses_is_reported_once_and_no_longer_governed() {
     let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
     bed.fake.0.lock().unwrap().1 = Some(GpuError::NoPermission);
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(
         !bed.journal().exists(),
@@ -217,7 +222,7 @@ fn a_gpu_that_refuses_is_reported_once_and_no_longer_governed() {
     assert!(note.contains("no permission"), "{note}");
     // It is not tried again.
     bed.fake.0.lock().unwrap().1 = None;
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 700_000);
 }
 
@@ -227,8 +232,41 @@ fn mig_devices_are_read_and_left_alone() {
     mig.mig = true;
     let bed = Bed::new(vec![mig]);
     let mut g = bed.governor(true);
-    g.step(&[job("a", Category::Converged)]);
+    g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(g.status()[0].note.as_deref().unwrap().contains("MIG"));
     assert_eq!(g.status()[0].jobs, ["a"]);
+}
+
+#[test]
+fn the_search_lowers_a_lone_stopped_job_as_far_as_its_pace_allows() {
+    let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
+    let mut g = bed.governor(true).with_search(0.02);
+    // The fake's pace does not depend on the limit: one record a second whatever it is.
+    let mut seen = Vec::new();
+    for t in 0..200u64 {
+        let mut a = job("a", Category::Converged);
+        a.records = t;
+        a.last_record_at = Some(t as f64);
+        g.step(t as f64, &[a]);
+        let l = bed.fake.limit(0);
+        if seen.last() != Some(&l) {
+            seen.push(l);
+        }
+    }
+    assert_eq!(seen.first(), Some(&700_000));
+    assert_eq!(seen.last(), Some(&200_000), "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "only down: {seen:?}");
+    // Learning again: back to the original, nothing left to restore.
+    g.step(300.0, &[job("a", Category::Progressing)]);
+    assert_eq!(bed.fake.limit(0), 700_000);
+    assert!(!bed.journal().exists());
+}
+
+#[test]
+fn without_a_pace_the_fixed_fractions_apply() {
+    let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
+    let mut g = bed.governor(true).with_search(0.02);
+    g.step(0.0, &[job("a", Category::Converged)]);
+    assert_eq!(bed.fake.limit(0), 420_000, "no record time: 60% at once");
 }
