@@ -103,7 +103,7 @@ pub struct GpuConfig {
     pub converged_power: f64,
     /// Zeus's search: a GPU with one job that stopped learning and logs often enough runs at
     /// the lowest limit (in steps of 10% of its original) that keeps the job's pace within this
-    /// fraction of its pace at the original. Unset: the fixed fractions only.
+    /// fraction of its pace at the original. 0 (or unset): the fixed fractions only.
     pub slowdown: Option<f64>,
 }
 
@@ -644,7 +644,7 @@ sample_interval = "1s"
 govern = false
 watching_power = 0.8
 converged_power = 0.6
-slowdown = 0.02
+slowdown = 0.02          # 0: no search, the fractions only
 # nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 [discovery]

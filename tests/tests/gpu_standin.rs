@@ -140,7 +140,8 @@ fn power_follows_progress(layout: Layout) {
     let mut d = Daemon::configure(
         "governor",
         &format!(
-            "[gpu]\ngovern = true\nnvml_library = \"{}\"\n",
+            // The fixed fractions (the search is unit-tested: its pace windows take minutes).
+            "[gpu]\ngovern = true\nslowdown = 0\nnvml_library = \"{}\"\n",
             library.display()
         ),
     );

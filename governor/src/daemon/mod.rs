@@ -458,7 +458,7 @@ fn open_gpu_governor(config: &DaemonConfig) -> Option<crate::gpu::governance::Gp
         params,
         config.state_file.with_file_name(JOURNAL_FILE_NAME),
     );
-    Some(match config.gpu.slowdown {
+    Some(match config.gpu.slowdown.filter(|s| *s > 0.0) {
         Some(s) => governor.with_search(s),
         None => governor,
     })
