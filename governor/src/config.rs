@@ -105,6 +105,9 @@ pub struct GpuConfig {
     /// the lowest limit (in steps of 10% of its original) that keeps the job's pace within this
     /// fraction of its pace at the original. 0 (or unset): the fixed fractions only.
     pub slowdown: Option<f64>,
+    /// `power` (lower the power limit) or `clocks` (lock the graphics clock at the same
+    /// fraction of its maximum; the fixed fractions only).
+    pub mechanism: crate::gpu::governance::Mechanism,
 }
 
 impl Default for GpuConfig {
@@ -116,6 +119,7 @@ impl Default for GpuConfig {
             watching_power: p.watching,
             converged_power: p.converged,
             slowdown: Some(0.02),
+            mechanism: crate::gpu::governance::Mechanism::Power,
         }
     }
 }
@@ -645,6 +649,7 @@ govern = false
 watching_power = 0.8
 converged_power = 0.6
 slowdown = 0.02          # 0: no search, the fractions only
+mechanism = "power"      # or "clocks": lock the graphics clock at the same fraction of its maximum
 # nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 [discovery]

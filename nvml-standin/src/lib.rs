@@ -399,6 +399,20 @@ pub extern "C" fn nvmlDeviceSetGpuLockedClocks(
     })
 }
 
+/// # Safety
+/// `clock` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: nvmlDevice_t,
+    _clock_type: nvmlClockType_t,
+    clock: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: forwarded contract.
+    with_device("nvmlDeviceGetMaxClockInfo", device, |d| unsafe {
+        put(clock, d.max_clock_mhz)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceResetGpuLockedClocks(device: nvmlDevice_t) -> nvmlReturn_t {
     with_device("nvmlDeviceResetGpuLockedClocks", device, |d| {

@@ -198,7 +198,7 @@ fn power_follows_progress(layout: Layout) {
     d.spawn();
     assert!(
         d.log_text()
-            .contains("restored GPU power limits left by a previous run"),
+            .contains("left by a previous run that did not stop cleanly"),
         "{}",
         d.log_tail()
     );
@@ -216,8 +216,100 @@ fn power_follows_progress(layout: Layout) {
     assert!(!journal.exists());
 }
 
-/// Without permission to set power limits the daemon says so once, leaves the GPU as it was,
-/// and keeps governing CPU (a plain host test: no root, no cgroup needed for this part).
+#[test]
+#[ignore = "root host: writes the host's cgroup v1 cpu controller; run by `cargo xtask test`"]
+fn root_host_v1_gpu_clocks_follow_progress_and_are_unlocked_after_a_crash() {
+    require_v1_cpu_host();
+    clocks_follow_progress(Layout::HostV1);
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test gpu_standin`"]
+fn vm_gpu_clocks_follow_progress_and_are_unlocked_after_a_crash() {
+    require_vm();
+    clocks_follow_progress(Layout::V2);
+}
+
+fn locked(path: &Path) -> Option<(u32, u32)> {
+    state::with_state(path, |s| s.devices[0].locked_clocks_mhz).unwrap()
+}
+
+fn wait_locked(d: &Daemon, path: &Path, want: Option<(u32, u32)>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while locked(path) != want {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: clocks {:?}, not {want:?}; log:\n{}",
+            locked(path),
+            d.log_tail()
+        );
+        sleep(Duration::from_millis(200));
+    }
+}
+
+/// `[gpu] mechanism = "clocks"`: the converged job's GPU has its graphics clock locked at 60% of
+/// its maximum (1188 of 1980 MHz), still locked after the daemon is killed, unlocked by its next
+/// start (and locked again, the job being still converged), unlocked when it stops.
+fn clocks_follow_progress(layout: Layout) {
+    let library = standin_library();
+    let mut d = Daemon::configure(
+        "governor",
+        &format!(
+            "[gpu]\ngovern = true\nmechanism = \"clocks\"\nnvml_library = \"{}\"\n",
+            library.display()
+        ),
+    );
+    let gpu_state = d.dir.path().join("nvml-standin.json");
+    state::create(&gpu_state, &State::h100s(1)).unwrap();
+    d.env
+        .push((STATE_ENV.into(), gpu_state.display().to_string()));
+    d.spawn();
+    let name = format!("gpu-clk-{}", std::process::id());
+    let _job = JobGuard {
+        name: name.clone(),
+        layout,
+        child: start_converging_job(&d, &name),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        if let Some(p) = job_pids(layout, &name).into_iter().min() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "run-job never placed the job");
+        sleep(Duration::from_millis(100));
+    };
+    state::with_state(&gpu_state, |s| {
+        s.devices[0].processes = vec![Process {
+            pid,
+            used_memory: 1 << 30,
+        }];
+    })
+    .unwrap();
+    d.wait_job(&name, Duration::from_secs(60), "converged", |j| {
+        j["category"] == "converged"
+    });
+    wait_locked(&d, &gpu_state, Some((1188, 1188)), "converged");
+    assert_eq!(limit_w(&gpu_state), 700.0, "the power limit is left alone");
+    d.kill();
+    assert_eq!(locked(&gpu_state), Some((1188, 1188)));
+    d.spawn();
+    assert!(
+        d.log_text().contains("GPU clocks unlocked"),
+        "{}",
+        d.log_tail()
+    );
+    wait_locked(
+        &d,
+        &gpu_state,
+        Some((1188, 1188)),
+        "locked again after the restart",
+    );
+    assert!(d.terminate().success(), "{}", d.log_tail());
+    assert_eq!(locked(&gpu_state), None);
+}
+
+/// The stand-in loads through nvml-wrapper's ordinary path (`dlopen`, symbols, C structures),
+/// and NVML's error codes map to the governor's (a plain host test: no root needed).
 #[test]
 fn the_standin_library_loads_through_nvml_wrapper_and_maps_errors() {
     let library = standin_library();

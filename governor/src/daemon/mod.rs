@@ -457,7 +457,8 @@ fn open_gpu_governor(config: &DaemonConfig) -> Option<crate::gpu::governance::Gp
         config.gpu.govern,
         params,
         config.state_file.with_file_name(JOURNAL_FILE_NAME),
-    );
+    )
+    .with_mechanism(config.gpu.mechanism);
     Some(match config.gpu.slowdown.filter(|s| *s > 0.0) {
         Some(s) => governor.with_search(s),
         None => governor,

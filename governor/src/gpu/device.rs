@@ -48,6 +48,8 @@ pub struct Snapshot {
     pub default_limit_mw: Option<u32>,
     pub min_limit_mw: Option<u32>,
     pub max_limit_mw: Option<u32>,
+    /// The graphics clock's maximum (MHz), for locking clocks.
+    pub max_clock_mhz: Option<u32>,
     /// MIG mode on: its instances are read and left alone.
     pub mig: bool,
     /// Compute processes: (pid, GPU memory bytes).
@@ -59,6 +61,8 @@ pub trait GpuDevices: Send {
     fn count(&self) -> Result<u32, GpuError>;
     fn snapshot(&self, index: u32) -> Result<Snapshot, GpuError>;
     fn set_power_limit(&self, index: u32, milliwatts: u32) -> Result<(), GpuError>;
+    /// Lock the graphics clock at `mhz`, or (None) unlock it.
+    fn lock_clocks(&self, index: u32, mhz: Option<u32>) -> Result<(), GpuError>;
 }
 
 /// NVML through nvml-wrapper.
@@ -92,6 +96,9 @@ impl GpuDevices for NvmlDevices {
             default_limit_mw: d.power_management_limit_default().ok(),
             min_limit_mw: constraints.as_ref().map(|c| c.min_limit),
             max_limit_mw: constraints.as_ref().map(|c| c.max_limit),
+            max_clock_mhz: d
+                .max_clock_info(nvml_wrapper::enum_wrappers::device::Clock::Graphics)
+                .ok(),
             mig: d.mig_mode().is_ok_and(|m| m.current != 0),
             processes: d
                 .running_compute_processes()
@@ -111,5 +118,17 @@ impl GpuDevices for NvmlDevices {
     fn set_power_limit(&self, index: u32, milliwatts: u32) -> Result<(), GpuError> {
         let mut d = self.0.device_by_index(index)?;
         Ok(d.set_power_management_limit(milliwatts)?)
+    }
+
+    fn lock_clocks(&self, index: u32, mhz: Option<u32>) -> Result<(), GpuError> {
+        use nvml_wrapper::enums::device::GpuLockedClocksSetting;
+        let mut d = self.0.device_by_index(index)?;
+        match mhz {
+            Some(m) => Ok(d.set_gpu_locked_clocks(GpuLockedClocksSetting::Numeric {
+                min_clock_mhz: m,
+                max_clock_mhz: m,
+            })?),
+            None => Ok(d.reset_gpu_locked_clocks()?),
+        }
     }
 }

@@ -56,13 +56,32 @@ pub struct JobGpuUse {
     pub energy_joules: f64,
 }
 
-/// One changed device: the limit to put back, and the one the governor set.
+/// One changed device: the limit to put back, and the one the governor set; or (`locked_mhz`)
+/// the clock the governor locked, to be unlocked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Original {
     index: u32,
     original_mw: u32,
     set_mw: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    locked_mhz: Option<u32>,
 }
+
+/// What the governor changes on a GPU whose jobs stopped learning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mechanism {
+    /// Its power limit (NVML `SetPowerManagementLimit`).
+    #[default]
+    Power,
+    /// Its graphics clock, locked at the same fraction of its maximum (NVML
+    /// `SetGpuLockedClocks`), unlocked to restore. NVML cannot read a lock back, so a lock
+    /// someone else changes is not detected: the journal's is what is undone.
+    Clocks,
+}
+
+/// A locked clock never goes below this fraction of the maximum.
+const MIN_CLOCK_FRACTION: f64 = 0.3;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Journal {
@@ -91,6 +110,7 @@ pub struct GpuGovernor {
     /// fractions only).
     slowdown: Option<f64>,
     searches: HashMap<String, (String, LimitSearch)>,
+    mechanism: Mechanism,
 }
 
 impl GpuGovernor {
@@ -123,6 +143,7 @@ impl GpuGovernor {
             status: Vec::new(),
             slowdown: None,
             searches: HashMap::new(),
+            mechanism: Mechanism::Power,
         };
         if !g.journal.devices.is_empty() {
             let n = g.journal.devices.len();
@@ -130,7 +151,7 @@ impl GpuGovernor {
             warn!(
                 devices = n,
                 restored,
-                "restored GPU power limits left by a previous run that did not stop cleanly"
+                "restored GPU power limits and clocks left by a previous run that did not stop cleanly"
             );
         }
         g
@@ -140,6 +161,12 @@ impl GpuGovernor {
     /// runs on it and its log gives a pace.
     pub fn with_search(mut self, slowdown: f64) -> Self {
         self.slowdown = Some(slowdown);
+        self
+    }
+
+    /// Lock clocks instead of lowering power limits.
+    pub fn with_mechanism(mut self, mechanism: Mechanism) -> Self {
+        self.mechanism = mechanism;
         self
     }
 
@@ -308,6 +335,10 @@ impl GpuGovernor {
         if snap.mig || self.stopped.contains_key(&snap.uuid) {
             return;
         }
+        if self.mechanism == Mechanism::Clocks {
+            self.govern_clocks(snap, stages);
+            return;
+        }
         let Some(current) = snap.limit_mw else {
             return;
         };
@@ -352,6 +383,7 @@ impl GpuGovernor {
                     index: snap.index,
                     original_mw: current,
                     set_mw: current,
+                    locked_mhz: None,
                 },
             );
             if !self.save_journal() {
@@ -370,17 +402,7 @@ impl GpuGovernor {
                 self.save_journal();
             }
             Err(e) => {
-                let why = match e {
-                    GpuError::NoPermission => {
-                        "governance stopped: no permission to set its power limit (run the daemon as root)".to_owned()
-                    }
-                    GpuError::NotSupported => {
-                        "governance stopped: the device does not support power limits".to_owned()
-                    }
-                    GpuError::Other(m) => format!("governance stopped: setting its power limit failed: {m}"),
-                };
-                warn!(gpu = snap.index, uuid = %snap.uuid, reason = %why, "GPU no longer governed");
-                self.stopped.insert(snap.uuid.clone(), why);
+                self.stop(snap, stop_reason(&e, "set its power limit"));
                 if self
                     .journal
                     .devices
@@ -394,6 +416,77 @@ impl GpuGovernor {
         }
     }
 
+    /// Locked clocks: the stage's fraction of the maximum graphics clock (at least 30% of it),
+    /// unlocked while a job learns.
+    fn govern_clocks(&mut self, snap: &Snapshot, stages: &[Category]) {
+        let Some(max) = snap.max_clock_mhz else {
+            self.stop(
+                snap,
+                "governance stopped: NVML gives no maximum clock to lock at".into(),
+            );
+            return;
+        };
+        let scale = 1_000_000u32;
+        let range = PowerRange {
+            min_mw: (MIN_CLOCK_FRACTION * f64::from(scale)) as u32,
+            default_mw: scale,
+            original_mw: scale,
+        };
+        let fraction = target_limit(range, stages, self.params)
+            .map_or(1.0, |t| f64::from(t) / f64::from(scale));
+        let wanted = (fraction < 1.0).then(|| (fraction * f64::from(max)).round() as u32);
+        let locked = self
+            .journal
+            .devices
+            .get(&snap.uuid)
+            .and_then(|o| o.locked_mhz);
+        if wanted == locked {
+            return;
+        }
+        if let Some(mhz) = wanted {
+            // Recorded before the lock.
+            self.journal.devices.insert(
+                snap.uuid.clone(),
+                Original {
+                    index: snap.index,
+                    original_mw: 0,
+                    set_mw: 0,
+                    locked_mhz: Some(mhz),
+                },
+            );
+            if !self.save_journal() {
+                self.journal.devices.remove(&snap.uuid);
+                return;
+            }
+        }
+        match self.devices.lock_clocks(snap.index, wanted) {
+            Ok(()) => {
+                info!(gpu = snap.index, uuid = %snap.uuid, locked_mhz = ?wanted, stages = ?stages, "GPU clock set by its jobs' learning stage");
+                if wanted.is_none() {
+                    self.journal.devices.remove(&snap.uuid);
+                    self.save_journal();
+                }
+            }
+            Err(e) => {
+                // Nothing changed: forget the record written for it.
+                if locked.is_none() {
+                    self.journal.devices.remove(&snap.uuid);
+                } else if let Some(o) = self.journal.devices.get_mut(&snap.uuid) {
+                    o.locked_mhz = locked;
+                }
+                self.save_journal();
+                self.stop(snap, stop_reason(&e, "lock its clocks"));
+            }
+        }
+    }
+
+    fn stop(&mut self, snap: &Snapshot, why: String) {
+        if !self.stopped.contains_key(&snap.uuid) {
+            warn!(gpu = snap.index, uuid = %snap.uuid, reason = %why, "GPU no longer governed");
+            self.stopped.insert(snap.uuid.clone(), why);
+        }
+    }
+
     /// Put every changed limit back (the daemon stops, or a previous run left them). A limit
     /// someone else changed since is left as they set it. Returns how many were restored.
     pub fn restore_all(&mut self) -> usize {
@@ -403,6 +496,19 @@ impl GpuGovernor {
             .collect();
         let mut kept = BTreeMap::new();
         for (uuid, o) in entries {
+            if o.locked_mhz.is_some() {
+                match self.devices.lock_clocks(o.index, None) {
+                    Ok(()) => {
+                        info!(gpu = o.index, uuid = %uuid, "GPU clocks unlocked");
+                        restored += 1;
+                    }
+                    Err(e) => {
+                        warn!(gpu = o.index, uuid = %uuid, error = %e, "cannot unlock a GPU's clocks; kept in the journal for the next start");
+                        kept.insert(uuid, o);
+                    }
+                }
+                continue;
+            }
             let current = match self.devices.snapshot(o.index) {
                 Ok(s) if s.uuid == uuid => s.limit_mw,
                 Ok(_) => {
@@ -452,6 +558,17 @@ impl GpuGovernor {
                 false
             }
         }
+    }
+}
+
+/// Why governance of a GPU stopped, from the error of `what` ("set its power limit").
+fn stop_reason(e: &GpuError, what: &str) -> String {
+    match e {
+        GpuError::NoPermission => {
+            format!("governance stopped: no permission to {what} (run the daemon as root)")
+        }
+        GpuError::NotSupported => format!("governance stopped: the device cannot {what}"),
+        GpuError::Other(m) => format!("governance stopped: trying to {what} failed: {m}"),
     }
 }
 

@@ -7,7 +7,11 @@ use super::*;
 
 /// Devices in memory: (snapshot, fail set with this error).
 #[derive(Clone, Default)]
-struct Fake(Arc<Mutex<(Vec<Snapshot>, Option<GpuError>)>>);
+struct Fake(
+    Arc<Mutex<(Vec<Snapshot>, Option<GpuError>)>>,
+    /// Locked clocks by device.
+    Arc<Mutex<std::collections::HashMap<u32, u32>>>,
+);
 
 impl GpuDevices for Fake {
     fn count(&self) -> Result<u32, GpuError> {
@@ -28,6 +32,17 @@ impl GpuDevices for Fake {
             return Err(e);
         }
         g.0[index as usize].limit_mw = Some(milliwatts);
+        Ok(())
+    }
+    fn lock_clocks(&self, index: u32, mhz: Option<u32>) -> Result<(), GpuError> {
+        if let Some(e) = self.0.lock().unwrap().1.clone() {
+            return Err(e);
+        }
+        let mut locked = self.1.lock().unwrap();
+        match mhz {
+            Some(m) => locked.insert(index, m),
+            None => locked.remove(&index),
+        };
         Ok(())
     }
 }
@@ -55,6 +70,7 @@ fn h100(index: u32, pids: &[(u32, u64)]) -> Snapshot {
         default_limit_mw: Some(700_000),
         min_limit_mw: Some(200_000),
         max_limit_mw: Some(700_000),
+        max_clock_mhz: Some(1980),
         mig: false,
         processes: pids.to_vec(),
     }
@@ -269,4 +285,33 @@ fn without_a_pace_the_fixed_fractions_apply() {
     let mut g = bed.governor(true).with_search(0.02);
     g.step(0.0, &[job("a", Category::Converged)]);
     assert_eq!(bed.fake.limit(0), 420_000, "no record time: 60% at once");
+}
+
+#[test]
+fn locked_clocks_follow_the_stage_and_are_unlocked_on_restore() {
+    let bed = Bed::new(vec![h100(0, &[(100, 1 << 30)])]);
+    let locked = |f: &Fake| f.1.lock().unwrap().get(&0).copied();
+    let mut g = bed.governor(true).with_mechanism(Mechanism::Clocks);
+    g.step(0.0, &[job("a", Category::Progressing)]);
+    assert_eq!(locked(&bed.fake), None);
+    g.step(1.0, &[job("a", Category::Converged)]);
+    assert_eq!(locked(&bed.fake), Some(1188), "60% of 1980 MHz");
+    assert_eq!(bed.fake.limit(0), 700_000, "the power limit is left alone");
+    assert!(
+        fs::read_to_string(bed.journal())
+            .unwrap()
+            .contains("\"locked_mhz\": 1188")
+    );
+    // A crash, then the next start unlocks.
+    drop(g);
+    let g = bed.governor(true).with_mechanism(Mechanism::Clocks);
+    assert_eq!(locked(&bed.fake), None);
+    assert!(!bed.journal().exists());
+    drop(g);
+    let mut g = bed.governor(true).with_mechanism(Mechanism::Clocks);
+    g.step(0.0, &[job("a", Category::Watching)]);
+    assert_eq!(locked(&bed.fake), Some(1584), "80%");
+    g.step(1.0, &[job("a", Category::Progressing)]);
+    assert_eq!(locked(&bed.fake), None);
+    assert!(!bed.journal().exists());
 }
