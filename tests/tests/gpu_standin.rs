@@ -81,16 +81,23 @@ struct JobGuard {
 }
 
 impl Drop for JobGuard {
+    /// The job's processes first, so that `run-job` sees its child end and removes the job's
+    /// group itself (every controller's); `run-job` only if it has not ended within 5 s.
     fn drop(&mut self) {
+        for pid in job_pids(self.layout, &self.name) {
+            if pid != self.child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !matches!(self.child.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
+            sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        for pid in job_pids(self.layout, &self.name) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        sleep(Duration::from_millis(200));
         governor_integration_tests::remove_empty_governor_subtree();
     }
 }
