@@ -125,9 +125,11 @@ fn render_gpus(s: &NodeStatus, out: &mut String) {
                     .iter()
                     .find(|j| &j.name == name)
                     .and_then(|j| j.gpu_energy_joules);
-                match energy {
-                    Some(e) => format!("{name} ({})", joules(e)),
-                    None => name.clone(),
+                let job = s.jobs.iter().find(|j| &j.name == name);
+                match (energy, job.and_then(|j| j.gpu_power_watts)) {
+                    (Some(e), Some(w)) => format!("{name} ({}, {w:.0} W)", joules(e)),
+                    (Some(e), None) => format!("{name} ({})", joules(e)),
+                    _ => name.clone(),
                 }
             })
             .collect();

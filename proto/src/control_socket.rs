@@ -165,6 +165,11 @@ pub struct JobStatus {
     /// split by the jobs' GPU memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_energy_joules: Option<f64>,
+    /// Its share of its GPUs' utilisation (percent points) and power (split as its energy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_power_watts: Option<f64>,
     /// Seconds since its latest log record arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_record_age_s: Option<f64>,

@@ -897,6 +897,8 @@ impl JobEntry {
             gpus: Vec::new(),
             gpu_memory_bytes: None,
             gpu_energy_joules: None,
+            gpu_utilization_percent: None,
+            gpu_power_watts: None,
             last_record_age_s: self
                 .last_record_at
                 .map(|at| now.saturating_duration_since(at).as_secs_f64()),

@@ -479,6 +479,8 @@ fn status_with_gpus(
                 j.gpus.clone_from(&u.gpus);
                 j.gpu_memory_bytes = Some(u.memory_bytes);
                 j.gpu_energy_joules = Some(u.energy_joules);
+                j.gpu_utilization_percent = Some(u.utilization_percent);
+                j.gpu_power_watts = Some(u.power_watts);
             }
         }
     }

@@ -54,6 +54,10 @@ pub struct JobGpuUse {
     pub gpus: Vec<u32>,
     pub memory_bytes: u64,
     pub energy_joules: f64,
+    /// Its share of its GPUs' utilisation (percent points summed over its GPUs) and power
+    /// draw: a shared GPU's split by the jobs' GPU memory, as its energy.
+    pub utilization_percent: f64,
+    pub power_watts: f64,
 }
 
 /// One changed device: the limit to put back, and the one the governor set; or (`locked_mhz`)
@@ -250,6 +254,8 @@ impl GpuGovernor {
                 u.gpus.push(index);
                 u.memory_bytes += bytes;
                 u.energy_joules += share * delta_mj as f64 / 1000.0;
+                u.utilization_percent += share * f64::from(snap.utilization_percent);
+                u.power_watts += share * snap.power_mw.map_or(0.0, |p| f64::from(p) / 1000.0);
             }
             let stages: Vec<Category> = here.keys().map(|&j| jobs[j].category).collect();
             let alone = match here.keys().collect::<Vec<_>>().as_slice() {

@@ -153,6 +153,10 @@ fn jobs_are_found_on_their_gpus_and_share_its_energy_by_memory() {
     assert_eq!((a.gpus.clone(), a.memory_bytes), (vec![0], 3 << 30));
     assert!((a.energy_joules - 300.0).abs() < 1e-9, "{a:?}");
     assert!((g.job("b").unwrap().energy_joules - 100.0).abs() < 1e-9);
+    // Utilisation (90%) and power (600 W) split the same way: 3/4 to a (the memory of the
+    // governed jobs only).
+    assert!((a.utilization_percent - 67.5).abs() < 1e-9, "{a:?}");
+    assert!((a.power_watts - 450.0).abs() < 1e-9, "{a:?}");
     // Reading only: the limit is never touched.
     assert_eq!(bed.fake.limit(0), 700_000);
     assert!(!bed.journal().exists());
