@@ -316,3 +316,36 @@ fn off_by_configuration_or_under_plain_fifo_jobs_keep_their_least_size() {
         assert!(commands(&mut s).is_empty(), "{policy}");
     }
 }
+
+#[test]
+fn a_restarted_coordinator_finishes_a_resize_at_the_new_size() {
+    let mut s = ClusterState::new(quick(), "soonest").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    s.submit(40.0, job("eval", 2.0, None, 0));
+    s.tick(41.0);
+    commands(&mut s);
+    // The coordinator dies while j1 saves for its shrink from 4 to 2.
+    let nodes = s.nodes.values().map(|n| n.record.clone()).collect();
+    let jobs = s.jobs.values().cloned().collect();
+    let mut r = ClusterState::restore(quick(), 50.0, Some(s.meta()), nodes, jobs).unwrap();
+    let ra = r.register(51.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    assert_eq!(
+        commands(&mut r),
+        ["save j1 on a"],
+        "the save is asked again"
+    );
+    r.report(52.0, "a", ra, report(&[("j1", RunState::Exited, 0, true)]))
+        .unwrap();
+    r.dispatch_if_needed(52.0);
+    assert_eq!(
+        commands(&mut r),
+        [
+            "start j1 on a attempt 1 cores 2",
+            "start j2 on a attempt 0 cores 2"
+        ]
+    );
+    assert_eq!(r.job_detail("j1").unwrap().summary.cores, Some(2.0));
+}
