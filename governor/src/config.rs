@@ -86,6 +86,17 @@ pub struct DaemonConfig {
     pub coordinator: Option<CoordinatorConfig>,
     /// GPUs: who uses which, their energy, and (opt-in) power by training progress.
     pub gpu: GpuConfig,
+    /// `/metrics` for Prometheus.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: a `/metrics` endpoint (Prometheus text format), off unless `listen` is set.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address to serve on, e.g. `127.0.0.1:9464` (plain HTTP; bind it to localhost or a
+    /// management network: it shows job names and cgroups).
+    pub listen: Option<String>,
 }
 
 /// `[gpu]`: NVIDIA GPUs through NVML.
@@ -139,6 +150,7 @@ impl Default for DaemonConfig {
             actuation: ActuationConfig::default(),
             coordinator: None,
             gpu: GpuConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -651,6 +663,11 @@ converged_power = 0.6
 slowdown = 0.02          # 0: no search, the fractions only
 mechanism = "power"      # or "clocks": lock the graphics clock at the same fraction of its maximum
 # nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+
+[metrics]
+# Serve /metrics (Prometheus text format) here; off unless set. Plain HTTP: bind it to localhost
+# or a management network.
+# listen = "127.0.0.1:9464"
 
 [discovery]
 # Adopt processes started with GOVERNOR_LOG=<path> in their environment

@@ -19,6 +19,7 @@ pub mod criu;
 pub mod daemon;
 pub mod discovery;
 pub mod gpu;
+pub mod metrics;
 pub mod status;
 pub mod supervise;
 pub mod sys;

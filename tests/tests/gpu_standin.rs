@@ -142,13 +142,35 @@ fn vm_gpu_power_follows_progress_and_every_change_is_undone() {
     power_follows_progress(Layout::V2);
 }
 
+/// A free local port (bound, then released for the daemon to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics` from the daemon.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
 fn power_follows_progress(layout: Layout) {
     let library = standin_library();
+    let port = free_port();
     let mut d = Daemon::configure(
         "governor",
         &format!(
             // The fixed fractions (the search is unit-tested: its pace windows take minutes).
-            "[gpu]\ngovern = true\nslowdown = 0\nnvml_library = \"{}\"\n",
+            "[gpu]\ngovern = true\nslowdown = 0\nnvml_library = \"{}\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{port}\"\n",
             library.display()
         ),
     );
@@ -198,6 +220,21 @@ fn power_follows_progress(layout: Layout) {
     assert_eq!(status["gpus"][0]["original_limit_watts"], 700.0, "{status}");
     let energy = d.job(&name).unwrap()["gpu_energy_joules"].as_f64().unwrap();
     assert!(energy > 0.0, "energy attributed to the job: {energy}");
+    // The same on /metrics.
+    let metrics = scrape(port);
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    for series in [
+        "governor_gpu_power_limit_watts{node=",
+        "governor_job_gpu_energy_joules_total{node=",
+        &format!("job=\"{name}\""),
+        "category=\"converged\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
+    assert!(
+        metrics.contains("gpu=\"0\",uuid=\"GPU-standin-0000\"} 420.0"),
+        "{metrics}"
+    );
 
     // A crash: the limit stays lowered until the next start, which restores it first.
     d.kill();

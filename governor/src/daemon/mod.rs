@@ -276,6 +276,16 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         .context("cannot start the log watcher (inotify)")?;
     let listener = control::bind(&config.socket, config.socket_group.as_deref())?;
     let (request_tx, mut requests) = mpsc::channel::<PendingRequest>(64);
+    // /metrics, if configured: snapshots through the same channel as `governor status`.
+    let metrics = match &config.metrics.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for /metrics on {addr}"))?;
+            Some(tokio::spawn(crate::metrics::serve(l, request_tx.clone())))
+        }
+        None => None,
+    };
     let server = tokio::spawn(control::serve(listener, request_tx));
 
     let mut proc_events = match ProcEvents::subscribe() {
@@ -403,6 +413,9 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         "shutting down: restoring every cgroup value the governor changed"
     );
     server.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     // Jobs the coordinator started keep running (they are not the governor's to end); a
     // restarted daemon finds them again through GOVERNOR_LOG in their environment.
     drop(shell.cluster.take());
