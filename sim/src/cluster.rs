@@ -1084,6 +1084,27 @@ impl Engine<'_> {
     /// Save job `j` and start it again with `size` cores on worker `to` after its save and
     /// restore (all its work kept).
     fn resize(&mut self, j: usize, to: usize, size: f64, t: f64) {
+        let rt = &mut self.rt[j];
+        rt.size = size;
+        rt.resizes += 1;
+        let request = JobRequest {
+            cores: Some(size),
+            ..self.request(j)
+        };
+        self.restart_on(j, to, Vec::new(), &request, t);
+    }
+
+    /// Stop job `j` on its worker with all its work kept (its checkpoint) and start it on `to`
+    /// after its save and restore, `request` reserved there meanwhile (a move, a resize).
+    /// Returns the downtime.
+    fn restart_on(
+        &mut self,
+        j: usize,
+        to: usize,
+        gpus: Vec<u32>,
+        request: &JobRequest,
+        t: f64,
+    ) -> f64 {
         let w = self.rt[j].worker;
         let downtime = self
             .config
@@ -1091,21 +1112,16 @@ impl Engine<'_> {
             .seconds(self.jobs[j].checkpoint_bytes());
         self.leave(w, j, t);
         self.workers[w].force_decide = true;
-        let rt = &mut self.rt[j];
-        rt.phase = Phase::Starting;
-        rt.size = size;
-        rt.resizes += 1;
-        let request = JobRequest {
-            cores: Some(size),
-            ..self.request(j)
-        };
-        // The view: gone from its worker, pending at its new size where it starts again.
+        self.rt[j].phase = Phase::Starting;
+        // The view: gone from its worker (first: `to` may be the same worker), pending where
+        // it starts again.
         self.report(w);
         self.view
-            .reserve(to, JobView::pending(request.id.clone(), &request), &[]);
+            .reserve(to, JobView::pending(request.id.clone(), request), &gpus);
         self.update_shares(w, t);
-        self.start_on(j, to, Vec::new(), t + downtime);
+        self.start_on(j, to, gpus, t + downtime);
         self.schedule(w);
+        downtime
     }
 
     /// The job will start on worker `w` at `at` (the view already holds its reservation).
@@ -1645,20 +1661,12 @@ impl Engine<'_> {
     /// Checkpoint job `j` on worker `w` and restore it on `to` after the migration downtime.
     fn move_job(&mut self, j: usize, w: usize, to: usize, gpus: Vec<u32>, t: f64) {
         let request = self.request(j);
-        let downtime = self
-            .config
-            .migration
-            .seconds(self.jobs[j].checkpoint_bytes());
-        self.leave(w, j, t);
-        self.workers[w].force_decide = true;
         let rt = &mut self.rt[j];
-        rt.phase = Phase::Starting;
         rt.migrations += 1;
         if rt.migrations >= self.config.max_migrations_per_job {
             rt.no_more_migrations = true;
         }
-        self.view
-            .reserve(to, JobView::pending(request.id.clone(), &request), &gpus);
+        let downtime = self.restart_on(j, to, gpus, &request, t);
         self.migrations.push(MigrationRecord {
             at: t,
             job: request.id.clone(),
@@ -1666,10 +1674,6 @@ impl Engine<'_> {
             to: Some(self.config.workers[to].name.clone()),
             downtime,
         });
-        self.update_shares(w, t);
-        self.report(w);
-        self.start_on(j, to, gpus, t + downtime);
-        self.schedule(w);
     }
 
     /// One round of SpeCon's Algorithm 3 (with `+rebalance`). A job moves at most

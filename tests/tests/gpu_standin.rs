@@ -162,15 +162,23 @@ fn scrape(port: u16) -> String {
     text
 }
 
-fn power_follows_progress(layout: Layout) {
+/// A daemon with the stand-in library and `[gpu]`/`[metrics]` settings `extra`, one stand-in
+/// H100, and a converging `run-job` job named `PREFIX-PID` whose main process (the job's shell,
+/// the oldest in its group) runs on GPU 0 with `gpu_memory` bytes, as NVML would list a CUDA
+/// context.
+struct GpuBed {
+    d: Daemon,
+    gpu_state: PathBuf,
+    name: String,
+    _job: JobGuard,
+}
+
+fn gpu_bed(layout: Layout, prefix: &str, extra: &str, gpu_memory: u64) -> GpuBed {
     let library = standin_library();
-    let port = free_port();
     let mut d = Daemon::configure(
         "governor",
         &format!(
-            // The fixed fractions (the search is unit-tested: its pace windows take minutes).
-            "[gpu]\ngovern = true\nslowdown = 0\nnvml_library = \"{}\"\n\
-             [metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+            "[gpu]\ngovern = true\nnvml_library = \"{}\"\n{extra}",
             library.display()
         ),
     );
@@ -178,16 +186,13 @@ fn power_follows_progress(layout: Layout) {
     state::create(&gpu_state, &State::h100s(1)).unwrap();
     d.env
         .push((STATE_ENV.into(), gpu_state.display().to_string()));
-    let journal = d.state_file.with_file_name("gpu-state.json");
     d.spawn();
-    let name = format!("gpu-conv-{}", std::process::id());
-    let _job = JobGuard {
+    let name = format!("{prefix}-{}", std::process::id());
+    let job = JobGuard {
         name: name.clone(),
         layout,
         child: start_converging_job(&d, &name),
     };
-    // Its main process (the job's shell, the oldest in its group) runs on the GPU (a CUDA
-    // context, as NVML would list it).
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid = loop {
         if let Some(p) = job_pids(layout, &name).into_iter().min() {
@@ -199,10 +204,33 @@ fn power_follows_progress(layout: Layout) {
     state::with_state(&gpu_state, |s| {
         s.devices[0].processes = vec![Process {
             pid,
-            used_memory: 2 << 30,
+            used_memory: gpu_memory,
         }];
     })
     .unwrap();
+    GpuBed {
+        d,
+        gpu_state,
+        name,
+        _job: job,
+    }
+}
+
+fn power_follows_progress(layout: Layout) {
+    let port = free_port();
+    // The fixed fractions (the search is unit-tested: its pace windows take minutes).
+    let GpuBed {
+        mut d,
+        gpu_state,
+        name,
+        _job,
+    } = gpu_bed(
+        layout,
+        "gpu-conv",
+        &format!("slowdown = 0\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        2 << 30,
+    );
+    let journal = d.state_file.with_file_name("gpu-state.json");
     // Learning: the GPU keeps its default. Attribution and energy show in the status.
     let j = d.wait_job(&name, Duration::from_secs(30), "found on GPU 0", |j| {
         j["gpus"] == serde_json::json!([0])
@@ -295,40 +323,12 @@ fn wait_locked(d: &Daemon, path: &Path, want: Option<(u32, u32)>, what: &str) {
 /// its maximum (1188 of 1980 MHz), still locked after the daemon is killed, unlocked by its next
 /// start (and locked again, the job being still converged), unlocked when it stops.
 fn clocks_follow_progress(layout: Layout) {
-    let library = standin_library();
-    let mut d = Daemon::configure(
-        "governor",
-        &format!(
-            "[gpu]\ngovern = true\nmechanism = \"clocks\"\nnvml_library = \"{}\"\n",
-            library.display()
-        ),
-    );
-    let gpu_state = d.dir.path().join("nvml-standin.json");
-    state::create(&gpu_state, &State::h100s(1)).unwrap();
-    d.env
-        .push((STATE_ENV.into(), gpu_state.display().to_string()));
-    d.spawn();
-    let name = format!("gpu-clk-{}", std::process::id());
-    let _job = JobGuard {
-        name: name.clone(),
-        layout,
-        child: start_converging_job(&d, &name),
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pid = loop {
-        if let Some(p) = job_pids(layout, &name).into_iter().min() {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "run-job never placed the job");
-        sleep(Duration::from_millis(100));
-    };
-    state::with_state(&gpu_state, |s| {
-        s.devices[0].processes = vec![Process {
-            pid,
-            used_memory: 1 << 30,
-        }];
-    })
-    .unwrap();
+    let GpuBed {
+        mut d,
+        gpu_state,
+        name,
+        _job,
+    } = gpu_bed(layout, "gpu-clk", "mechanism = \"clocks\"\n", 1 << 30);
     d.wait_job(&name, Duration::from_secs(60), "converged", |j| {
         j["category"] == "converged"
     });
