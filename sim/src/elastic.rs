@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::cluster::{ClusterConfig, MigrationCost, PolicySpec, run_cluster};
-use crate::curves::{self, RealCurve};
+use crate::curves::RealCurve;
 use crate::priority::{self, HIGH, PriorityReport};
 use crate::trace::{self, Arrival, Trace, TraceParams};
 
@@ -221,14 +221,7 @@ pub fn command(
     json: bool,
     move_cost: Option<&str>,
 ) -> Result<()> {
-    let loaded = curves::load_dir(logs)
-        .with_context(|| format!("reading logs under {}", logs.display()))?
-        .0;
-    let curves = if loaded.is_empty() {
-        crate::paper::synthetic_curves()
-    } else {
-        loaded
-    };
+    let curves = crate::paper::curves_or_synthetic(logs)?;
     let cost = move_cost
         .map(|name| {
             MigrationCost::by_name(name)

@@ -85,7 +85,7 @@ pub mod eval {
     use std::fmt::Write as _;
     use std::path::Path;
 
-    use anyhow::{Context, Result};
+    use anyhow::Result;
     use serde::Serialize;
 
     use crate::cluster::{ClusterConfig, ClusterRun, PolicySpec, run_cluster};
@@ -155,14 +155,7 @@ pub mod eval {
 
     /// `govsim gpu --seeds S`: `ours` against `ours+gpu-power` on each seed; means over seeds.
     pub fn command(seeds: Vec<u64>, logs: &Path, json: bool) -> Result<()> {
-        let loaded = curves::load_dir(logs)
-            .with_context(|| format!("reading logs under {}", logs.display()))?
-            .0;
-        let curves = if loaded.is_empty() {
-            crate::paper::synthetic_curves()
-        } else {
-            loaded
-        };
+        let curves = crate::paper::curves_or_synthetic(logs)?;
         let mut rows: Vec<Vec<GpuRow>> = Vec::new();
         for &seed in &seeds {
             let (config, trace) = setup(&curves, seed);

@@ -474,6 +474,20 @@ fn seed_text(seeds: &[u64]) -> String {
     }
 }
 
+/// The real loss curves under `logs`, or the synthetic ones when there are none (the scenario
+/// commands' rule).
+pub fn curves_or_synthetic(logs: &std::path::Path) -> anyhow::Result<Vec<RealCurve>> {
+    use anyhow::Context as _;
+    let loaded = curves::load_dir(logs)
+        .with_context(|| format!("reading logs under {}", logs.display()))?
+        .0;
+    Ok(if loaded.is_empty() {
+        synthetic_curves()
+    } else {
+        loaded
+    })
+}
+
 /// A few synthetic curves (exponential and power-law shapes) for when no logs are at hand.
 pub fn synthetic_curves() -> Vec<RealCurve> {
     (0..8)

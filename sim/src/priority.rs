@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::cluster::{ClusterConfig, ClusterRun, MigrationCost, PolicySpec, run_cluster};
-use crate::curves::{self, RealCurve};
+use crate::curves::RealCurve;
 use crate::trace::{self, Arrival, Trace, TraceParams};
 
 const GIB: u64 = 1 << 30;
@@ -253,14 +253,7 @@ pub fn markdown(rows: &[PriorityReport], seeds: &[u64], move_cost: &str) -> Stri
 
 /// `govsim priority`: every system on each seed's trace; the table (or JSON) on stdout.
 pub fn command(seeds: Vec<u64>, logs: &Path, json: bool, move_cost: Option<&str>) -> Result<()> {
-    let loaded = curves::load_dir(logs)
-        .with_context(|| format!("reading logs under {}", logs.display()))?
-        .0;
-    let curves = if loaded.is_empty() {
-        crate::paper::synthetic_curves()
-    } else {
-        loaded
-    };
+    let curves = crate::paper::curves_or_synthetic(logs)?;
     let mut config = cluster();
     let cost_name = move_cost.unwrap_or("default");
     if let Some(name) = move_cost {
