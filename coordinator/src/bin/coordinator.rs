@@ -49,7 +49,8 @@ struct Opts {
 const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags override)
 listen = "0.0.0.0:7070"
 store = "/var/lib/governor/coordinator.redb"
-# Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit, kubeflow.
+# Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit,
+# elastic-fifo, kubeflow.
 policy = "soonest"
 
 # mTLS: the CA that signed every node and govctl certificate, and the server's own.
@@ -78,6 +79,8 @@ criu_move_cost = { fixed_s = 1.5, per_gib_s = 20.0 }
 preemption = true          # a higher-priority job that fits nowhere displaces lower-priority
                            # jobs by checkpoint: saved, requeued at the head of their priority
 preempt_min_run_s = 60.0   # ... only jobs that have run this long since their latest start
+elastic = true             # grow and shrink elastic jobs (--cores MIN:MAX) as the policy says
+resize_min_run_s = 60.0    # ... only jobs that have run this long since their latest start
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {
