@@ -517,8 +517,10 @@ struct Rt {
     resizes: u32,
     /// Its GPUs' power limit, a fraction of the default (1 without `+gpu-power`).
     gpu_limit: f64,
-    /// (seconds since submission, GPU joules so far) at every step it ran.
-    gpu_energy: Vec<(f64, f64)>,
+    /// GPU joules so far, and their value when each line of `written` was written (for the
+    /// energy after its time to quality, which is one of those lines' times).
+    gpu_energy_j: f64,
+    gpu_energy_at_lines: Vec<f64>,
     /// Zeus's search of its GPUs' limit once it stopped learning (the daemon's `[gpu] slowdown`).
     gpu_search: Option<governor_policy::gpu_power::LimitSearch>,
 }
@@ -695,7 +697,8 @@ pub fn run_cluster(
                     size: jobs[i].model.parallelism,
                     resizes: 0,
                     gpu_limit: 1.0,
-                    gpu_energy: Vec::new(),
+                    gpu_energy_j: 0.0,
+                    gpu_energy_at_lines: Vec::new(),
                     gpu_search: None,
                 }
             })
@@ -1207,9 +1210,7 @@ impl Engine<'_> {
                     let gpus = self.jobs[j].gpus;
                     if gpus > 0 {
                         let model = crate::gpu::GpuModel::default();
-                        let so_far = rt.gpu_energy.last().map_or(0.0, |e| e.1)
-                            + f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
-                        rt.gpu_energy.push((t - self.jobs[j].model.submit, so_far));
+                        rt.gpu_energy_j += f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
                     }
                 }
             }
@@ -1370,6 +1371,8 @@ impl Engine<'_> {
                 }
             }
         }
+        rt.gpu_energy_at_lines
+            .resize(rt.written.len(), rt.gpu_energy_j);
         let cpu = rt.cpu;
         for (x, value) in out {
             self.workers[w].deliveries.push(Delivery {
@@ -1728,30 +1731,35 @@ impl Engine<'_> {
             .jobs
             .iter()
             .zip(&self.rt)
-            .map(|(j, rt)| JobOutcome {
-                id: j.model.id.clone(),
-                submit: j.model.submit,
-                start: rt.first_start,
-                finish: rt.finish,
-                jct: rt.finish.map(|f| f - j.model.submit),
-                worker: rt.first_worker.map(|w| self.config.workers[w].name.clone()),
-                migrations: rt.migrations,
-                ttq: time_to_quality(&rt.written, Direction::Minimise),
-                priority: j.model.priority,
-                preemptions: rt.preemptions,
-                resizes: rt.resizes,
-                gpu_energy_j: rt.gpu_energy.last().map(|e| e.1),
-                gpu_energy_after_ttq_j: {
-                    let ttq = time_to_quality(&rt.written, Direction::Minimise);
-                    match (ttq, rt.gpu_energy.last()) {
-                        (Some(q), Some(&(_, total))) => {
-                            let k = rt.gpu_energy.partition_point(|e| e.0 <= q);
-                            let at_q = if k == 0 { 0.0 } else { rt.gpu_energy[k - 1].1 };
+            .map(|(j, rt)| {
+                let ttq = time_to_quality(&rt.written, Direction::Minimise);
+                let gpu_energy = (j.gpus > 0 && rt.gpu_energy_j > 0.0).then_some(rt.gpu_energy_j);
+                JobOutcome {
+                    id: j.model.id.clone(),
+                    submit: j.model.submit,
+                    start: rt.first_start,
+                    finish: rt.finish,
+                    jct: rt.finish.map(|f| f - j.model.submit),
+                    worker: rt.first_worker.map(|w| self.config.workers[w].name.clone()),
+                    migrations: rt.migrations,
+                    ttq,
+                    priority: j.model.priority,
+                    preemptions: rt.preemptions,
+                    resizes: rt.resizes,
+                    gpu_energy_j: gpu_energy,
+                    gpu_energy_after_ttq_j: match (ttq, gpu_energy) {
+                        (Some(q), Some(total)) => {
+                            let k = rt.written.partition_point(|w| w.0 <= q);
+                            let at_q = if k == 0 {
+                                0.0
+                            } else {
+                                rt.gpu_energy_at_lines[k - 1]
+                            };
                             Some(total - at_q)
                         }
                         _ => None,
-                    }
-                },
+                    },
+                }
             })
             .collect();
         let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();

@@ -262,15 +262,13 @@ impl GpuGovernor {
                 [j] => Some(&jobs[**j]),
                 _ => None,
             };
-            if self.govern {
-                self.govern_device(now, &snap, &stages, alone);
+            let mut snap = snap;
+            if self.govern
+                && let Some(set) = self.govern_device(now, &snap, &stages, alone)
+            {
+                // Its limit after this round's change (its draw shows at the next read).
+                snap.limit_mw = Some(set);
             }
-            let snap = if self.govern {
-                // Its limit after this round's change.
-                self.devices.snapshot(index).unwrap_or(snap)
-            } else {
-                snap
-            };
             status.push(GpuStatus {
                 index,
                 uuid: snap.uuid.clone(),
@@ -337,17 +335,16 @@ impl GpuGovernor {
         snap: &Snapshot,
         stages: &[Category],
         alone: Option<&GpuJob>,
-    ) {
+    ) -> Option<u32> {
         if snap.mig || self.stopped.contains_key(&snap.uuid) {
-            return;
+            return None;
         }
         if self.mechanism == Mechanism::Clocks {
+            // The snapshot shows nothing of a clock lock.
             self.govern_clocks(snap, stages);
-            return;
+            return None;
         }
-        let Some(current) = snap.limit_mw else {
-            return;
-        };
+        let current = snap.limit_mw?;
         if let Some(o) = self.journal.devices.get(&snap.uuid).cloned()
             && o.set_mw != current
         {
@@ -379,7 +376,7 @@ impl GpuGovernor {
             if target == original && self.journal.devices.remove(&snap.uuid).is_some() {
                 self.save_journal();
             }
-            return;
+            return None;
         }
         if !self.journal.devices.contains_key(&snap.uuid) {
             // Recorded (and on disk) before the first change.
@@ -394,7 +391,7 @@ impl GpuGovernor {
             );
             if !self.save_journal() {
                 self.journal.devices.remove(&snap.uuid);
-                return;
+                return None;
             }
         }
         match self.devices.set_power_limit(snap.index, target) {
@@ -406,6 +403,7 @@ impl GpuGovernor {
                     o.set_mw = target;
                 }
                 self.save_journal();
+                Some(target)
             }
             Err(e) => {
                 self.stop(snap, stop_reason(&e, "set its power limit"));
@@ -418,6 +416,7 @@ impl GpuGovernor {
                     self.journal.devices.remove(&snap.uuid);
                     self.save_journal();
                 }
+                None
             }
         }
     }
