@@ -400,4 +400,39 @@ fn the_standin_library_loads_through_nvml_wrapper_and_maps_errors() {
     sleep(Duration::from_millis(300));
     let e1 = devices.snapshot(0).unwrap().energy_mj.unwrap();
     assert!(e1 > e0, "{e0} -> {e1}");
+
+    // `governor gpus`, the read-only check: inventory, processes, energy; nothing set.
+    let before = fs::read_to_string(&path).unwrap();
+    let out = Command::new(bin("governor"))
+        .args(["gpus", "--json", "--interval", "200ms", "--nvml-library"])
+        .arg(&library)
+        .env(STATE_ENV, &path)
+        .output()
+        .expect("governor gpus");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gpus: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(gpus[0]["uuid"], "GPU-standin-0000", "{gpus}");
+    assert_eq!(gpus[0]["processes"][0]["pid"], 4242, "{gpus}");
+    assert!(
+        gpus[0]["energy_joules_over_interval"].as_f64().unwrap() > 0.0,
+        "{gpus}"
+    );
+    let limits = |text: &str| -> Vec<u64> {
+        let s: serde_json::Value = serde_json::from_str(text).unwrap();
+        s["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["power_limit_mw"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        limits(&fs::read_to_string(&path).unwrap()),
+        limits(&before),
+        "no setting changed"
+    );
 }
