@@ -80,6 +80,7 @@ async fn start(dir: &Path) -> RunningServer {
         tls: Some(TlsFiles::in_dir(dir, certs::COORDINATOR)),
         policy: "first-fit".into(),
         state: Default::default(),
+        web: Default::default(),
     })
     .await
     .expect("the coordinator starts")

@@ -94,9 +94,11 @@ pub struct DaemonConfig {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Address to serve on, e.g. `127.0.0.1:9464` (plain HTTP; bind it to localhost or a
-    /// management network: it shows job names and cgroups).
+    /// Address to serve on, e.g. `127.0.0.1:9464` (bind it to localhost or a management
+    /// network: it shows job names and cgroups).
     pub listen: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain and key instead of plain HTTP.
+    pub tls: Option<governor_proto::http::HttpTls>,
 }
 
 /// `[gpu]`: NVIDIA GPUs through NVML.
@@ -665,9 +667,10 @@ mechanism = "power"      # or "clocks": lock the graphics clock at the same frac
 # nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 [metrics]
-# Serve /metrics (Prometheus text format) here; off unless set. Plain HTTP: bind it to localhost
-# or a management network.
+# Serve /metrics (Prometheus text format) here; off unless set. Bind it to localhost or a
+# management network; plain HTTP unless `tls` is set.
 # listen = "127.0.0.1:9464"
+# tls = { cert = "/etc/governor/metrics.pem", key = "/etc/governor/metrics-key.pem" }
 
 [discovery]
 # Adopt processes started with GOVERNOR_LOG=<path> in their environment

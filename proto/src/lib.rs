@@ -17,6 +17,7 @@ pub mod codec;
 pub mod control;
 pub mod control_socket;
 mod error;
+pub mod http;
 pub mod job_env;
 pub mod node;
 pub mod tls;

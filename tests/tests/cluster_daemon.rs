@@ -96,6 +96,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
                 lost_after_s: 5.0,
                 ..StateConfig::default()
             },
+            web: Default::default(),
         }))
         .expect("the coordinator starts");
     let address = server.addr.to_string();
@@ -387,6 +388,7 @@ fn a_specon_nodes_migration_request_reaches_the_coordinator() {
             tls: None,
             policy: "first-fit".into(),
             state: StateConfig::default(),
+            web: Default::default(),
         }))
         .expect("the coordinator starts");
     let address = server.addr.to_string();

@@ -53,6 +53,7 @@ async fn start(dir: &Path, listen: SocketAddr) -> RunningServer {
             lost_after_s: 2.0,
             ..StateConfig::default()
         },
+        web: Default::default(),
     })
     .await
     .expect("the coordinator starts")

@@ -95,6 +95,7 @@ impl Cluster {
                     auto_move: false,
                     ..StateConfig::default()
                 },
+                web: Default::default(),
             }))
             .expect("the coordinator starts");
         let address = server.addr.to_string();

@@ -49,8 +49,12 @@ run() {
     for g in "${GROUPS_[@]}"; do mkdir -p "$BASE/$g"; done
     echo 2334 > "$BASE/first/cpu.shares"
     echo 1567 > "$BASE/second/cpu.shares"
+    if [ "$way" = fair ]; then
+        # The control for throughput: every group at the same weight.
+        for g in "${GROUPS_[@]}"; do echo 1024 > "$BASE/$g/cpu.shares"; done
+    fi
     for g in back1 back2; do
-        echo 102 > "$BASE/$g/cpu.shares"
+        [ "$way" = fair ] || echo 102 > "$BASE/$g/cpu.shares"
         case $way in
             idle) echo 1 > "$BASE/$g/cpu.idle" ;;
             cap) echo 5000 > "$BASE/$g/cpu.cfs_quota_us" ;;
@@ -67,7 +71,11 @@ run() {
     done
     sleep 12
     declare -A before
-    for g in "${GROUPS_[@]}"; do before[$g]=$(ticks "$g"); done
+    declare -A lines
+    for g in "${GROUPS_[@]}"; do
+        before[$g]=$(ticks "$g")
+        lines[$g]=$(cat "/tmp/govexp-$g.log" 2>/dev/null | wc -l)
+    done
     local t0 t1
     t0=$(date +%s.%N)
     sleep 15
@@ -77,6 +85,7 @@ run() {
     hz=$(getconf CLK_TCK)
     for g in "${GROUPS_[@]}"; do
         line="$line $g $(echo "($(ticks "$g") - ${before[$g]}) / $hz / ($t1 - $t0)" | bc -l | xargs printf '%.2f')"
+        line="$line ($(( $(cat "/tmp/govexp-$g.log" 2>/dev/null | wc -l) - ${lines[$g]} )) epochs)"
     done
     echo "$line"
     cleanup

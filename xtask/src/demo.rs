@@ -76,7 +76,16 @@ fn run_host(args: &DemoArgs) -> Result<()> {
             w.jobs.len()
         );
         let dir = out.join("host").join(bench_real::policy_dir_name(p));
-        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &[])?);
+        // The daemon's /metrics while it runs (a free port, so a second demo cannot collide).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        eprintln!(
+            "   metrics: http://127.0.0.1:{port}/metrics while it runs (Prometheus scrape target; \
+             dashboard: deploy/grafana/governor-dashboard.json)"
+        );
+        let metrics = [format!("[metrics]\nlisten = \"127.0.0.1:{port}\"")];
+        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &metrics)?);
     }
     let (fair, gov) = (&runs[0], &runs[1]);
     let svg = bench_real::plot_pair(&w, fair, gov);

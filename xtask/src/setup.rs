@@ -35,6 +35,10 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "criu",
     "kmod",
     "iproute2",
+    // The observability tests: a real Prometheus scrapes the daemon and the coordinator, and a
+    // headless Chromium renders the live cluster page.
+    "prometheus",
+    "chromium",
 ];
 /// The meta package whose dependency names the kernel image to boot.
 const KERNEL_META_PACKAGE: &str = "linux-image-amd64";

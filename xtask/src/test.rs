@@ -96,7 +96,12 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     cmd::run(&mut ebpf_clippy())?;
     cmd::report_free_disk("after clippy");
     eprintln!("== unit and host tests (need neither root nor a particular cgroup layout)");
-    cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "governor-ebpf"]))?;
+    // Setup installed Prometheus and Chromium: the observability test must not skip here.
+    cmd::run(
+        cmd::cargo()
+            .args(["test", "--workspace", "--exclude", "governor-ebpf"])
+            .env("GOVERNOR_REQUIRE_TOOLS", "1"),
+    )?;
     privileged_host_tests()?;
     cmd::report_free_disk("after host tests");
     crate::fuzz::run(&FuzzArgs::default())?;

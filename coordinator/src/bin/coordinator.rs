@@ -41,6 +41,10 @@ struct Opts {
     /// Seconds without a report after which a node is lost.
     #[arg(long)]
     lost_after: Option<f64>,
+    /// Serve `/metrics`, the live cluster page (`/`) and its JSON (`/api/cluster`) here, e.g.
+    /// `127.0.0.1:9465` (no login: keep it on localhost or a management network).
+    #[arg(long)]
+    web: Option<SocketAddr>,
     /// Log filter (RUST_LOG syntax), e.g. `info` or `coordinator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log_level: String,
@@ -81,6 +85,12 @@ preemption = true          # a higher-priority job that fits nowhere displaces l
 preempt_min_run_s = 60.0   # ... only jobs that have run this long since their latest start
 elastic = true             # grow and shrink elastic jobs (--cores MIN:MAX) as the policy says
 resize_min_run_s = 60.0    # ... only jobs that have run this long since their latest start
+
+# /metrics (Prometheus), the live cluster page (/) and its JSON (/api/cluster); off unless set.
+# No login: bind it to localhost or a management network. HTTPS with `tls`.
+[web]
+# listen = "127.0.0.1:9465"
+# tls = { cert = "/etc/governor/web.pem", key = "/etc/governor/web-key.pem" }
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {
@@ -93,6 +103,9 @@ fn config(opts: &Opts) -> Result<ServerConfig> {
         }
         None => ServerConfig::default(),
     };
+    if let Some(w) = opts.web {
+        config.web.listen = Some(w);
+    }
     if let Some(l) = opts.listen {
         config.listen = l;
     }

@@ -86,6 +86,7 @@ enum Msg {
         reply: oneshot::Sender<Result<PolicyState, ControlError>>,
     },
     Stats(oneshot::Sender<Stats>),
+    Web(oneshot::Sender<super::web::Snapshot>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -228,6 +229,11 @@ impl Coordinator {
         self.ask(Msg::Stats).await
     }
 
+    /// Everything the cluster page and `/metrics` show, in one consistent snapshot.
+    pub async fn web_snapshot(&self) -> Result<super::web::Snapshot, Status> {
+        self.ask(Msg::Web).await
+    }
+
     /// Stop the actor after it has persisted everything.
     pub async fn shutdown(&self) {
         let _ = self.ask(Msg::Shutdown).await;
@@ -246,6 +252,10 @@ struct Actor {
     store: Store,
     sessions: HashMap<String, (u64, SessionTx)>,
     latency: LatencyStats,
+    /// The same latencies as a Prometheus histogram (`/metrics`).
+    latency_histogram: super::web::PlacementHistogram,
+    /// Recent progress and CPU of each job, for the page's sparklines.
+    history: super::web::History,
     started: Instant,
     store_failing: bool,
     /// Answered once the store is closed, so a new coordinator can open it at once.
@@ -262,6 +272,8 @@ impl Actor {
             store,
             sessions: HashMap::new(),
             latency: LatencyStats::default(),
+            latency_histogram: super::web::PlacementHistogram::default(),
+            history: super::web::History::default(),
             started: Instant::now(),
             store_failing: false,
             shutdown_reply: None,
@@ -294,6 +306,7 @@ impl Actor {
                 }
                 _ = tick.tick() => {
                     self.timed(|s, now| s.tick(now));
+                    self.history.sample(unix_now(), &self.state.list_jobs(false));
                     self.flush();
                 }
             }
@@ -314,7 +327,9 @@ impl Actor {
         let out = f(&mut self.state, unix_now());
         let placed = self.state.placements() - before;
         if placed > 0 {
-            self.latency.record(started.elapsed().as_secs_f64());
+            let took = started.elapsed().as_secs_f64();
+            self.latency.record(took);
+            self.latency_histogram.observe(took);
         }
         out
     }
@@ -421,6 +436,19 @@ impl Actor {
                     placement_p99_ms: p99,
                     placement_max_ms: max,
                     policy,
+                });
+            }
+            Msg::Web(reply) => {
+                let now = unix_now();
+                let _ = reply.send(super::web::Snapshot {
+                    at_unix: now,
+                    policy: self.state.policy_state().current,
+                    nodes: self.state.list_nodes(now),
+                    jobs: self.state.list_jobs(true),
+                    counters: self.state.counters(),
+                    moves: self.state.move_outcomes(),
+                    placement: self.latency_histogram.clone(),
+                    history: self.history.clone(),
                 });
             }
             Msg::Shutdown(reply) => {

@@ -11,6 +11,7 @@ mod auth;
 mod carry;
 mod control;
 mod node;
+pub mod web;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,6 +45,8 @@ pub struct ServerConfig {
     pub policy: String,
     /// Timeouts.
     pub state: StateConfig,
+    /// `/metrics` and the live cluster page (off unless `listen` is set).
+    pub web: web::WebConfig,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             tls: None,
             policy: crate::placement::DEFAULT_POLICY.into(),
             state: StateConfig::default(),
+            web: web::WebConfig::default(),
         }
     }
 }
@@ -75,6 +79,8 @@ pub enum ServerError {
     Policy(#[from] crate::placement::UnknownPolicy),
     #[error("TLS set-up of the server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("[web] tls: {0}")]
+    WebTls(#[from] governor_proto::http::HttpTlsError),
 }
 
 /// A running coordinator (for tests and the binary).
@@ -83,6 +89,9 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// The actor handle (in-process access to the state).
     pub coordinator: Coordinator,
+    /// Where `[web]` serves the page and `/metrics`, if it does.
+    pub web_addr: Option<SocketAddr>,
+    web: Option<tokio::task::JoinHandle<()>>,
     shutdown: tokio::sync::oneshot::Sender<()>,
     join: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -91,6 +100,9 @@ impl RunningServer {
     /// Stop serving: refuse new connections, give open requests and node sessions up to 5 s to
     /// end, then drop them, persist and close the store.
     pub async fn stop(self) {
+        if let Some(w) = &self.web {
+            w.abort();
+        }
         let _ = self.shutdown.send(());
         let mut join = self.join;
         if tokio::time::timeout(Duration::from_secs(5), &mut join)
@@ -107,6 +119,9 @@ impl RunningServer {
     /// Stop abruptly, as a crash would: drop every connection without a goodbye. The store keeps
     /// what was committed.
     pub async fn kill(self) {
+        if let Some(w) = &self.web {
+            w.abort();
+        }
         self.join.abort();
         let _ = self.join.await;
         self.coordinator.shutdown().await;
@@ -175,8 +190,26 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         let _ = rx.await;
     }));
     info!(%addr, mtls = secure, "coordinator listening");
+    let (web_addr, web) = match config.web.listen {
+        Some(at) => {
+            let tls = config.web.tls.as_ref().map(|t| t.acceptor()).transpose()?;
+            let l = TcpListener::bind(at)
+                .await
+                .map_err(|source| ServerError::Bind { addr: at, source })?;
+            let bound = l
+                .local_addr()
+                .map_err(|source| ServerError::Bind { addr: at, source })?;
+            (
+                Some(bound),
+                Some(tokio::spawn(web::serve(l, tls, coordinator.clone()))),
+            )
+        }
+        None => (None, None),
+    };
     Ok(RunningServer {
         addr,
+        web_addr,
+        web,
         coordinator,
         shutdown,
         join,

@@ -439,6 +439,8 @@ pub struct ClusterState {
     /// Coordinator jobs that completed since the last elastic round (Schedulearn's elastic
     /// FIFO grows a job on each).
     completions: u32,
+    /// Moves that ended since the coordinator started, by (kind, result) (`/metrics`).
+    move_outcomes: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 impl ClusterState {
@@ -463,6 +465,7 @@ impl ClusterState {
             needs_dispatch: false,
             spent_checkpoints: Vec::new(),
             completions: 0,
+            move_outcomes: BTreeMap::new(),
         })
     }
 

@@ -479,11 +479,17 @@ impl ClusterState {
         member.cpu_cores = 0.0;
         member.memory_bytes = 0;
         member.carried = carried;
+        let mut ended = None;
         if let Some(m) = job.moves.last_mut() {
+            let before = m.phase;
             m.phase = phase;
             // Running again is counted from this start.
             m.running_at_unix = None;
             update(m);
+            ended = (m.phase.is_over() && !before.is_over()).then(|| outcome_of(m));
+        }
+        if let Some(key) = ended {
+            *self.move_outcomes.entry(key).or_default() += 1;
         }
         self.dirty.jobs.insert(id.to_owned());
         self.size_for_start(id, phase);
@@ -500,12 +506,25 @@ impl ClusterState {
 
     fn set_move(&mut self, id: &str, update: impl FnOnce(&mut JobMove)) {
         if let Some(m) = self.jobs.get_mut(id).and_then(|j| j.moves.last_mut()) {
+            let before = m.phase;
             update(m);
             if m.phase.is_over() && m.bytes > 0 {
                 self.spent_checkpoints.push(id.to_owned());
             }
+            if m.phase.is_over() && !before.is_over() {
+                *self.move_outcomes.entry(outcome_of(m)).or_default() += 1;
+            }
             self.dirty.jobs.insert(id.to_owned());
         }
+    }
+
+    /// Moves that ended since the coordinator started, by (kind, result): kind `migration`,
+    /// `preemption` or `resize`; result `done`, `rolled_back` or `failed`.
+    pub fn move_outcomes(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.move_outcomes
+            .iter()
+            .map(|((k, r), n)| (*k, *r, *n))
+            .collect()
     }
 
     /// The checkpoint a node uploaded arrived whole (`Ok(bytes)`) or not: start the job on the
@@ -793,3 +812,20 @@ impl ClusterState {
 #[cfg(test)]
 #[path = "move_tests.rs"]
 pub(super) mod tests;
+
+/// The (kind, result) a move that ended is counted under.
+fn outcome_of(m: &JobMove) -> (&'static str, &'static str) {
+    let kind = if m.from_cores.is_some() {
+        "resize"
+    } else if m.preempted_for.is_some() {
+        "preemption"
+    } else {
+        "migration"
+    };
+    let result = match m.phase {
+        MovePhase::Done => "done",
+        MovePhase::RolledBack => "rolled_back",
+        _ => "failed",
+    };
+    (kind, result)
+}

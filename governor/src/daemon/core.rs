@@ -211,6 +211,8 @@ pub struct NodeCore {
     cpu_source_note: Option<String>,
     coordinator: Option<String>,
     last_plan: Plan,
+    /// The daemon's counters and histograms (`/metrics`).
+    metrics: crate::metrics::DaemonMetrics,
 }
 
 const GROWTH_WINDOW: Duration = Duration::from_secs(60);
@@ -255,7 +257,13 @@ impl NodeCore {
             cpu_source_note: None,
             coordinator: None,
             last_plan: Plan::default(),
+            metrics: crate::metrics::DaemonMetrics::default(),
         }
+    }
+
+    /// The daemon's counters and histograms (cheap to clone: they share their values).
+    pub fn metrics(&self) -> crate::metrics::DaemonMetrics {
+        self.metrics.clone()
     }
 
     fn secs(&self, now: Instant) -> f64 {
@@ -387,6 +395,7 @@ impl NodeCore {
             return false;
         };
         entry.records += 1;
+        self.metrics.log_record(record.format.name());
         entry.last_record_at = Some(now);
         entry.log_file = Some(record.file.display().to_string());
         entry.log_problem = None;
@@ -474,6 +483,7 @@ impl NodeCore {
 
     /// A problem with a job's logs (shown in status; the watcher logs it once).
     pub fn on_log_problem(&mut self, cgroup: &JobCgroup, message: String) {
+        self.metrics.problem("log");
         if let Some(entry) = self.jobs.get_mut(cgroup) {
             entry.log_problem = Some(message);
         }
@@ -629,6 +639,7 @@ impl NodeCore {
         let mut stats = self.decide_and_apply_inner(now);
         let took = started.elapsed();
         stats.took = took;
+        self.metrics.decided(took);
         self.last_decision = Some((now, took));
         // The policy's own next decision time stays within the budget too (the governor policy
         // asks every second; with 1,000 jobs a decision takes ~2 ms).
@@ -709,6 +720,7 @@ impl NodeCore {
                     None => self.actuator.apply(cgroup, &alloc, now),
                 };
                 entry.applied = None;
+                self.metrics.applied(&result);
                 match result {
                     Ok(outcome) => {
                         stats.files_written += outcome.written.len();
@@ -775,6 +787,7 @@ impl NodeCore {
             return;
         }
         for (cgroup, result) in self.actuator.poll(now) {
+            self.metrics.applied(&result);
             if let Err(e) = result {
                 let mut failing_elsewhere = false;
                 let (name, failing) = match self.jobs.get_mut(&cgroup) {

@@ -279,10 +279,19 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     // /metrics, if configured: snapshots through the same channel as `governor status`.
     let metrics = match &config.metrics.listen {
         Some(addr) => {
+            let tls = match &config.metrics.tls {
+                Some(t) => Some(t.acceptor().context("[metrics] tls")?),
+                None => None,
+            };
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen for /metrics on {addr}"))?;
-            Some(tokio::spawn(crate::metrics::serve(l, request_tx.clone())))
+            Some(tokio::spawn(crate::metrics::serve(
+                l,
+                tls,
+                request_tx.clone(),
+                core.metrics(),
+            )))
         }
         None => None,
     };

@@ -1,0 +1,418 @@
+//! Observability against real tools, on the host: a real `governor daemon` joined to a real
+//! coordinator, one training job running through them, then
+//! - Debian's `prometheus` scrapes the daemon's `/metrics` and the coordinator's, and the series
+//!   are checked through Prometheus's HTTP API (not by parsing the text here);
+//! - every metric the Grafana dashboard (`deploy/grafana/governor-dashboard.json`) queries is
+//!   one Prometheus found in a scrape;
+//! - Debian's headless `chromium` loads the live cluster page, runs its script, and the page
+//!   shows the job, its node and its loss sparkline; a screenshot is written
+//!   (`GOVERNOR_PAGE_SCREENSHOT=PATH` keeps it, e.g. for the README).
+//!
+//! The daemon runs `--dry-run` on a fake cgroup root (never the host's cgroups). Needs the
+//! `governor` binary (`cargo build -p governor`) and the two Debian packages, which
+//! `cargo xtask setup` installs; without them the test says so and passes vacuously (outside
+//! `cargo xtask test`, which sets `GOVERNOR_REQUIRE_TOOLS=1` and makes a missing tool fail).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use coordinator::cli::Client;
+use coordinator::server::{self, ServerConfig, web::WebConfig};
+use coordinator::state::StateConfig;
+use governor::cgroup::fake::FakeCgroupRoot;
+use governor_integration_tests::daemon::Daemon;
+use governor_proto::control::{JobSpec, NodeStatus};
+
+fn tool(names: &[&str]) -> Option<PathBuf> {
+    for name in names {
+        for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+            let p = Path::new(dir).join(name);
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    if std::env::var_os("GOVERNOR_REQUIRE_TOOLS").is_some() {
+        panic!("{names:?} not installed: run `cargo xtask setup`");
+    }
+    eprintln!("SKIPPED: {names:?} not installed (cargo xtask setup installs it)");
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain `GET` (the body), or `None` if nothing answers.
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    // Prometheus answers chunked; its JSON bodies are small: keep the chunk payloads only.
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut rest = body;
+        let mut joined = String::new();
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            if n == 0 {
+                break;
+            }
+            joined.push_str(tail.get(..n)?);
+            rest = tail.get(n + 2..)?;
+        }
+        return Some(joined);
+    }
+    Some(body.to_owned())
+}
+
+/// A Prometheus API call's `data`, once its status is `success`.
+fn prom(port: u16, path: &str) -> Option<serde_json::Value> {
+    let body = get(port, path)?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    (v["status"] == "success").then(|| v["data"].clone())
+}
+
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        if std::env::var_os("OBS_DEBUG").is_some() {
+            eprintln!("waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Metric names a PromQL expression uses (`governor_...` identifiers).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while let Some(at) = expr[i..].find("governor_") {
+        let start = i + at;
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        let before_ok =
+            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        if before_ok {
+            names.push(expr[start..end].to_owned());
+        }
+        i = end;
+    }
+    names
+}
+
+fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if (k == "expr" || k == "query")
+                    && let Some(s) = x.as_str()
+                {
+                    out.push(s.to_owned());
+                }
+                dashboard_exprs(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| dashboard_exprs(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page() {
+    let (Some(prometheus), Some(chromium)) = (
+        tool(&["prometheus"]),
+        tool(&["chromium", "chromium-browser"]),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.path().join("coordinator.redb"),
+            tls: None,
+            policy: "first-fit".into(),
+            state: StateConfig::default(),
+            web: WebConfig {
+                listen: Some("127.0.0.1:0".parse().unwrap()),
+                tls: None,
+            },
+        }))
+        .expect("the coordinator starts");
+    let web_port = server.web_addr.expect("[web] is served").port();
+    let address = server.addr.to_string();
+    let mut govctl = rt
+        .block_on(Client::connect(&address, None))
+        .expect("govctl connects");
+
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    FakeCgroupRoot::unified(&root).add_group("governor.slice/jobs/train-j1");
+    let metrics_port = free_port();
+    let mut daemon = Daemon::configure(
+        "governor",
+        &format!(
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[coordinator]\naddress = \"{address}\"\ninsecure = true\njob_output_dir = \"{}\"\n",
+            root.display(),
+            dir.path().join("out").display()
+        ),
+    );
+    daemon.extra_args = vec!["--dry-run".into(), "--node-name".into(), "node-a".into()];
+    daemon.spawn();
+    wait_for("node-a to be ready", Duration::from_secs(30), || {
+        let nodes = rt.block_on(govctl.nodes()).ok()?;
+        (nodes.iter().find(|n| n.name == "node-a")?.status == NodeStatus::Ready).then_some(())
+    });
+
+    // A job that learns for a minute: a falling loss, one line every 0.5 s.
+    let log = dir.path().join("train.log");
+    let script = format!(
+        "i=0; l=4.0; while [ $i -lt 120 ]; do i=$((i+1)); l=$(awk -v l=$l 'BEGIN {{ print l*0.97 }}'); \
+         echo \"step $i loss=$l\" >> {}; sleep 0.5; done",
+        log.display()
+    );
+    let mut spec = JobSpec::new(
+        "train",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        log.display().to_string(),
+    );
+    spec.metric = "loss".into();
+    assert_eq!(rt.block_on(govctl.submit(spec)).unwrap().id, "j1");
+    wait_for(
+        "the daemon to govern train",
+        Duration::from_secs(20),
+        || daemon.job("train"),
+    );
+
+    // A real Prometheus scraping both every second.
+    let prom_port = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: governor\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n  - job_name: coordinator\n    static_configs:\n      - targets: ['127.0.0.1:{web_port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Killed(
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.path().join("prometheus.log")).unwrap(),
+            ))
+            .spawn()
+            .expect("prometheus starts"),
+    );
+    let value = |q: &str| -> Option<f64> {
+        let data = prom(prom_port, &format!("/api/v1/query?query={q}"))?;
+        data["result"].as_array()?.first()?["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
+    };
+    // Both targets up, then the series through PromQL.
+    wait_for(
+        "both targets up in Prometheus",
+        Duration::from_secs(60),
+        || (value("sum(up)")? >= 2.0).then_some(()),
+    );
+    if std::env::var_os("OBS_DEBUG").is_some() {
+        std::thread::sleep(Duration::from_secs(3));
+        eprintln!("{}", get(metrics_port, "/metrics").unwrap_or_default());
+    }
+    let progress = wait_for("the job's series", Duration::from_secs(30), || {
+        value("governor_job_progress_value%7Bjob_name%3D%22train%22%7D")
+    });
+    assert!(
+        progress > 0.0 && progress < 4.0,
+        "progress {progress}; /metrics:\n{}",
+        get(metrics_port, "/metrics").unwrap_or_default()
+    );
+    wait_for("log records counted", Duration::from_secs(30), || {
+        value("sum(governor_log_records_total)").filter(|v| *v > 0.0)
+    });
+    assert!(value("sum(governor_decisions_total)").unwrap_or(0.0) > 0.0);
+    assert_eq!(
+        value("governor_cluster_nodes%7Bstate%3D%22ready%22%7D"),
+        Some(1.0)
+    );
+    wait_for(
+        "the coordinator's job series",
+        Duration::from_secs(30),
+        || value("governor_cluster_job_progress_value%7Bjob_id%3D%22j1%22%7D"),
+    );
+    assert_eq!(value("governor_cluster_queue_length"), Some(0.0));
+    assert!(value("governor_cluster_placement_duration_seconds_count").unwrap_or(0.0) >= 1.0);
+
+    // The dashboard queries only metrics Prometheus has seen (series or metadata).
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/governor-dashboard.json"),
+        )
+        .expect("the dashboard JSON"),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    dashboard_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 8, "{exprs:?}");
+    let series: Vec<String> = prom(prom_port, "/api/v1/label/__name__/values")
+        .and_then(|d| serde_json::from_value(d).ok())
+        .expect("metric names");
+    let metadata = prom(prom_port, "/api/v1/metadata").expect("metadata");
+    let bases = |name: &str| {
+        [
+            name.to_owned(),
+            name.trim_end_matches("_bucket").to_owned(),
+            name.trim_end_matches("_total").to_owned(),
+        ]
+    };
+    let seen = |name: &str| {
+        bases(name)
+            .iter()
+            .any(|b| series.iter().any(|s| s == b) || metadata.get(b).is_some())
+    };
+    // Families with no sample in this set-up (no GPU, no moves, dry run: no cgroup writes)
+    // are not written to a scrape at all: those are checked against every family the two
+    // endpoints can show (`# TYPE` lines of their renderings with every field set).
+    let declared: Vec<String> = [
+        governor::metrics::every_family(),
+        coordinator::server::web::every_family(),
+    ]
+    .iter()
+    .flat_map(|text| {
+        text.lines()
+            .filter_map(|l| {
+                l.strip_prefix("# TYPE ")?
+                    .split_whitespace()
+                    .next()
+                    .map(str::to_owned)
+            })
+            .collect::<Vec<_>>()
+    })
+    .collect();
+    let known = |name: &str| seen(name) || bases(name).iter().any(|b| declared.contains(b));
+    let names: Vec<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
+    let by_prometheus = names.iter().filter(|n| seen(n)).count();
+    assert!(
+        by_prometheus >= 12,
+        "only {by_prometheus} of the dashboard's metrics have series"
+    );
+    for e in &exprs {
+        for name in metric_names(e) {
+            assert!(
+                known(&name),
+                "the dashboard queries {name} ({e}), which no scrape has; metadata: {:?}",
+                metadata.as_object().map(|m| m.keys().collect::<Vec<_>>())
+            );
+        }
+    }
+
+    // The live page in a real headless browser, after its script ran (once the job has two
+    // points of history: its sparkline).
+    wait_for(
+        "two points of the job's history",
+        Duration::from_secs(30),
+        || {
+            let c: serde_json::Value =
+                serde_json::from_str(&get(web_port, "/api/cluster")?).ok()?;
+            (c["history"]["j1"].as_array()?.len() >= 2).then_some(())
+        },
+    );
+    let url = format!("http://127.0.0.1:{web_port}/");
+    let chrome = |args: &[String]| {
+        Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=6000",
+                "--window-size=1280,720",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join("chromium").display()
+            ))
+            .args(args)
+            .arg(&url)
+            .stderr(Stdio::null())
+            .output()
+            .expect("chromium runs")
+    };
+    let dom = String::from_utf8_lossy(&chrome(&["--dump-dom".into()]).stdout).into_owned();
+    for needle in [
+        "data-job=\"j1\"",
+        ">train<",
+        ">node-a<",
+        "class=\"spark\"",
+        "policy first-fit",
+    ] {
+        assert!(
+            dom.contains(needle),
+            "{needle} missing in the rendered page:\n{dom}"
+        );
+    }
+    let shot = std::env::var_os("GOVERNOR_PAGE_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().join("page.png"));
+    chrome(&[format!("--screenshot={}", shot.display())]);
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+
+    drop(daemon);
+    rt.block_on(server.stop());
+}
