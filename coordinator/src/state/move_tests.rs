@@ -130,6 +130,8 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     assert_eq!(phase(&s), MovePhase::Restoring);
     s.report(27.0, "b", b, resumed).unwrap();
     assert_eq!(phase(&s), MovePhase::Done);
+    // Counted once for `/metrics`, however many reports follow.
+    assert_eq!(s.move_outcomes(), vec![("migration", "done", 1)]);
     assert_eq!(s.job_record("j1").unwrap().time_to_quality_s, Some(5.0));
     assert_eq!(
         runs_on(&s),
@@ -199,6 +201,7 @@ fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
     s.report(25.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
     assert_eq!(phase(&s), MovePhase::RolledBack);
+    assert_eq!(s.move_outcomes(), vec![("migration", "rolled_back", 1)]);
     assert_eq!(
         runs_on(&s),
         ("a".into(), RunState::Running, JobStatus::Running)
