@@ -1,0 +1,86 @@
+//! The coordinator's `[web]` endpoint over TLS: a client that trusts the cluster CA reads
+//! `/metrics` and the page; a plain-text request gets no answer.
+
+use std::sync::Arc;
+
+use coordinator::certs::{self, Kind};
+use coordinator::server::{self, ServerConfig, web::WebConfig};
+use governor_proto::http::HttpTls;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+#[tokio::test]
+async fn the_web_endpoint_serves_https_with_the_configured_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    certs::init(
+        dir.path(),
+        &[Kind::Coordinator {
+            hosts: vec!["127.0.0.1".into()],
+        }],
+        false,
+    )
+    .unwrap();
+    let server = server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        store: dir.path().join("coordinator.redb"),
+        tls: None,
+        policy: "first-fit".into(),
+        state: Default::default(),
+        web: WebConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            tls: Some(HttpTls {
+                cert: dir.path().join("coordinator.pem"),
+                key: dir.path().join("coordinator-key.pem"),
+            }),
+        },
+    })
+    .await
+    .expect("the coordinator starts");
+    let addr = server.web_addr.expect("served");
+
+    governor_proto::tls::install_crypto_provider();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(dir.path().join("ca.pem")).unwrap())
+        .unwrap();
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    for (path, expect) in [
+        ("/metrics", "governor_cluster_queue_length"),
+        ("/", "Governor cluster"),
+    ] {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut tls = connector
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .expect("the TLS handshake");
+        tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = tls.read_to_string(&mut out).await;
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{path}: {out}");
+        assert!(out.contains(expect), "{path}: {out}");
+    }
+    // Plain text on the TLS port: no HTTP answer.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(6),
+        plain.read_to_end(&mut out),
+    )
+    .await;
+    assert!(
+        !out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    server.stop().await;
+}
