@@ -205,6 +205,15 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
 }
 pub mod daemon;
 
+/// A free local port (bound, then released for a daemon or server to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Remove the governor's job subtree (`governor.slice/jobs`, `governor.slice`) from every
 /// hierarchy where it is empty, so that tests that ran the daemon or `run-job` leave nothing
 /// under /sys/fs/cgroup (`rmdir` fails harmlessly where something still lives there).

@@ -13,7 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::{require_v1_cpu_host, require_vm};
+use governor_integration_tests::{free_port, require_v1_cpu_host, require_vm};
 use nvml_standin::state::{self, Process, STATE_ENV, State};
 
 /// The stand-in library cargo built beside the test binaries.
@@ -140,15 +140,6 @@ fn root_host_v1_gpu_power_follows_progress_and_every_change_is_undone() {
 fn vm_gpu_power_follows_progress_and_every_change_is_undone() {
     require_vm();
     power_follows_progress(Layout::V2);
-}
-
-/// A free local port (bound, then released for the daemon to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `GET /metrics` from the daemon.

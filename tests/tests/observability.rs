@@ -24,6 +24,7 @@ use coordinator::server::{self, ServerConfig, web::WebConfig};
 use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor_integration_tests::daemon::Daemon;
+use governor_integration_tests::free_port;
 use governor_proto::control::{JobSpec, NodeStatus};
 
 fn tool(names: &[&str]) -> Option<PathBuf> {
@@ -40,14 +41,6 @@ fn tool(names: &[&str]) -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: {names:?} not installed (cargo xtask setup installs it)");
     None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A plain `GET` (the body), or `None` if nothing answers.
