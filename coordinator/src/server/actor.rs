@@ -241,9 +241,13 @@ impl Coordinator {
 }
 
 /// Start the actor.
-pub(super) fn spawn(state: ClusterState, store: Store) -> Coordinator {
+/// `keep_history`: sample the jobs' progress for the cluster page (only when `[web]` serves it:
+/// listing every job each round is work a coordinator without the page need not do).
+pub(super) fn spawn(state: ClusterState, store: Store, keep_history: bool) -> Coordinator {
     let (tx, rx) = mpsc::channel(4096);
-    tokio::spawn(Actor::new(state, store).run(rx));
+    let mut actor = Actor::new(state, store);
+    actor.history = keep_history.then(super::web::History::default);
+    tokio::spawn(actor.run(rx));
     Coordinator { tx }
 }
 
@@ -254,8 +258,8 @@ struct Actor {
     latency: LatencyStats,
     /// The same latencies as a Prometheus histogram (`/metrics`).
     latency_histogram: super::web::PlacementHistogram,
-    /// Recent progress and CPU of each job, for the page's sparklines.
-    history: super::web::History,
+    /// Recent progress and CPU of each job, for the page's sparklines (`None`: no page).
+    history: Option<super::web::History>,
     started: Instant,
     store_failing: bool,
     /// Answered once the store is closed, so a new coordinator can open it at once.
@@ -273,7 +277,7 @@ impl Actor {
             sessions: HashMap::new(),
             latency: LatencyStats::default(),
             latency_histogram: super::web::PlacementHistogram::default(),
-            history: super::web::History::default(),
+            history: None,
             started: Instant::now(),
             store_failing: false,
             shutdown_reply: None,
@@ -306,7 +310,10 @@ impl Actor {
                 }
                 _ = tick.tick() => {
                     self.timed(|s, now| s.tick(now));
-                    self.history.sample(unix_now(), &self.state.list_jobs(false));
+                    let now = unix_now();
+                    if let Some(h) = self.history.as_mut().filter(|h| h.due(now)) {
+                        h.sample(now, &self.state.list_jobs(false));
+                    }
                     self.flush();
                 }
             }
@@ -448,7 +455,7 @@ impl Actor {
                     counters: self.state.counters(),
                     moves: self.state.move_outcomes(),
                     placement: self.latency_histogram.clone(),
-                    history: self.history.clone(),
+                    history: self.history.clone().unwrap_or_default(),
                 });
             }
             Msg::Shutdown(reply) => {

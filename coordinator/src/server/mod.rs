@@ -155,7 +155,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         policy = %state.policy_state().current,
         "state restored"
     );
-    let coordinator = actor::spawn(state, store);
+    let coordinator = actor::spawn(state, store, config.web.listen.is_some());
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServerError::Bind {

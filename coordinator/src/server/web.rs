@@ -70,12 +70,15 @@ pub struct History {
 }
 
 impl History {
-    /// Sample `jobs` (the unfinished ones) if [`HISTORY_EVERY_S`] passed; forget jobs no longer
-    /// listed and finished.
+    /// Whether [`HISTORY_EVERY_S`] passed since the last sample (checked before the jobs are
+    /// listed for [`Self::sample`]).
+    pub fn due(&self, now: f64) -> bool {
+        now - self.last_at >= HISTORY_EVERY_S
+    }
+
+    /// Sample `jobs` (the unfinished ones, as `list_jobs(false)` gives them); a job no longer
+    /// among them (finished, or gone) loses its history.
     pub fn sample(&mut self, now: f64, jobs: &[JobSummary]) {
-        if now - self.last_at < HISTORY_EVERY_S {
-            return;
-        }
         self.last_at = now;
         for j in jobs {
             if j.status.is_finished() {
@@ -88,7 +91,6 @@ impl History {
             points.push_back((now, j.progress.filter(|v| v.is_finite()), j.cpu_cores));
         }
         let listed: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        // Finished jobs keep their history while the coordinator lists them (retention).
         self.jobs.retain(|id, _| listed.contains(id.as_str()));
     }
 }
