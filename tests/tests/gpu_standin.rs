@@ -245,7 +245,7 @@ fn power_follows_progress(layout: Layout) {
     for series in [
         "governor_gpu_power_limit_watts{node=",
         "governor_job_gpu_energy_joules_total{node=",
-        &format!("job=\"{name}\""),
+        &format!("job_name=\"{name}\""),
         "category=\"converged\"} 1",
     ] {
         assert!(metrics.contains(series), "{series} missing:\n{metrics}");
