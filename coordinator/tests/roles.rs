@@ -227,6 +227,17 @@ async fn a_node_certificate_may_read_the_cluster_view_but_not_act_as_an_admin() 
         .await,
         "may not read a job's details",
     );
+    // A job's output may hold anything it prints: admins only.
+    assert_denied(
+        "JobOutput with a node certificate",
+        node.job_output(pb::JobOutputRequest {
+            job_id: job.clone(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "may not read a job's output",
+    );
     // The cluster view (summaries) is open to nodes.
     node.list_nodes(pb::ListNodesRequest {}).await.unwrap();
     let jobs = node

@@ -222,6 +222,9 @@ pub struct JobSummary {
     /// GPU energy its nodes attribute to it, joules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_energy_joules: Option<f64>,
+    /// What its node's policy does to it now and why (empty: nothing reported).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub decision: String,
 }
 
 /// The phase of a job's move between nodes.
@@ -583,6 +586,7 @@ impl TryFrom<pb::JobSummary> for JobSummary {
             gpu_energy_joules: opt(m.gpu_energy_joules, |v| {
                 non_negative("gpu_energy_joules", v)
             })?,
+            decision: short("decision", m.decision, MAX_MESSAGE_LEN)?,
         })
     }
 }
@@ -858,6 +862,7 @@ impl From<JobSummary> for pb::JobSummary {
             moving: j.moving.unwrap_or_default(),
             cores: j.cores,
             gpu_energy_joules: j.gpu_energy_joules,
+            decision: j.decision,
         }
     }
 }
@@ -1062,6 +1067,7 @@ mod tests {
             moving: Some("saving on node2 for node3".into()),
             cores: Some(2.0),
             gpu_energy_joules: Some(1500.0),
+            decision: "weight 9000: progressing".into(),
         };
         let detail = JobDetail {
             summary: summary.clone(),

@@ -166,6 +166,9 @@ pub struct JobReport {
     /// GPU energy its node attributes to it (joules since the node found it on a GPU).
     #[serde(default)]
     pub gpu_energy_joules: Option<f64>,
+    /// What the node's policy does to the job now and why, as `governor status` shows it.
+    #[serde(default)]
+    pub decision: String,
 }
 
 impl JobReport {
@@ -198,6 +201,7 @@ impl JobReport {
             attempt: 0,
             save_error: String::new(),
             gpu_energy_joules: None,
+            decision: String::new(),
         }
     }
 }
@@ -454,12 +458,118 @@ impl NodeCommand {
     }
 }
 
+/// Most bytes of a job's output one [`ReadOutput`] returns.
+pub const MAX_OUTPUT_CHUNK: u32 = 256 * 1024;
+
+/// Read a piece of the output file of a job the coordinator started on the node (`govctl
+/// logs`). Not a [`NodeCommand`]: it changes nothing and is not part of the cluster's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOutput {
+    /// Echoed in the answer.
+    pub request_id: u64,
+    pub job_id: String,
+    pub replica: u32,
+    pub replicas: u32,
+    /// The job's name as at its start (the file is named after its cgroup's group).
+    pub name: String,
+    /// Where to start; with `from_end`, how many bytes before the end.
+    pub offset: u64,
+    pub from_end: bool,
+    /// At most this many bytes (1..=[`MAX_OUTPUT_CHUNK`]).
+    pub max_bytes: u32,
+}
+
+/// A piece of a job's output, [`ReadOutput`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputChunk {
+    pub request_id: u64,
+    /// Where `data` starts in the file.
+    pub offset: u64,
+    pub data: Vec<u8>,
+    /// The file's length when it was read.
+    pub size: u64,
+    /// The node could not read it: why (no data then).
+    pub error: String,
+}
+
+impl TryFrom<pb::ReadOutput> for ReadOutput {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::ReadOutput) -> Result<Self, InvalidMessage> {
+        if !(1..=MAX_OUTPUT_CHUNK).contains(&m.max_bytes) {
+            return Err(InvalidMessage::new(
+                "max_bytes",
+                format!("must be in 1..={MAX_OUTPUT_CHUNK}, got {}", m.max_bytes),
+            ));
+        }
+        Ok(ReadOutput {
+            request_id: m.request_id,
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            replica: m.replica,
+            replicas: m.replicas,
+            name: short("name", m.name, MAX_NAME_LEN)?,
+            offset: m.offset,
+            from_end: m.from_end,
+            max_bytes: m.max_bytes,
+        })
+    }
+}
+
+impl From<ReadOutput> for pb::ReadOutput {
+    fn from(r: ReadOutput) -> Self {
+        pb::ReadOutput {
+            request_id: r.request_id,
+            job_id: r.job_id,
+            replica: r.replica,
+            replicas: r.replicas,
+            name: r.name,
+            offset: r.offset,
+            from_end: r.from_end,
+            max_bytes: r.max_bytes,
+        }
+    }
+}
+
+impl TryFrom<pb::OutputChunk> for OutputChunk {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::OutputChunk) -> Result<Self, InvalidMessage> {
+        if m.data.len() > MAX_OUTPUT_CHUNK as usize {
+            return Err(InvalidMessage::new(
+                "data",
+                format!(
+                    "{} bytes in one piece, at most {MAX_OUTPUT_CHUNK}",
+                    m.data.len()
+                ),
+            ));
+        }
+        Ok(OutputChunk {
+            request_id: m.request_id,
+            offset: m.offset,
+            data: m.data,
+            size: m.size,
+            error: short("error", m.error, MAX_MESSAGE_LEN)?,
+        })
+    }
+}
+
+impl From<OutputChunk> for pb::OutputChunk {
+    fn from(c: OutputChunk) -> Self {
+        pb::OutputChunk {
+            request_id: c.request_id,
+            offset: c.offset,
+            data: c.data,
+            size: c.size,
+            error: c.error,
+        }
+    }
+}
+
 /// What a node sends on its stream.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeMessage {
     Hello(Hello),
     Report(NodeReport),
     Chunk(CheckpointChunk),
+    Output(OutputChunk),
 }
 
 /// What the coordinator sends on a node's stream.
@@ -467,6 +577,7 @@ pub enum NodeMessage {
 pub enum CoordinatorMessage {
     Welcome(Welcome),
     Command(NodeCommand),
+    ReadOutput(ReadOutput),
 }
 
 // ---- wire -> domain ------------------------------------------------------------------------
@@ -612,6 +723,7 @@ impl TryFrom<pb::JobReport> for JobReport {
             gpu_energy_joules: opt(m.gpu_energy_joules, |v| {
                 non_negative("gpu_energy_joules", v)
             })?,
+            decision: short("decision", m.decision, MAX_MESSAGE_LEN)?,
         })
     }
 }
@@ -697,6 +809,9 @@ impl TryFrom<pb::NodeMessage> for NodeMessage {
             Some(pb::node_message::Body::CheckpointChunk(c)) => CheckpointChunk::try_from(c)
                 .map(NodeMessage::Chunk)
                 .map_err(|e| e.within("checkpoint_chunk")),
+            Some(pb::node_message::Body::OutputChunk(c)) => OutputChunk::try_from(c)
+                .map(NodeMessage::Output)
+                .map_err(|e| e.within("output_chunk")),
         }
     }
 }
@@ -800,6 +915,9 @@ impl TryFrom<pb::CoordinatorMessage> for CoordinatorMessage {
             Some(Body::CheckpointChunk(c)) => CheckpointChunk::try_from(c)
                 .map(|c| CoordinatorMessage::Command(NodeCommand::Chunk(c)))
                 .map_err(|e| e.within("checkpoint_chunk")),
+            Some(Body::ReadOutput(r)) => ReadOutput::try_from(r)
+                .map(CoordinatorMessage::ReadOutput)
+                .map_err(|e| e.within("read_output")),
         }
     }
 }
@@ -897,6 +1015,7 @@ impl From<JobReport> for pb::JobReport {
             attempt: j.attempt,
             save_error: j.save_error,
             gpu_energy_joules: j.gpu_energy_joules,
+            decision: j.decision,
         }
     }
 }
@@ -936,6 +1055,7 @@ impl From<NodeMessage> for pb::NodeMessage {
                 NodeMessage::Hello(h) => pb::node_message::Body::Hello(h.into()),
                 NodeMessage::Report(r) => pb::node_message::Body::Report(r.into()),
                 NodeMessage::Chunk(c) => pb::node_message::Body::CheckpointChunk(c.into()),
+                NodeMessage::Output(c) => pb::node_message::Body::OutputChunk(c.into()),
             }),
         }
     }
@@ -992,6 +1112,7 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
                 CoordinatorMessage::Command(NodeCommand::Chunk(c)) => {
                     Body::CheckpointChunk(c.into())
                 }
+                CoordinatorMessage::ReadOutput(r) => Body::ReadOutput(r.into()),
             }),
         }
     }
@@ -1031,6 +1152,54 @@ mod tests {
         let r = report();
         let wire: pb::NodeMessage = NodeMessage::Report(r.clone()).into();
         assert_eq!(NodeMessage::try_from(wire).unwrap(), NodeMessage::Report(r));
+    }
+
+    #[test]
+    fn output_requests_and_pieces_round_trip_and_are_bounded() {
+        let read = ReadOutput {
+            request_id: 9,
+            job_id: "j1".into(),
+            replica: 0,
+            replicas: 1,
+            name: "resnet".into(),
+            offset: 4096,
+            from_end: true,
+            max_bytes: MAX_OUTPUT_CHUNK,
+        };
+        let wire: pb::CoordinatorMessage = CoordinatorMessage::ReadOutput(read.clone()).into();
+        assert_eq!(
+            CoordinatorMessage::try_from(wire).unwrap(),
+            CoordinatorMessage::ReadOutput(read.clone())
+        );
+        let mut too_much = pb::ReadOutput::from(read);
+        too_much.max_bytes = MAX_OUTPUT_CHUNK + 1;
+        assert_eq!(
+            ReadOutput::try_from(too_much).unwrap_err().field,
+            "max_bytes"
+        );
+
+        let piece = OutputChunk {
+            request_id: 9,
+            offset: 10,
+            data: b"epoch 1/3\n".to_vec(),
+            size: 21,
+            error: String::new(),
+        };
+        let wire: pb::NodeMessage = NodeMessage::Output(piece.clone()).into();
+        assert_eq!(
+            NodeMessage::try_from(wire).unwrap(),
+            NodeMessage::Output(piece)
+        );
+        let big = pb::NodeMessage {
+            body: Some(pb::node_message::Body::OutputChunk(pb::OutputChunk {
+                data: vec![0; MAX_OUTPUT_CHUNK as usize + 1],
+                ..Default::default()
+            })),
+        };
+        assert_eq!(
+            NodeMessage::try_from(big).unwrap_err().field,
+            "output_chunk.data"
+        );
     }
 
     #[test]

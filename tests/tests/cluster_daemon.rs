@@ -17,7 +17,7 @@ use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
-use governor_integration_tests::daemon::Daemon;
+use governor_integration_tests::daemon::{Daemon, bin};
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 
 fn wait_for<T>(
@@ -52,6 +52,29 @@ fn job(
         .into_iter()
         .find(|j| j.id == id)
         .unwrap_or_else(|| panic!("the coordinator does not list {id}"))
+}
+
+/// `govctl` (the real binary) as the test's admin.
+fn govctl_command(address: &str, certs: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(bin("govctl"));
+    c.arg("--coordinator")
+        .arg(address)
+        .arg("--certs")
+        .arg(certs);
+    c
+}
+
+/// Run `govctl ARGS`: its stdout, or its stderr as the error.
+fn run_govctl(address: &str, certs: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = govctl_command(address, certs)
+        .args(args)
+        .output()
+        .expect("run govctl");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 fn coordinator_line(d: &Daemon) -> String {
@@ -213,6 +236,17 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     assert_eq!(done.status, JobStatus::Completed, "{done:?}");
     let output = std::fs::read_to_string(out.join("train-j1.out")).expect("train's output file");
     assert_eq!(output, "starting\ndone\n");
+    // The same through the coordinator, from the node (`govctl logs`), whole or its end.
+    assert_eq!(
+        run_govctl(&address, &certs_dir, &["logs", "j1"]).as_deref(),
+        Ok("starting\ndone\n")
+    );
+    assert_eq!(
+        run_govctl(&address, &certs_dir, &["logs", "--tail", "1", "j1"]).as_deref(),
+        Ok("done\n")
+    );
+    let unknown = run_govctl(&address, &certs_dir, &["logs", "j99"]).unwrap_err();
+    assert!(unknown.contains("no job j99"), "{unknown}");
     wait_for(
         "the daemon to let train go",
         Duration::from_secs(10),
@@ -279,7 +313,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let survivor_log = dir.path().join("survivor.log");
     let flag = dir.path().join("survivor.stop");
     let script = format!(
-        "i=0; while [ ! -e {} ]; do i=$((i+1)); echo \"step $i loss=0.$((1000 - i))\" >> {}; sleep 0.2; done; exit 3",
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); echo \"tick $i\"; echo \"step $i loss=0.$((1000 - i))\" >> {}; sleep 0.2; done; echo last; exit 3",
         flag.display(),
         survivor_log.display()
     );
@@ -292,6 +326,50 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     wait_for("survivor to run", Duration::from_secs(20), &daemon, || {
         (job(&rt, &mut govctl, "j4").status == JobStatus::Running).then_some(())
     });
+    // Its node's decision about it, and why, reaches the coordinator (the page shows it).
+    let decided = wait_for(
+        "the coordinator to show survivor's decision",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            let j = job(&rt, &mut govctl, "j4");
+            (!j.decision.is_empty()).then_some(j.decision)
+        },
+    );
+    let listed = run_govctl(&address, &certs_dir, &["job", "j4"]).expect("govctl job");
+    assert!(listed.contains(&decided), "{decided:?} not in:\n{listed}");
+    // `govctl logs --follow` prints its output as it comes, across a restart of the daemon,
+    // and ends by itself when the job ends.
+    let mut follower = govctl_command(&address, &certs_dir)
+        .args(["logs", "--follow", "j4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("govctl logs --follow");
+    let followed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let followed = followed.clone();
+        let mut stdout = follower.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                followed
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    wait_for(
+        "govctl logs -f to print",
+        Duration::from_secs(20),
+        &daemon,
+        || followed.lock().unwrap().contains("tick 2\n").then_some(()),
+    );
     let status = daemon.terminate();
     assert!(status.success(), "{}", daemon.log_tail());
     daemon.spawn();
@@ -338,6 +416,24 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     // (`governor supervise`, its parent since the start) recorded it.
     assert_eq!(done.status, JobStatus::Failed, "{done:?}");
     assert!(done.message.contains("exited with status 3"), "{done:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ended = loop {
+        if let Some(s) = follower.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "govctl logs -f did not end with the job; it printed:\n{}",
+            followed.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    reader.join().unwrap();
+    let followed = followed.lock().unwrap().clone();
+    let whole = std::fs::read_to_string(out.join("survivor-j4.out")).unwrap();
+    assert!(ended.success(), "{ended}: {followed}");
+    assert_eq!(followed, whole, "followed output differs from the file");
+    assert!(followed.ends_with("last\n"), "{followed}");
     wait_for(
         "the daemon to let survivor go",
         Duration::from_secs(10),

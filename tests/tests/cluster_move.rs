@@ -51,6 +51,9 @@ struct Cluster {
     rt: tokio::runtime::Runtime,
     _server: server::RunningServer,
     govctl: Client,
+    /// The coordinator's address and the certificates (`govctl --coordinator --certs`).
+    address: String,
+    certs: std::path::PathBuf,
     a: Daemon,
     b: Daemon,
 }
@@ -154,6 +157,8 @@ impl Cluster {
             rt,
             _server: server,
             govctl,
+            address,
+            certs: certs_dir,
             a,
             b,
         }
@@ -225,6 +230,17 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
         || (keras_epochs(&log).len() >= 4).then_some(()),
     );
 
+    // `govctl logs --follow` from here on: it follows the job to node-b and ends with it.
+    let follower = std::process::Command::new(bin("govctl"))
+        .arg("--coordinator")
+        .arg(&c.address)
+        .arg("--certs")
+        .arg(&c.certs)
+        .args(["logs", "--follow", "j1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("govctl logs --follow");
     let moving =
         c.rt.block_on(c.govctl.migrate("j1", Some("node-b")))
             .expect("govctl migrate");
@@ -277,6 +293,17 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
         "{}",
         out("node-b")
     );
+    let followed = follower
+        .wait_with_output()
+        .expect("govctl logs ends with the job");
+    let stderr = String::from_utf8_lossy(&followed.stderr);
+    assert!(followed.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&followed.stdout),
+        out("node-a") + &out("node-b"),
+        "the followed output is node-a's whole output, then node-b's; stderr: {stderr}"
+    );
+    assert!(stderr.contains("moved from node-a to node-b"), "{stderr}");
 }
 
 /// `cargo xtask bench-move --framework`: the cost of a framework-checkpoint move against the

@@ -361,6 +361,23 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
             (c["history"]["j1"].as_array()?.len() >= 2).then_some(())
         },
     );
+    // The node's decision about the job and why, as the page shows it in its row.
+    let decision = wait_for(
+        "the job's decision from its node",
+        Duration::from_secs(30),
+        || {
+            let c: serde_json::Value =
+                serde_json::from_str(&get(web_port, "/api/cluster")?).ok()?;
+            let d = c["jobs"].as_array()?.iter().find(|j| j["id"] == "j1")?["decision"]
+                .as_str()?
+                .to_owned();
+            (!d.is_empty()).then_some(d)
+        },
+    );
+    let decision_start: String = decision
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == ' ')
+        .collect();
     let url = format!("http://127.0.0.1:{web_port}/");
     let chrome = |args: &[String]| {
         Command::new(&chromium)
@@ -389,6 +406,8 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
         ">node-a<",
         "class=\"spark\"",
         "policy first-fit",
+        "class=\"why\"",
+        decision_start.as_str(),
     ] {
         assert!(
             dom.contains(needle),

@@ -46,6 +46,83 @@ pub(crate) struct DemoArgs {
     /// Run the demo in the VM bed (emulated cores) instead of on this machine's real cores.
     #[arg(long)]
     pub vm: bool,
+    /// Host demo: no coordinator and no live cluster page beside the daemon.
+    #[arg(long)]
+    pub no_page: bool,
+}
+
+/// A free TCP port on localhost (bound and released: a race with another program is possible
+/// but harmless here, the start then fails loudly).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A coordinator serving the live cluster page, stopped when dropped.
+struct PageCoordinator {
+    child: std::process::Child,
+    /// Where the node daemon connects.
+    address: String,
+}
+
+impl PageCoordinator {
+    /// Start the release coordinator (plain text on localhost: the demo's own node only) with
+    /// its page and `/metrics` on a free port, and say where they are.
+    fn start(dir: &Path) -> Result<PageCoordinator> {
+        eprintln!("== building the release coordinator (for the live cluster page)");
+        cmd::run(cmd::cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "coordinator",
+            "--bin",
+            "coordinator",
+        ]))?;
+        fs::create_dir_all(dir)?;
+        let store = dir.join("coordinator.redb");
+        let _ = fs::remove_file(&store);
+        let (listen, web) = (free_port()?, free_port()?);
+        let log = fs::File::create(dir.join("coordinator.log"))?;
+        let child = std::process::Command::new(cmd::target_dir().join("release/coordinator"))
+            .args(["--insecure", "--lost-after", "5"])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{listen}"))
+            .arg("--web")
+            .arg(format!("127.0.0.1:{web}"))
+            .arg("--store")
+            .arg(&store)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot start the coordinator")?;
+        eprintln!(
+            "   cluster page: http://127.0.0.1:{web}/ (this node and the demo's jobs, their loss, CPU share and \
+             the node's decisions; coordinator metrics at /metrics; log {})",
+            dir.join("coordinator.log").display()
+        );
+        Ok(PageCoordinator {
+            child,
+            address: format!("127.0.0.1:{listen}"),
+        })
+    }
+
+    /// The daemon's configuration that joins it to this coordinator.
+    fn node_config(&self, dir: &Path) -> String {
+        format!(
+            "[node]\nname = \"demo\"\n[coordinator]\naddress = \"{}\"\ninsecure = true\njob_output_dir = \"{}\"",
+            self.address,
+            dir.join("job-output").display()
+        )
+    }
+}
+
+impl Drop for PageCoordinator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Whether the host lets the demo govern real processes on its own cores.
@@ -69,6 +146,11 @@ fn run_host(args: &DemoArgs) -> Result<()> {
     } else {
         args.policy.as_str()
     };
+    let page = if args.no_page {
+        None
+    } else {
+        Some(PageCoordinator::start(&out.join("coordinator"))?)
+    };
     let mut runs = Vec::new();
     for p in ["fair", policy] {
         eprintln!(
@@ -77,16 +159,16 @@ fn run_host(args: &DemoArgs) -> Result<()> {
         );
         let dir = out.join("host").join(bench_real::policy_dir_name(p));
         // The daemon's /metrics while it runs (a free port, so a second demo cannot collide).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = free_port()?;
         eprintln!(
             "   metrics: http://127.0.0.1:{port}/metrics while it runs (Prometheus scrape target; \
              dashboard: deploy/grafana/governor-dashboard.json)"
         );
-        let metrics = [format!("[metrics]\nlisten = \"127.0.0.1:{port}\"")];
-        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &metrics)?);
+        let mut extra = vec![format!("[metrics]\nlisten = \"127.0.0.1:{port}\"")];
+        extra.extend(page.as_ref().map(|c| c.node_config(&dir)));
+        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &extra)?);
     }
+    drop(page);
     let (fair, gov) = (&runs[0], &runs[1]);
     let svg = bench_real::plot_pair(&w, fair, gov);
     let svg_path = out.join("demo-host.svg");

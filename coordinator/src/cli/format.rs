@@ -243,6 +243,9 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
             .map_or(String::new(), |l| format!(" (capped at {l:.2})")),
         bytes(j.memory_bytes)
     );
+    if !j.decision.is_empty() {
+        let _ = writeln!(out, "  node says:  {}", j.decision);
+    }
     if let Some(e) = j.gpu_energy_joules {
         let _ = writeln!(
             out,
@@ -610,6 +613,7 @@ mod tests {
             moving: None,
             cores: None,
             gpu_energy_joules: None,
+            decision: "weight 400: watching, +0.80%/min".into(),
         }
     }
 
@@ -633,6 +637,10 @@ mod tests {
         );
         assert!(
             d.contains("  migration:  node node2 asks: converged while others progress"),
+            "{d}"
+        );
+        assert!(
+            d.contains("  node says:  weight 400: watching, +0.80%/min"),
             "{d}"
         );
     }

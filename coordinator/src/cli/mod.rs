@@ -89,6 +89,19 @@ pub enum Command {
         #[arg(long)]
         to: Option<String>,
     },
+    /// Print a job's output (its stdout and stderr) from the node it runs on, or last ran on.
+    Logs {
+        job: String,
+        /// Keep printing what it writes until it ends (a queued job is waited for).
+        #[arg(long, short)]
+        follow: bool,
+        /// Only the last N lines (looked for in the last N KiB of the output).
+        #[arg(long)]
+        tail: Option<u64>,
+        /// Which member of a multi-node job.
+        #[arg(long, default_value_t = 0)]
+        replica: u32,
+    },
     /// Live cluster view: nodes, jobs, categories, CPU shares.
     Top {
         /// Refresh interval.
@@ -379,6 +392,19 @@ impl Client {
             .context("the coordinator sent a bad job summary")
     }
 
+    /// A job's output as the coordinator streams it (`JobOutput`).
+    pub async fn output(
+        &mut self,
+        request: pb::JobOutputRequest,
+    ) -> Result<tonic::Streaming<pb::JobOutputChunk>> {
+        let r = self
+            .inner
+            .job_output(request)
+            .await
+            .map_err(|s| explain(s, &self.address))?;
+        Ok(r.into_inner())
+    }
+
     pub async fn cancel(&mut self, id: &str) -> Result<JobSummary> {
         let r = self
             .inner
@@ -519,6 +545,12 @@ pub async fn main(cli: Cli) -> Result<()> {
                 print!("{}", format::job_detail(&d, now()));
             }
         }
+        Command::Logs {
+            job,
+            follow,
+            tail,
+            replica,
+        } => logs(&mut client, job, follow, tail, replica).await?,
         Command::Cancel { job } => {
             let j = client.cancel(&job).await?;
             if cli.json {
@@ -573,6 +605,87 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Certs { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// `govctl logs`: the output as it comes, on stdout; a move to another node noted on stderr.
+async fn logs(
+    client: &mut Client,
+    job: String,
+    follow: bool,
+    tail_lines: Option<u64>,
+    replica: u32,
+) -> Result<()> {
+    use std::io::Write;
+    let address = client.address.clone();
+    let mut stream = client
+        .output(pb::JobOutputRequest {
+            job_id: job.clone(),
+            replica,
+            follow,
+            tail_bytes: tail_lines.map(|n| n.saturating_mul(1024).max(64 * 1024)),
+        })
+        .await?;
+    let mut stdout = std::io::stdout().lock();
+    let mut node: Option<String> = None;
+    // With --tail: the output up to its end when asked, to cut to its last lines.
+    let mut backlog: Option<Vec<u8>> = tail_lines.map(|_| Vec::new());
+    loop {
+        let piece = match stream.message().await {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(s) => return Err(explain(s, &address)),
+        };
+        if node.as_deref() != Some(piece.node.as_str()) {
+            if let Some(before) = &node {
+                let _ = stdout.flush();
+                eprintln!(
+                    "govctl: job {job} moved from {before} to {}; its output there follows",
+                    piece.node
+                );
+            }
+            node = Some(piece.node.clone());
+        }
+        let end = piece.offset + piece.data.len() as u64;
+        let mut data = piece.data;
+        if let Some(held) = backlog.as_mut() {
+            held.extend_from_slice(&data);
+            if end < piece.size {
+                continue;
+            }
+            data = last_lines(held, tail_lines.unwrap_or(0)).to_vec();
+            backlog = None;
+        }
+        if stdout
+            .write_all(&data)
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            return Ok(()); // stdout closed (piped into `head`)
+        }
+    }
+    if let Some(held) = backlog {
+        let _ = stdout.write_all(last_lines(&held, tail_lines.unwrap_or(0)));
+    }
+    let _ = stdout.flush();
+    Ok(())
+}
+
+/// The last `n` lines of `text` (a last line without its newline counts).
+fn last_lines(text: &[u8], n: u64) -> &[u8] {
+    if n == 0 {
+        return &[];
+    }
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    let mut seen = 0;
+    for (i, &b) in body.iter().enumerate().rev() {
+        if b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &text[i + 1..];
+            }
+        }
+    }
+    text
 }
 
 async fn top(
@@ -664,6 +777,20 @@ fn run_certs(action: &CertsAction) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines_with_or_without_a_final_newline() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(last_lines(b"a\nb\nc", 2), b"b\nc");
+        assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(last_lines(b"a\nb\n", 0), b"");
+        assert_eq!(last_lines(b"", 3), b"");
+        let cli = Cli::try_parse_from(["govctl", "logs", "-f", "--tail", "20", "j3"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Logs { ref job, follow: true, tail: Some(20), replica: 0 } if job == "j3"
+        ));
+    }
 
     #[test]
     fn submit_parses_the_issue_syntax() {

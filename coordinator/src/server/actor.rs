@@ -7,14 +7,15 @@ use governor_proto::control::{
     JobDetail, JobMove, JobSpec, JobSummary, NodeSummary, PolicyState, Stats,
 };
 use governor_proto::node::{
-    CheckpointChunk, CoordinatorMessage, Hello, NodeCommand, NodeReport, Welcome,
+    CheckpointChunk, CoordinatorMessage, Hello, MAX_OUTPUT_CHUNK, NodeCommand, NodeReport,
+    OutputChunk, ReadOutput, Welcome,
 };
 use governor_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tracing::{debug, error, warn};
 
-use crate::state::{ClusterState, ControlError, SessionError};
+use crate::state::{ClusterState, ControlError, OutputSource, SessionError};
 use crate::store::Store;
 
 /// Seconds since the Unix epoch: the coordinator's clock (persisted times survive restarts).
@@ -58,6 +59,19 @@ enum Msg {
         session: u64,
         chunk: CheckpointChunk,
     },
+    Output {
+        node: String,
+        session: u64,
+        piece: OutputChunk,
+    },
+    ReadOutput {
+        id: String,
+        replica: u32,
+        offset: u64,
+        from_end: bool,
+        on_node: Option<String>,
+        reply: oneshot::Sender<Result<OutputRead, ControlError>>,
+    },
     Submit {
         spec: JobSpec,
         reply: oneshot::Sender<JobSummary>,
@@ -88,6 +102,30 @@ enum Msg {
     Stats(oneshot::Sender<Stats>),
     Web(oneshot::Sender<super::web::Snapshot>),
     Shutdown(oneshot::Sender<()>),
+}
+
+/// The answer to a read of a job's output ([`Coordinator::read_output`]).
+#[derive(Debug)]
+pub(super) enum OutputRead {
+    /// The job is queued: on no node.
+    NotPlaced,
+    /// Its node is not connected now.
+    NodeAway { node: String },
+    /// What its node read (or why it could not: `piece.error`).
+    Piece {
+        node: String,
+        /// The job has ended: its output grows no more.
+        finished: bool,
+        piece: OutputChunk,
+    },
+}
+
+/// A read of a job's output sent to a node, waiting for its answer.
+struct PendingRead {
+    node: String,
+    session: u64,
+    finished: bool,
+    reply: oneshot::Sender<Result<OutputRead, ControlError>>,
 }
 
 /// Placement decision latencies (wall time of the admission rounds that placed jobs).
@@ -182,6 +220,40 @@ impl Coordinator {
             .await;
     }
 
+    /// A node's answer to a read of a job's output.
+    pub(crate) async fn output(&self, node: String, session: u64, piece: OutputChunk) {
+        let _ = self
+            .tx
+            .send(Msg::Output {
+                node,
+                session,
+                piece,
+            })
+            .await;
+    }
+
+    /// Read a piece of a job's output from its node: from `offset`, or `offset` bytes before
+    /// the end with `from_end`; `on_node`: from that node instead (one the job left, whose
+    /// output is then complete). Waits for the node's answer (the caller bounds the wait).
+    pub(super) async fn read_output(
+        &self,
+        id: String,
+        replica: u32,
+        offset: u64,
+        from_end: bool,
+        on_node: Option<String>,
+    ) -> Result<Result<OutputRead, ControlError>, Status> {
+        self.ask(|reply| Msg::ReadOutput {
+            id,
+            replica,
+            offset,
+            from_end,
+            on_node,
+            reply,
+        })
+        .await
+    }
+
     pub(crate) async fn disconnected(&self, node: String, session: u64) {
         let _ = self.tx.send(Msg::Disconnected { node, session }).await;
     }
@@ -266,6 +338,9 @@ struct Actor {
     shutdown_reply: Option<oneshot::Sender<()>>,
     /// Checkpoints carried between nodes (moves without a shared path).
     carried: super::carry::Carried,
+    /// Reads of jobs' output waiting for their nodes, by request id.
+    output_reads: HashMap<u64, PendingRead>,
+    next_read: u64,
 }
 
 impl Actor {
@@ -282,6 +357,8 @@ impl Actor {
             store_failing: false,
             shutdown_reply: None,
             carried,
+            output_reads: HashMap::new(),
+            next_read: 0,
         }
     }
 
@@ -310,6 +387,8 @@ impl Actor {
                 }
                 _ = tick.tick() => {
                     self.timed(|s, now| s.tick(now));
+                    // Reads whose callers stopped waiting (their node never answered).
+                    self.output_reads.retain(|_, r| !r.reply.is_closed());
                     let now = unix_now();
                     if let Some(h) = self.history.as_mut().filter(|h| h.due(now)) {
                         h.sample(now, &self.state.list_jobs(false));
@@ -385,7 +464,48 @@ impl Actor {
                     self.on_chunk(&node, chunk);
                 }
             }
+            Msg::Output {
+                node,
+                session,
+                piece,
+            } => {
+                let ours = self
+                    .output_reads
+                    .get(&piece.request_id)
+                    .is_some_and(|r| r.node == node && r.session == session);
+                if let Some(r) = ours
+                    .then(|| self.output_reads.remove(&piece.request_id))
+                    .flatten()
+                {
+                    let _ = r.reply.send(Ok(OutputRead::Piece {
+                        node,
+                        finished: r.finished,
+                        piece,
+                    }));
+                }
+            }
+            Msg::ReadOutput {
+                id,
+                replica,
+                offset,
+                from_end,
+                on_node,
+                reply,
+            } => self.read_output(&id, replica, (offset, from_end), on_node, reply),
             Msg::Disconnected { node, session } => {
+                let away: Vec<u64> = self
+                    .output_reads
+                    .iter()
+                    .filter(|(_, r)| r.node == node && r.session == session)
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in away {
+                    if let Some(r) = self.output_reads.remove(&id) {
+                        let _ = r
+                            .reply
+                            .send(Ok(OutputRead::NodeAway { node: node.clone() }));
+                    }
+                }
                 self.state.disconnected(&node, session);
                 if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
                     self.sessions.remove(&node);
@@ -495,6 +615,68 @@ impl Actor {
                 self.sessions.remove(&node);
             }
         }
+    }
+
+    /// Ask the node of a job's member for a piece of its output; the answer comes as a
+    /// `Msg::Output` (or `NodeAway` when the node goes first).
+    fn read_output(
+        &mut self,
+        id: &str,
+        replica: u32,
+        (offset, from_end): (u64, bool),
+        on_node: Option<String>,
+        reply: oneshot::Sender<Result<OutputRead, ControlError>>,
+    ) {
+        let (mut node, name, replicas, mut finished) = match self.state.output_source(id, replica) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Ok(OutputSource::NotPlaced) => {
+                let _ = reply.send(Ok(OutputRead::NotPlaced));
+                return;
+            }
+            Ok(OutputSource::Node {
+                node,
+                name,
+                replicas,
+                finished,
+            }) => (node, name, replicas, finished),
+        };
+        if let Some(left) = on_node.filter(|n| *n != node) {
+            node = left;
+            finished = true;
+        }
+        let Some((session, tx)) = self.sessions.get(&node) else {
+            let _ = reply.send(Ok(OutputRead::NodeAway { node }));
+            return;
+        };
+        self.next_read += 1;
+        let request_id = self.next_read;
+        let msg = CoordinatorMessage::ReadOutput(ReadOutput {
+            request_id,
+            job_id: id.to_owned(),
+            replica,
+            replicas,
+            name,
+            offset,
+            from_end,
+            max_bytes: MAX_OUTPUT_CHUNK,
+        });
+        if tx.try_send(Box::new(Ok(msg.into()))).is_err() {
+            // Its queue is full or closed: as good as away for a read (no command is lost).
+            let _ = reply.send(Ok(OutputRead::NodeAway { node }));
+            return;
+        }
+        self.output_reads.insert(
+            request_id,
+            PendingRead {
+                node,
+                session: *session,
+                finished,
+                reply,
+            },
+        );
     }
 
     /// A piece of a checkpoint a node uploads; the whole (or a broken) upload goes to the state.

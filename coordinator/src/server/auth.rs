@@ -21,6 +21,7 @@
 //! | `ControlService/MigrateJob`               | yes                | no                            | no      |
 //! | `ControlService/SetPolicy`                | yes                | no                            | no      |
 //! | `ControlService/GetJob`                   | yes                | no (the detail holds the job's command and environment) | no |
+//! | `ControlService/JobOutput`                | yes                | no (a job's output may hold anything it prints) | no |
 //! | `ControlService/ListNodes`, `ListJobs`, `GetPolicy`, `GetStats` | yes | yes (the cluster view: summaries only) | no |
 //!
 //! A node session speaks for one node: its hello must name the node in the certificate's CN
@@ -70,6 +71,7 @@ pub(super) enum Method {
     MigrateJob,
     SetPolicy,
     GetJob,
+    JobOutput,
     ListNodes,
     ListJobs,
     GetPolicy,
@@ -93,7 +95,8 @@ impl Method {
             | Method::CancelJob
             | Method::MigrateJob
             | Method::SetPolicy
-            | Method::GetJob => Allowed::AdminOnly,
+            | Method::GetJob
+            | Method::JobOutput => Allowed::AdminOnly,
             Method::ListNodes | Method::ListJobs | Method::GetPolicy | Method::GetStats => {
                 Allowed::NodeOrAdmin
             }
@@ -109,6 +112,7 @@ impl Method {
             Method::MigrateJob => "move jobs between nodes",
             Method::SetPolicy => "change the placement policy",
             Method::GetJob => "read a job's details (its command and environment)",
+            Method::JobOutput => "read a job's output",
             Method::ListNodes => "list the nodes",
             Method::ListJobs => "list the jobs",
             Method::GetPolicy => "read the placement policy",

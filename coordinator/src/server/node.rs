@@ -53,7 +53,7 @@ impl NodeService for NodeSvc {
             .ok_or_else(|| Status::invalid_argument("the stream ended before the node's hello"))?;
         let hello = match NodeMessage::try_from(first)? {
             NodeMessage::Hello(h) => h,
-            NodeMessage::Report(_) | NodeMessage::Chunk(_) => {
+            NodeMessage::Report(_) | NodeMessage::Chunk(_) | NodeMessage::Output(_) => {
                 return Err(Status::failed_precondition(
                     "the first message of a session must be a hello (registration)",
                 ));
@@ -83,6 +83,10 @@ impl NodeService for NodeSvc {
                     Ok(NodeMessage::Report(r)) => r,
                     Ok(NodeMessage::Chunk(c)) => {
                         coordinator.chunk(node.clone(), session, c).await;
+                        continue;
+                    }
+                    Ok(NodeMessage::Output(piece)) => {
+                        coordinator.output(node.clone(), session, piece).await;
                         continue;
                     }
                     Ok(NodeMessage::Hello(_)) => {

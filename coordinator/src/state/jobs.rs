@@ -363,6 +363,7 @@ impl ClusterState {
                     attempt: 0,
                     carried: false,
                     gpu_energy_joules: None,
+                    decision: String::new(),
                 });
                 job.placements.push(PlacementDecision {
                     at_unix: now,

@@ -37,7 +37,7 @@ mod view;
 use jobs::queued;
 pub use moves::MoveError;
 use nodes::local_id;
-pub use queries::Counters;
+pub use queries::{Counters, OutputSource};
 
 /// Timeouts and sizes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -165,6 +165,10 @@ pub struct MemberRecord {
     /// Its start waits for the checkpoint the coordinator carries to it.
     #[serde(default)]
     pub carried: bool,
+    /// What its node's policy does to it now and why (the latest report's; not stored: the
+    /// next report says it again).
+    #[serde(skip)]
+    pub decision: String,
 }
 
 /// What the store keeps about a job.
@@ -282,6 +286,12 @@ impl JobRecord {
                 .iter()
                 .filter_map(|m| m.gpu_energy_joules)
                 .reduce(|a, b| a + b),
+            decision: self
+                .members
+                .iter()
+                .find(|m| !m.decision.is_empty() && !m.state.is_finished())
+                .map(|m| m.decision.clone())
+                .unwrap_or_default(),
             moving: self.active_move().map(|m| match m.phase {
                 governor_proto::control::MovePhase::Saving
                     if m.to_cores.is_some() && m.from_node == m.to_node =>
@@ -403,6 +413,8 @@ pub enum ControlError {
     AlreadyFinished { id: String, status: JobStatus },
     #[error("job {id} is a local job of node {node}; stop it on that node")]
     LocalJob { id: String, node: String },
+    #[error("job {id} has no output to show: {why}")]
+    NoOutput { id: String, why: String },
     #[error(transparent)]
     UnknownPolicy(#[from] UnknownPolicy),
     #[error(transparent)]

@@ -478,6 +478,7 @@ impl ClusterState {
         member.attempt += 1;
         member.cpu_cores = 0.0;
         member.memory_bytes = 0;
+        member.decision = String::new();
         member.carried = carried;
         let mut ended = None;
         if let Some(m) = job.moves.last_mut() {

@@ -260,6 +260,7 @@ impl ClusterState {
                     attempt: 0,
                     carried: false,
                     gpu_energy_joules: None,
+                    decision: String::new(),
                 }],
                 category: Category::Unknown,
                 categories: Vec::new(),
@@ -425,6 +426,7 @@ pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
     member.exit_code = report.exit_code;
     member.saved = report.saved;
     member.save_error = report.save_error.clone();
+    member.decision.clone_from(&report.decision);
     if report.gpu_energy_joules.is_some() {
         member.gpu_energy_joules = report.gpu_energy_joules;
     }

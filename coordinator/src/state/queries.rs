@@ -6,6 +6,21 @@ use crate::queue::Seconds;
 
 use super::{ClusterState, ControlError, JobRecord};
 
+/// Where a job's output is ([`ClusterState::output_source`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputSource {
+    /// In the job's output file on `node`, named after `name` and `replicas` as at its start.
+    Node {
+        node: String,
+        name: String,
+        replicas: u32,
+        /// The job has ended: its output grows no more.
+        finished: bool,
+    },
+    /// Queued: not on any node (yet, or again).
+    NotPlaced,
+}
+
 /// What `govctl stats` shows of the state (beside the server's own timings).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Counters {
@@ -59,6 +74,47 @@ impl ClusterState {
             .collect();
         jobs.sort_by_key(|j| j.seq);
         jobs.into_iter().map(JobRecord::summary).collect()
+    }
+
+    /// Where the output of a job's member is (`govctl logs`): the node it runs on, or last ran
+    /// on, and the names its file is found by there.
+    pub fn output_source(&self, id: &str, replica: u32) -> Result<OutputSource, ControlError> {
+        let job = self
+            .jobs
+            .get(id)
+            .ok_or_else(|| ControlError::NoSuchJob { id: id.into() })?;
+        let Some(spec) = job.spec.as_ref() else {
+            let node = job.members.first().map_or("?", |m| m.node.as_str());
+            return Err(ControlError::NoOutput {
+                id: id.into(),
+                why: format!(
+                    "it is a local job of node {node}; its output is where it was started there"
+                ),
+            });
+        };
+        if replica >= spec.replicas {
+            return Err(ControlError::NoOutput {
+                id: id.into(),
+                why: format!(
+                    "it has {} member(s); there is no replica {replica}",
+                    spec.replicas
+                ),
+            });
+        }
+        let finished = job.status.is_finished();
+        match job.members.iter().find(|m| m.replica == replica) {
+            Some(m) => Ok(OutputSource::Node {
+                node: m.node.clone(),
+                name: spec.name.clone(),
+                replicas: spec.replicas,
+                finished,
+            }),
+            None if finished => Err(ControlError::NoOutput {
+                id: id.into(),
+                why: format!("it is {} and never ran on a node", job.status),
+            }),
+            None => Ok(OutputSource::NotPlaced),
+        }
     }
 
     pub fn job_detail(&self, id: &str) -> Result<JobDetail, ControlError> {

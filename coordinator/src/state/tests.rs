@@ -193,6 +193,40 @@ fn nodes_joining_in_any_order_keep_the_view_in_name_order() {
 }
 
 #[test]
+fn a_jobs_output_is_on_its_members_node_and_its_decision_shows_while_it_runs() {
+    let (mut s, a, _) = two_nodes();
+    s.submit(1.0, spec("resnet", 1));
+    s.take_outbox();
+    assert_eq!(
+        s.output_source("j1", 0),
+        Ok(OutputSource::Node {
+            node: "a".into(),
+            name: "resnet".into(),
+            replicas: 1,
+            finished: false
+        })
+    );
+    assert!(matches!(
+        s.output_source("j1", 1),
+        Err(ControlError::NoOutput { .. })
+    ));
+    assert!(matches!(
+        s.output_source("j9", 0),
+        Err(ControlError::NoSuchJob { .. })
+    ));
+    let mut r = running("j1", Category::Progressing);
+    r.decision = "weight 9000: progressing".into();
+    s.report(2.0, "a", a, report_of(vec![r])).unwrap();
+    assert_eq!(s.list_jobs(false)[0].decision, "weight 9000: progressing");
+    // A second job waits (the GPUs are taken): no output yet, nowhere.
+    let queued = (0..6)
+        .map(|i| s.submit(3.0, spec(&format!("more{i}"), 1)))
+        .find(|j| j.status == JobStatus::Queued)
+        .expect("a job waits for a GPU");
+    assert_eq!(s.output_source(&queued.id, 0), Ok(OutputSource::NotPlaced));
+}
+
+#[test]
 fn a_submitted_job_is_placed_started_and_runs() {
     let (mut s, a, _) = two_nodes();
     let job = s.submit(1.0, spec("resnet", 1));

@@ -99,6 +99,10 @@ pub struct AgentConfig {
     pub agent_version: String,
     /// The node can dump and restore jobs with CRIU (told to the coordinator).
     pub can_dump: bool,
+    /// Where the coordinator's jobs write their output (the daemon's `job_output_dir`): pieces
+    /// of it are read from here for `govctl logs`; `None`: such requests are answered with an
+    /// error.
+    pub job_output_dir: Option<std::path::PathBuf>,
 }
 
 impl AgentConfig {
@@ -118,6 +122,7 @@ impl AgentConfig {
             backoff: Backoff::default(),
             agent_version: env!("CARGO_PKG_VERSION").into(),
             can_dump: false,
+            job_output_dir: None,
         }
     }
 
@@ -297,6 +302,43 @@ async fn run(
     status.send_replace(AgentStatus::Stopped);
 }
 
+/// Read the piece of a job's output the coordinator asks for, off the session's task, and send
+/// it on the session (a read of at most 256 KiB; the coordinator waits for the answer).
+fn answer_output_request(
+    dir: Option<std::path::PathBuf>,
+    request: governor_proto::node::ReadOutput,
+    tx: mpsc::Sender<pb::NodeMessage>,
+) {
+    tokio::spawn(async move {
+        let request_id = request.request_id;
+        let job = request.job_id.clone();
+        let piece = match dir {
+            Some(dir) => tokio::task::spawn_blocking(move || {
+                crate::daemon::launcher::output::read_piece(&dir, &request)
+            })
+            .await
+            .unwrap_or_else(|e| governor_proto::node::OutputChunk {
+                request_id,
+                offset: 0,
+                data: Vec::new(),
+                size: 0,
+                error: format!("the read failed: {e}"),
+            }),
+            None => governor_proto::node::OutputChunk {
+                request_id,
+                offset: 0,
+                data: Vec::new(),
+                size: 0,
+                error: "this node keeps no job output".into(),
+            },
+        };
+        if !piece.error.is_empty() {
+            debug!(%job, error = %piece.error, "a job's output could not be read");
+        }
+        let _ = tx.send(NodeMessage::Output(piece).into()).await;
+    });
+}
+
 async fn session(
     config: &AgentConfig,
     reports: &mut watch::Receiver<NodeReport>,
@@ -387,6 +429,9 @@ async fn session(
                             warn!("the daemon no longer takes cluster commands; dropping them");
                             *daemon_gone_logged = true;
                         }
+                    }
+                    Ok(CoordinatorMessage::ReadOutput(r)) => {
+                        answer_output_request(config.job_output_dir.clone(), r, tx.clone());
                     }
                     Ok(CoordinatorMessage::Welcome(_)) => {}
                     Err(e) => warn!(error = %e, "ignoring an invalid message from the coordinator"),

@@ -690,6 +690,7 @@ impl ClusterSide {
         });
         let mut agent_config = agent_config(c, &settings.node_name, capacity);
         agent_config.can_dump = criu.is_some();
+        agent_config.job_output_dir = Some(c.job_output_dir.clone());
         agent_config.validate().with_context(|| {
             format!(
                 "cannot connect to the coordinator at {} (set the node name with --node-name or [node] name)",

@@ -183,6 +183,7 @@ fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
     report.cpu_weight = j.cpu_weight.unwrap_or(0);
     report.time_to_quality_s = j.time_to_quality_s.filter(|t| t.is_finite() && *t >= 0.0);
     report.gpu_energy_joules = j.gpu_energy_joules.filter(|e| e.is_finite() && *e >= 0.0);
+    report.decision = clip(&j.decision, MAX_MESSAGE_LEN);
     if report.gpu_memory_bytes == 0 {
         report.gpu_memory_bytes = j.gpu_memory_bytes.unwrap_or(0);
     }

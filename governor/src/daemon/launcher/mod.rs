@@ -14,6 +14,7 @@
 //! ones.
 
 mod journal;
+pub mod output;
 mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
