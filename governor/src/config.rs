@@ -671,6 +671,7 @@ mechanism = "power"      # or "clocks": lock the graphics clock at the same frac
 # management network; plain HTTP unless `tls` is set.
 # listen = "127.0.0.1:9464"
 # tls = { cert = "/etc/governor/metrics.pem", key = "/etc/governor/metrics-key.pem" }
+#   (add client_ca = "/etc/governor/certs/ca.pem" to serve only clients with a cluster certificate)
 
 [discovery]
 # Adopt processes started with GOVERNOR_LOG=<path> in their environment

@@ -63,11 +63,17 @@ impl Reply {
 /// The content type Prometheus negotiates for OpenMetrics text.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// TLS for the endpoint: a PEM certificate chain and its PEM private key.
+/// TLS for the endpoint: a PEM certificate chain and its PEM private key, and optionally the
+/// CA whose certificates clients must present.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HttpTls {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// Serve only clients with a certificate this CA signed (mutual TLS): the cluster's
+    /// `ca.pem` admits what `govctl certs` issues (govctl users, nodes; give Prometheus one in
+    /// its scrape's `tls_config`). `None`: any client (the endpoint is read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The endpoint's TLS files are unusable.
@@ -88,8 +94,8 @@ pub enum HttpTlsError {
 }
 
 impl HttpTls {
-    /// A TLS acceptor for these files (server authentication only: scrapers and browsers
-    /// verify the server; the endpoint serves nothing a client certificate would unlock).
+    /// A TLS acceptor for these files: the server authenticates itself; with `client_ca`, a
+    /// client must too, with a certificate that CA signed, or the handshake fails.
     pub fn acceptor(&self) -> Result<TlsAcceptor, HttpTlsError> {
         crate::tls::install_crypto_provider();
         let pem_error =
@@ -111,8 +117,29 @@ impl HttpTls {
         }
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|e| pem_error("private key", &self.key, &e))?;
-        let config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
+        let builder = rustls::ServerConfig::builder();
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_file_iter(ca)
+                    .map_err(|e| pem_error("client CA", ca, &e))?
+                {
+                    let cert = cert.map_err(|e| pem_error("client CA", ca, &e))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| pem_error("client CA", ca, &e))?;
+                }
+                if roots.is_empty() {
+                    return Err(pem_error("client CA", ca, &"no certificate in it"));
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                    .build()
+                    .map_err(|e| pem_error("client CA", ca, &e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder
             .with_single_cert(certs, key)
             .map_err(|e| HttpTlsError::Config {
                 cert: self.cert.clone(),

@@ -45,6 +45,10 @@ struct Opts {
     /// `127.0.0.1:9465` (no login: keep it on localhost or a management network).
     #[arg(long)]
     web: Option<SocketAddr>,
+    /// Serve --web over HTTPS with the coordinator's certificate from --certs, to clients with
+    /// a certificate of the cluster CA only (as govctl and the nodes authenticate).
+    #[arg(long, requires = "web", requires = "certs")]
+    web_mtls: bool,
     /// Log filter (RUST_LOG syntax), e.g. `info` or `coordinator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log_level: String,
@@ -91,6 +95,8 @@ resize_min_run_s = 60.0    # ... only jobs that have run this long since their l
 [web]
 # listen = "127.0.0.1:9465"
 # tls = { cert = "/etc/governor/web.pem", key = "/etc/governor/web-key.pem" }
+# ... and only for clients with a certificate of this CA (mutual TLS; `--web-mtls` uses --certs):
+# tls = { cert = "/etc/governor/certs/coordinator.pem", key = "/etc/governor/certs/coordinator-key.pem", client_ca = "/etc/governor/certs/ca.pem" }
 "#;
 
 fn config(opts: &Opts) -> Result<ServerConfig> {
@@ -113,7 +119,15 @@ fn config(opts: &Opts) -> Result<ServerConfig> {
         config.store = s.clone();
     }
     if let Some(dir) = &opts.certs {
-        config.tls = Some(TlsFiles::in_dir(dir, coordinator::certs::COORDINATOR));
+        let files = TlsFiles::in_dir(dir, coordinator::certs::COORDINATOR);
+        if opts.web_mtls {
+            config.web.tls = Some(governor_proto::http::HttpTls {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+                client_ca: Some(files.ca.clone()),
+            });
+        }
+        config.tls = Some(files);
     }
     if let Some(p) = &opts.policy {
         coordinator::placement::by_name(p)?;
@@ -198,5 +212,30 @@ mod tests {
         assert_eq!(config(&opts).unwrap().policy, "procon");
         let opts = Opts::parse_from(["coordinator", "--insecure", "--policy", "nope"]);
         assert!(config(&opts).is_err());
+    }
+
+    #[test]
+    fn web_mtls_serves_the_page_with_the_coordinators_certificate_to_cluster_clients() {
+        let opts = Opts::parse_from([
+            "coordinator",
+            "--certs",
+            "/etc/governor/certs",
+            "--web",
+            "127.0.0.1:9465",
+            "--web-mtls",
+        ]);
+        let tls = config(&opts).unwrap().web.tls.expect("HTTPS");
+        assert_eq!(
+            tls.cert,
+            std::path::Path::new("/etc/governor/certs/coordinator.pem")
+        );
+        assert_eq!(
+            tls.client_ca.as_deref(),
+            Some(std::path::Path::new("/etc/governor/certs/ca.pem"))
+        );
+        // It needs the certificates it names.
+        assert!(
+            Opts::try_parse_from(["coordinator", "--web", "127.0.0.1:1", "--web-mtls"]).is_err()
+        );
     }
 }
