@@ -149,7 +149,9 @@ async fn with_a_client_ca_only_clients_with_a_cluster_certificate_are_served() {
         .with_no_client_auth();
     let refused = get(anonymous).await;
     assert!(
-        refused.as_ref().map_or(true, |o| !o.starts_with("HTTP/1.1 200")),
+        refused
+            .as_ref()
+            .map_or(true, |o| !o.starts_with("HTTP/1.1 200")),
         "{refused:?}"
     );
 

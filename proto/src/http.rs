@@ -122,8 +122,8 @@ impl HttpTls {
             None => builder.with_no_client_auth(),
             Some(ca) => {
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(ca)
-                    .map_err(|e| pem_error("client CA", ca, &e))?
+                for cert in
+                    CertificateDer::pem_file_iter(ca).map_err(|e| pem_error("client CA", ca, &e))?
                 {
                     let cert = cert.map_err(|e| pem_error("client CA", ca, &e))?;
                     roots

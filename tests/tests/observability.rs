@@ -6,7 +6,10 @@
 //!   one Prometheus found in a scrape;
 //! - Debian's headless `chromium` loads the live cluster page, runs its script, and the page
 //!   shows the job, its node and its loss sparkline; a screenshot is written
-//!   (`GOVERNOR_PAGE_SCREENSHOT=PATH` keeps it, e.g. for the README).
+//!   (`GOVERNOR_PAGE_SCREENSHOT=PATH` keeps it, e.g. for the README);
+//! - the dashboard's panels are drawn from Prometheus's answers to their own queries (Grafana is
+//!   not installable here) and rendered by Chromium (`GOVERNOR_DASHBOARD_SCREENSHOT=PATH` keeps
+//!   the picture, after waiting for 45 s of data).
 //!
 //! The daemon runs `--dry-run` on a fake cgroup root (never the host's cgroups). Needs the
 //! `governor` binary (`cargo build -p governor`) and the two Debian packages, which
@@ -231,6 +234,10 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
         ),
     )
     .unwrap();
+    let prometheus_started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let _prometheus = Killed(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", config.display()))
@@ -425,6 +432,245 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
         png.len()
     );
 
+    // The dashboard previewed: each panel drawn from Prometheus's answers to its own queries
+    // (Grafana itself is not installable here); most panels must have data. For the README's
+    // screenshot, over most of the job's minute rather than the first seconds.
+    if std::env::var_os("GOVERNOR_DASHBOARD_SCREENSHOT").is_some() {
+        let since = |t: f64| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+                - t
+        };
+        while since(prometheus_started) < 45.0 {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let (preview, with_data) = dashboard_preview(prom_port, &dashboard, prometheus_started, now);
+    assert!(
+        with_data >= 12,
+        "only {with_data} of the dashboard's panels have data"
+    );
+    let preview_file = dir.path().join("dashboard.html");
+    std::fs::write(&preview_file, preview).unwrap();
+    let shot = std::env::var_os("GOVERNOR_DASHBOARD_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir.path().join("dashboard.png"));
+    let status = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,2120",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("chromium").display()
+        ))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", preview_file.display()))
+        .stderr(Stdio::null())
+        .status()
+        .expect("chromium runs");
+    assert!(status.success());
+    assert!(
+        std::fs::read(&shot)
+            .expect("a screenshot")
+            .starts_with(b"\x89PNG")
+    );
+
     drop(daemon);
     rt.block_on(server.stop());
+}
+
+/// `s` percent-encoded for a URL query value.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Text for HTML.
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One curve of a panel: its legend and points (unix seconds, value).
+type Curve = (String, Vec<(f64, f64)>);
+
+/// A panel's curves: each of its queries over `[start, end]` (Prometheus `query_range`, 1 s
+/// steps), `$node` meaning every node.
+fn panel_curves(prom_port: u16, panel: &serde_json::Value, start: f64, end: f64) -> Vec<Curve> {
+    let mut curves = Vec::new();
+    for target in panel["targets"].as_array().into_iter().flatten() {
+        let Some(expr) = target["expr"].as_str() else {
+            continue;
+        };
+        let expr = expr.replace("$node", ".*");
+        let path = format!(
+            "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step=1",
+            url_encode(&expr)
+        );
+        let Some(data) = prom(prom_port, &path) else {
+            continue;
+        };
+        for series in data["result"].as_array().into_iter().flatten() {
+            let legend = series["metric"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| !matches!(k.as_str(), "__name__" | "instance" | "job"))
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            let points: Vec<(f64, f64)> = series["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some((p[0].as_f64()?, p[1].as_str()?.parse::<f64>().ok()?)))
+                .filter(|(_, v)| v.is_finite())
+                .collect();
+            if !points.is_empty() {
+                curves.push((
+                    if legend.is_empty() {
+                        expr.clone()
+                    } else {
+                        legend
+                    },
+                    points,
+                ));
+            }
+        }
+    }
+    curves
+}
+
+/// A panel as an SVG line chart (every panel type drawn as lines over time).
+fn panel_svg(curves: &[Curve], start: f64, end: f64) -> String {
+    const W: f64 = 590.0;
+    const H: f64 = 150.0;
+    const COLOURS: [&str; 6] = [
+        "#4a7bd0", "#d0764a", "#3a9a5b", "#9a4ad0", "#c9a227", "#5bb8c9",
+    ];
+    if curves.is_empty() {
+        return format!(
+            "<svg width=\"{W}\" height=\"{H}\"><text x=\"{}\" y=\"{}\" fill=\"#999\" text-anchor=\"middle\">no data in this test run</text></svg>",
+            W / 2.0,
+            H / 2.0
+        );
+    }
+    let values = curves.iter().flat_map(|c| c.1.iter().map(|p| p.1));
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let (lo, hi) = if hi - lo < 1e-12 {
+        (lo - 1.0, hi + 1.0)
+    } else {
+        (lo, hi)
+    };
+    let x = |t: f64| 40.0 + (t - start) / (end - start).max(1.0) * (W - 50.0);
+    let y = |v: f64| 10.0 + (hi - v) / (hi - lo) * (H - 30.0);
+    let mut svg = format!("<svg width=\"{W}\" height=\"{H}\">");
+    for (v, label) in [(hi, hi), (lo, lo)] {
+        svg.push_str(&format!(
+            "<line x1=\"40\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/><text x=\"36\" y=\"{:.1}\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">{}</text>",
+            W - 10.0,
+            y(v) + 3.0,
+            format_value(label),
+            y = y(v)
+        ));
+    }
+    for (i, (_, points)) in curves.iter().enumerate() {
+        let d: Vec<String> = points
+            .iter()
+            .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
+            .collect();
+        svg.push_str(&format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>",
+            d.join(" "),
+            COLOURS[i % COLOURS.len()]
+        ));
+    }
+    svg.push_str(&format!(
+        "<text x=\"40\" y=\"{}\" font-size=\"10\" fill=\"#777\">{:.0} s</text></svg>",
+        H - 4.0,
+        end - start
+    ));
+    svg
+}
+
+fn format_value(v: f64) -> String {
+    if v.abs() >= 1000.0 || (v != 0.0 && v.abs() < 0.01) {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The dashboard (`deploy/grafana/governor-dashboard.json`) previewed as an HTML page: its rows
+/// and panels in order, each drawn from Prometheus's answers to the panel's own queries.
+/// Returns the page and how many panels have data.
+fn dashboard_preview(
+    prom_port: u16,
+    dashboard: &serde_json::Value,
+    start: f64,
+    end: f64,
+) -> (String, usize) {
+    const COLOURS: [&str; 6] = [
+        "#4a7bd0", "#d0764a", "#3a9a5b", "#9a4ad0", "#c9a227", "#5bb8c9",
+    ];
+    let mut body = String::new();
+    let mut with_data = 0;
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        let title = html_escape(panel["title"].as_str().unwrap_or(""));
+        if panel["type"] == "row" {
+            body.push_str(&format!("<h2>{title}</h2>"));
+            continue;
+        }
+        let curves = panel_curves(prom_port, panel, start, end);
+        with_data += usize::from(!curves.is_empty());
+        let legend: String = curves
+            .iter()
+            .take(6)
+            .enumerate()
+            .map(|(i, (l, _))| {
+                format!(
+                    "<span><i style=\"background:{}\"></i>{}</span>",
+                    COLOURS[i % COLOURS.len()],
+                    html_escape(l)
+                )
+            })
+            .collect();
+        body.push_str(&format!(
+            "<div class=\"panel\"><h3>{title}</h3>{}<div class=\"legend\">{legend}</div></div>",
+            panel_svg(&curves, start, end)
+        ));
+    }
+    let page = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><style>\
+         body{{font:13px system-ui,sans-serif;margin:1em;background:#111217;color:#ccc}}\
+         h1{{font-size:1.2em}} h2{{font-size:1.05em;clear:both;margin:.8em 0 .3em}}\
+         .panel{{float:left;width:596px;margin:0 6px 6px 0;background:#181b1f;border:1px solid #2a2d33;padding:4px}}\
+         h3{{font-size:.95em;margin:.2em .3em}} .legend span{{margin-right:1em;font-size:11px}}\
+         .legend i{{display:inline-block;width:10px;height:3px;margin-right:4px;vertical-align:middle}}\
+         </style></head><body><h1>Governor dashboard: deploy/grafana/governor-dashboard.json, each panel drawn \
+         from a real Prometheus's answers to its own queries (a preview; not Grafana)</h1>{body}</body></html>"
+    );
+    (page, with_data)
 }
