@@ -168,21 +168,56 @@ impl DaemonMetrics {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// A job's labels: `pod_uid` only where the job is a Kubernetes pod's (its cgroup path says
+/// so; the namespace is not in the cgroup, and the daemon asks no API server).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct JobLabels {
     node: String,
     /// Not `job`: Prometheus sets `job` to the scrape job's name on every series (ours would
     /// become `exported_job`).
     job_name: String,
     cgroup: String,
+    pod_uid: Option<String>,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+impl JobLabels {
+    fn pairs(&self) -> Vec<(&str, &str)> {
+        let mut pairs = vec![
+            ("node", self.node.as_str()),
+            ("job_name", self.job_name.as_str()),
+            ("cgroup", self.cgroup.as_str()),
+        ];
+        if let Some(pod) = &self.pod_uid {
+            pairs.push(("pod_uid", pod.as_str()));
+        }
+        pairs
+    }
+}
+
+impl EncodeLabelSet for JobLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.pairs().as_slice().encode(encoder)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct CategoryLabels {
-    node: String,
-    job_name: String,
-    cgroup: String,
+    job: JobLabels,
     category: String,
+}
+
+impl EncodeLabelSet for CategoryLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut pairs = self.job.pairs();
+        pairs.push(("category", self.category.as_str()));
+        pairs.as_slice().encode(encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -278,6 +313,7 @@ pub fn render(status: &NodeStatus, counters: &DaemonMetrics) -> String {
             node: status.node.clone(),
             job_name: j.name.clone(),
             cgroup: j.cgroup.clone(),
+            pod_uid: crate::discovery::names::identify(&j.cgroup).pod_uid,
         };
         if let Some(v) = j.cpu_usage_cores {
             cpu.get_or_create(&l).set(v);
@@ -308,9 +344,7 @@ pub fn render(status: &NodeStatus, counters: &DaemonMetrics) -> String {
         }
         category
             .get_or_create(&CategoryLabels {
-                node: l.node,
-                job_name: l.job_name,
-                cgroup: l.cgroup,
+                job: l,
                 category: j.category.to_string(),
             })
             .set(1);
@@ -521,5 +555,33 @@ mod tests {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(!text.contains("pod_uid"), "no pod, no pod label: {text}");
+    }
+
+    #[test]
+    fn a_kubernetes_pods_job_carries_its_pod_uid() {
+        let cgroup = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234abcd_5678_90ef_aaaa_bbbbccccdddd.slice/cri-containerd-0123456789abcdef.scope";
+        let s = NodeStatus {
+            node: "n1".into(),
+            jobs: vec![JobStatus {
+                name: "bert".into(),
+                cgroup: cgroup.into(),
+                category: Category::Progressing,
+                cpu_usage_cores: Some(2.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = render(&s, &DaemonMetrics::default());
+        let line = format!(
+            "governor_job_cpu_usage_cores{{node=\"n1\",job_name=\"bert\",cgroup=\"{cgroup}\",pod_uid=\"1234abcd-5678-90ef-aaaa-bbbbccccdddd\"}} 2.0"
+        );
+        assert!(text.contains(&line), "{line} missing in:\n{text}");
+        assert!(
+            text.contains(
+                "pod_uid=\"1234abcd-5678-90ef-aaaa-bbbbccccdddd\",category=\"progressing\"} 1"
+            ),
+            "{text}"
+        );
     }
 }
