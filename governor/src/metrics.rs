@@ -197,7 +197,7 @@ impl JobLabels {
 impl EncodeLabelSet for JobLabels {
     fn encode(
         &self,
-        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder<'_>,
     ) -> Result<(), std::fmt::Error> {
         self.pairs().as_slice().encode(encoder)
     }
@@ -212,7 +212,7 @@ struct CategoryLabels {
 impl EncodeLabelSet for CategoryLabels {
     fn encode(
         &self,
-        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder<'_>,
     ) -> Result<(), std::fmt::Error> {
         let mut pairs = self.job.pairs();
         pairs.push(("category", self.category.as_str()));
