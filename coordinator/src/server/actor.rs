@@ -110,7 +110,11 @@ pub(super) enum OutputRead {
     /// The job is queued: on no node.
     NotPlaced,
     /// Its node is not connected now.
-    NodeAway { node: String },
+    NodeAway {
+        node: String,
+        /// The job has ended (a follower stops waiting for the node).
+        finished: bool,
+    },
     /// What its node read (or why it could not: `piece.error`).
     Piece {
         node: String,
@@ -501,9 +505,10 @@ impl Actor {
                     .collect();
                 for id in away {
                     if let Some(r) = self.output_reads.remove(&id) {
-                        let _ = r
-                            .reply
-                            .send(Ok(OutputRead::NodeAway { node: node.clone() }));
+                        let _ = r.reply.send(Ok(OutputRead::NodeAway {
+                            node: node.clone(),
+                            finished: r.finished,
+                        }));
                     }
                 }
                 self.state.disconnected(&node, session);
@@ -648,7 +653,7 @@ impl Actor {
             finished = true;
         }
         let Some((session, tx)) = self.sessions.get(&node) else {
-            let _ = reply.send(Ok(OutputRead::NodeAway { node }));
+            let _ = reply.send(Ok(OutputRead::NodeAway { node, finished }));
             return;
         };
         self.next_read += 1;
@@ -665,7 +670,7 @@ impl Actor {
         });
         if tx.try_send(Box::new(Ok(msg.into()))).is_err() {
             // Its queue is full or closed: as good as away for a read (no command is lost).
-            let _ = reply.send(Ok(OutputRead::NodeAway { node }));
+            let _ = reply.send(Ok(OutputRead::NodeAway { node, finished }));
             return;
         }
         self.output_reads.insert(

@@ -88,8 +88,11 @@ async fn stream_output(
                     .await;
                 return;
             }
-            Ok(OutputRead::NodeAway { .. }) if follow => true,
-            Ok(OutputRead::NodeAway { node }) => {
+            // A running job's node that reconnects (a daemon restart) is waited for.
+            Ok(OutputRead::NodeAway {
+                finished: false, ..
+            }) if follow => true,
+            Ok(OutputRead::NodeAway { node, .. }) => {
                 let _ = out
                     .send(Err(Status::unavailable(format!(
                         "node {node} of job {job_id} is not connected; its output cannot be read now"
