@@ -169,6 +169,10 @@ pub struct JobReport {
     /// What the node's policy does to the job now and why, as `governor status` shows it.
     #[serde(default)]
     pub decision: String,
+    /// It ended because its node stopped it at convergence, as it asked: completed, whatever
+    /// status the interrupted process exited with.
+    #[serde(default)]
+    pub converged: bool,
 }
 
 impl JobReport {
@@ -202,6 +206,7 @@ impl JobReport {
             save_error: String::new(),
             gpu_energy_joules: None,
             decision: String::new(),
+            converged: false,
         }
     }
 }
@@ -724,6 +729,7 @@ impl TryFrom<pb::JobReport> for JobReport {
                 non_negative("gpu_energy_joules", v)
             })?,
             decision: short("decision", m.decision, MAX_MESSAGE_LEN)?,
+            converged: m.converged,
         })
     }
 }
@@ -1016,6 +1022,7 @@ impl From<JobReport> for pb::JobReport {
             save_error: j.save_error,
             gpu_energy_joules: j.gpu_energy_joules,
             decision: j.decision,
+            converged: j.converged,
         }
     }
 }

@@ -136,7 +136,13 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let root = dir.path().join("cgroup");
     std::fs::create_dir(&root).unwrap();
     let fake = FakeCgroupRoot::unified(&root);
-    for group in ["train-j1", "broken-j2", "cancel-me-j3", "survivor-j4"] {
+    for group in [
+        "train-j1",
+        "broken-j2",
+        "cancel-me-j3",
+        "survivor-j4",
+        "plateau-j5",
+    ] {
         fake.add_group(&format!("governor.slice/jobs/{group}"));
     }
     let out = dir.path().join("job-output");
@@ -440,6 +446,39 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         &daemon,
         || daemon.job("survivor").is_none().then_some(()),
     );
+
+    // A job that asked to end once converged (`govctl submit --finish`): its loss stops
+    // improving, the node interrupts it, and the coordinator counts it completed although the
+    // interrupted shell exits with 130. (The fake cgroup's `cgroup.procs` is a plain file:
+    // the job writes its pid there itself, as the kernel would list it.)
+    let plateau_log = dir.path().join("plateau.log");
+    let script = format!(
+        "echo $$ >> {}; i=0; while [ $i -lt 600 ]; do i=$((i+1)); echo \"step $i loss=0.5\" >> {}; sleep 0.1; done; exit 7",
+        root.join("governor.slice/jobs/plateau-j5/cgroup.procs")
+            .display(),
+        plateau_log.display()
+    );
+    let mut plateau = JobSpec::new(
+        "plateau",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        plateau_log.display().to_string(),
+    );
+    plateau.metric = "loss".into();
+    plateau
+        .env
+        .insert(governor_proto::job_env::FINISH.into(), "3:0.01".into());
+    assert_eq!(rt.block_on(govctl.submit(plateau)).unwrap().id, "j5");
+    let ended = wait_for(
+        "plateau to be stopped at convergence",
+        Duration::from_secs(40),
+        &daemon,
+        || {
+            let j = job(&rt, &mut govctl, "j5");
+            j.status.is_finished().then_some(j)
+        },
+    );
+    assert_eq!(ended.status, JobStatus::Completed, "{ended:?}");
+    assert!(ended.message.contains("stopped: converged"), "{ended:?}");
 
     // The coordinator goes away: the node keeps governing and says it is retrying.
     rt.block_on(server.kill());

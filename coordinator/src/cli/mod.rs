@@ -207,6 +207,12 @@ pub struct SubmitArgs {
     /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
     #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,
+    /// End the job once it has converged, like Keras `EarlyStopping`: PATIENCE[:MIN_DELTA]
+    /// (e.g. `5:0.001`: its loss has not improved by 0.001 in 5 values). Its node stops it
+    /// gracefully (SIGINT, then SIGTERM) and reports "stopped: converged". Passed as
+    /// `GOVERNOR_FINISH`. Off unless given.
+    #[arg(long, value_name = "PATIENCE[:MIN_DELTA]", value_parser = parse_finish_rule)]
+    pub finish: Option<String>,
     /// The directory the job saves its checkpoint to and resumes from, on storage every node
     /// mounts at this path: the job can then be moved (`govctl migrate`, or the coordinator on
     /// a node's SpeCon request). The job must save there and exit with status 0 on the save
@@ -503,6 +509,9 @@ pub async fn main(cli: Cli) -> Result<()> {
         }
         Command::Submit(a) => {
             let mut env: std::collections::BTreeMap<String, String> = a.env.into_iter().collect();
+            if let Some(rule) = a.finish {
+                env.insert(governor_proto::job_env::FINISH.into(), rule);
+            }
             if let Some(epochs) = a.epochs {
                 env.insert(governor_proto::job_env::EPOCHS.into(), epochs.to_string());
             }
@@ -605,6 +614,13 @@ pub async fn main(cli: Cli) -> Result<()> {
         Command::Certs { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// A finish rule as given, once it parses (`govctl submit --finish`).
+fn parse_finish_rule(s: &str) -> Result<String, String> {
+    governor_proto::job_env::parse_finish(s)
+        .map(|_| s.trim().to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// `govctl logs`: the output as it comes, on stdout; a move to another node noted on stderr.
@@ -785,6 +801,19 @@ mod tests {
         assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
         assert_eq!(last_lines(b"a\nb\n", 0), b"");
         assert_eq!(last_lines(b"", 3), b"");
+        let cli = Cli::try_parse_from([
+            "govctl", "submit", "--name", "t", "--log", "/l", "--finish", "5:0.001", "--", "x",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.command, Command::Submit(ref a) if a.finish.as_deref() == Some("5:0.001"))
+        );
+        assert!(
+            Cli::try_parse_from([
+                "govctl", "submit", "--name", "t", "--log", "/l", "--finish", "0", "--", "x"
+            ])
+            .is_err()
+        );
         let cli = Cli::try_parse_from(["govctl", "logs", "-f", "--tail", "20", "j3"]).unwrap();
         assert!(matches!(
             cli.command,

@@ -36,15 +36,17 @@ impl ClusterState {
             let unconfirmed = n.status != NodeStatus::Ready || (!n.synced && m.seen);
             (unconfirmed && !m.state.is_finished()).then(|| (m.node.clone(), n.status))
         });
+        // A member its node stopped at convergence (as the job asked) completed, whatever the
+        // interrupted process exited with.
+        let exited_ok = |m: &MemberRecord| m.exit_code.unwrap_or(0) == 0 || m.converged;
         let failed = job.members.iter().find(|m| {
-            m.state == RunState::Failed
-                || (m.state == RunState::Exited && m.exit_code.unwrap_or(0) != 0)
+            m.state == RunState::Failed || (m.state == RunState::Exited && !exited_ok(m))
         });
         // A member that exited saved for a move has not completed: it waits to be resumed.
         let all_exited_ok = job
             .members
             .iter()
-            .all(|m| m.state == RunState::Exited && m.exit_code.unwrap_or(0) == 0 && !m.saved);
+            .all(|m| m.state == RunState::Exited && exited_ok(m) && !m.saved);
         let all_running = job.members.iter().all(|m| m.state == RunState::Running);
         let (status, message) = if let Some(m) = failed {
             let what = match m.state {
@@ -72,10 +74,13 @@ impl ClusterState {
         } else if all_exited_ok {
             // A node that restarted while the job ran takes it back but cannot learn its exit
             // status (the job is no longer its child): completed, and said so.
-            let unknown = job.members.iter().find(|m| m.exit_code.is_none());
+            let noted = job
+                .members
+                .iter()
+                .find(|m| m.converged || m.exit_code.is_none());
             (
                 JobStatus::Completed,
-                match unknown {
+                match noted {
                     Some(m) => format!("on node {}: {}", m.node, m.message),
                     None => String::new(),
                 },
@@ -364,6 +369,7 @@ impl ClusterState {
                     carried: false,
                     gpu_energy_joules: None,
                     decision: String::new(),
+                    converged: false,
                 });
                 job.placements.push(PlacementDecision {
                     at_unix: now,

@@ -169,6 +169,9 @@ pub struct MemberRecord {
     /// next report says it again).
     #[serde(skip)]
     pub decision: String,
+    /// Its node stopped it at convergence, as it asked: its end is a completion.
+    #[serde(default)]
+    pub converged: bool,
 }
 
 /// What the store keeps about a job.

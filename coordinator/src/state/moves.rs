@@ -479,6 +479,7 @@ impl ClusterState {
         member.cpu_cores = 0.0;
         member.memory_bytes = 0;
         member.decision = String::new();
+        member.converged = false;
         member.carried = carried;
         let mut ended = None;
         if let Some(m) = job.moves.last_mut() {

@@ -261,6 +261,7 @@ impl ClusterState {
                     carried: false,
                     gpu_energy_joules: None,
                     decision: String::new(),
+                    converged: false,
                 }],
                 category: Category::Unknown,
                 categories: Vec::new(),
@@ -281,7 +282,9 @@ impl ClusterState {
         }
         track_progress(job, now, report, limit, &mut self.dirty);
         job.status = match report.state {
-            RunState::Exited if report.exit_code.unwrap_or(0) == 0 => JobStatus::Completed,
+            RunState::Exited if report.exit_code.unwrap_or(0) == 0 || report.converged => {
+                JobStatus::Completed
+            }
             RunState::Exited | RunState::Failed => JobStatus::Failed,
             _ => JobStatus::Running,
         };
@@ -427,6 +430,7 @@ pub(super) fn apply_report(member: &mut MemberRecord, report: &JobReport) {
     member.saved = report.saved;
     member.save_error = report.save_error.clone();
     member.decision.clone_from(&report.decision);
+    member.converged = report.converged;
     if report.gpu_energy_joules.is_some() {
         member.gpu_energy_joules = report.gpu_energy_joules;
     }

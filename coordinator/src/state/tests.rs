@@ -227,6 +227,44 @@ fn a_jobs_output_is_on_its_members_node_and_its_decision_shows_while_it_runs() {
 }
 
 #[test]
+fn a_job_its_node_stopped_at_convergence_completed_whatever_its_exit_status() {
+    let (mut s, a, _) = two_nodes();
+    s.submit(1.0, spec("trial", 0));
+    s.take_outbox();
+    s.report(
+        2.0,
+        "a",
+        a,
+        report_of(vec![running("j1", Category::Progressing)]),
+    )
+    .unwrap();
+    let mut ended = running("j1", Category::Converged);
+    ended.state = RunState::Exited;
+    ended.exit_code = Some(130);
+    ended.converged = true;
+    ended.message =
+        "stopped: converged (best loss 0.5); the interrupted process exited with 130".into();
+    s.report(3.0, "a", a, report_of(vec![ended.clone()]))
+        .unwrap();
+    let j = &s.list_jobs(true)[0];
+    assert_eq!(j.status, JobStatus::Completed, "{j:?}");
+    assert!(j.message.contains("stopped: converged"), "{j:?}");
+    // Without the node's word, the same exit is a failure.
+    s.submit(4.0, spec("other", 0));
+    s.take_outbox();
+    let mut crashed = ended;
+    crashed.job_id = "j2".into();
+    crashed.converged = false;
+    s.report(5.0, "a", a, report_of(vec![crashed])).unwrap();
+    let j2 = s
+        .list_jobs(true)
+        .into_iter()
+        .find(|j| j.id == "j2")
+        .unwrap();
+    assert_eq!(j2.status, JobStatus::Failed, "{j2:?}");
+}
+
+#[test]
 fn a_submitted_job_is_placed_started_and_runs() {
     let (mut s, a, _) = two_nodes();
     let job = s.submit(1.0, spec("resnet", 1));

@@ -97,6 +97,15 @@ fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Res
     Ok(())
 }
 
+/// Tell the launcher which of its jobs the daemon is stopping at convergence (as they asked).
+fn note_converging(launcher: &mut launcher::Launcher, status: &crate::status::NodeStatus) {
+    for j in &status.jobs {
+        if let Some(why) = &j.finish {
+            launcher.note_converging(&j.cgroup, why);
+        }
+    }
+}
+
 /// The agent's configuration from the daemon's.
 fn agent_config(
     c: &CoordinatorConfig,
@@ -786,6 +795,7 @@ impl Shell {
         };
         c.launcher.poll(self.core.actuator().fs(), now);
         let status = status_with_gpus(&self.core, self.gpu.as_ref(), now);
+        note_converging(&mut c.launcher, &status);
         let gpus = c.gpus.usage();
         let report = node_report::node_report(&status, c.launcher.jobs(), &gpus);
         c.reports.send_replace(report);
@@ -927,6 +937,8 @@ impl Shell {
         let Some(c) = self.cluster.as_mut() else {
             return;
         };
+        // A job the daemon was stopping at convergence ends completed, not failed.
+        note_converging(&mut c.launcher, &self.core.status(now));
         if let Some(group) = c.launcher.on_exit(self.core.actuator().fs(), exit, now)
             && self.core.contains(&group)
         {

@@ -77,6 +77,7 @@ pub fn node_report<'a>(
         report.saved = cj.saved;
         report.attempt = cj.attempt;
         report.save_error = clip(&cj.save_error, MAX_MESSAGE_LEN);
+        report.converged = cj.converged;
         if let Some(g) = governed
             && !cj.state.is_finished()
         {
@@ -280,6 +281,7 @@ mod tests {
             saved: false,
             attempt: 0,
             save_error: String::new(),
+            converged: false,
         }
     }
 

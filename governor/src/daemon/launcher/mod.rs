@@ -55,6 +55,8 @@ pub struct CoordinatorJob {
     pub attempt: u32,
     /// Why it could not be saved for a move (it runs on), if it could not.
     pub save_error: String,
+    /// It ended because the daemon stopped it at convergence, as it asked.
+    pub converged: bool,
 }
 
 /// The end of a job's main process, from its waiting task.
@@ -160,6 +162,8 @@ struct Launched {
     /// Its end, held while a dump of it is under way (CRIU kills it when the dump is done;
     /// the end is a save only if the dump succeeded).
     held_exit: Option<JobExit>,
+    /// The daemon is stopping it at convergence, as it asked: why ("stopped: converged ...").
+    converging: Option<String>,
 }
 
 impl Launched {
@@ -178,6 +182,7 @@ impl Launched {
                 saved: false,
                 attempt: s.attempt,
                 save_error: String::new(),
+                converged: false,
             },
             record: None,
             exit_file: None,
@@ -196,6 +201,7 @@ impl Launched {
             log_dir: Path::new(&s.log_path).parent().map(Path::to_owned),
             dump: Dump::None,
             held_exit: None,
+            converging: None,
         }
     }
 }
@@ -749,6 +755,20 @@ impl Launcher {
                 l.info.message = format!("lost track of the process: {e}");
             }
         }
+        if let Some(why) = l.converging.take()
+            && l.stop_reason.is_none()
+            && !l.saving
+            && matches!(status, Ok(_))
+            && l.info.state == RunState::Exited
+        {
+            // Stopped at convergence, as it asked: completed, whatever the interrupted
+            // process exited with (SIGINT ends a Python job with 130 or a traceback).
+            l.info.converged = true;
+            l.info.message = match l.info.exit_code {
+                Some(0) | None => why,
+                Some(code) => format!("{why}; the interrupted process exited with {code}"),
+            };
+        }
         if l.saving && matches!(l.dump, Dump::Done) && l.stop_reason.is_none() {
             // Killed by CRIU after a complete dump (however its supervisor saw that end):
             // saved; the dump resumes it.
@@ -846,6 +866,23 @@ fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
     }
     if let Some(tx) = &l.signals {
         let _ = tx.send(signal);
+    }
+}
+
+impl Launcher {
+    /// The daemon is stopping the job in `cgroup` at convergence, as it asked (`why`: what
+    /// `governor status` says): its end is then reported as completed. Unknown cgroups (local
+    /// jobs) are ignored.
+    pub fn note_converging(&mut self, cgroup: &str, why: &str) {
+        for l in self
+            .jobs
+            .values_mut()
+            .filter(|l| !l.info.state.is_finished() && l.info.cgroup.as_deref() == Some(cgroup))
+        {
+            if l.converging.is_none() {
+                l.converging = Some(why.to_owned());
+            }
+        }
     }
 }
 

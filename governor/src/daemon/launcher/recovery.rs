@@ -63,6 +63,7 @@ impl Launcher {
                     saved: false,
                     attempt: entry.attempt,
                     save_error: String::new(),
+                    converged: false,
                 },
                 record: Some(entry.clone()),
                 exit_file: entry.exit_file.clone(),
@@ -77,6 +78,7 @@ impl Launcher {
                 log_dir: entry.log_dir.clone(),
                 dump: super::Dump::None,
                 held_exit: None,
+                converging: None,
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {
