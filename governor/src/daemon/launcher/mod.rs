@@ -758,7 +758,7 @@ impl Launcher {
         if let Some(why) = l.converging.take()
             && l.stop_reason.is_none()
             && !l.saving
-            && matches!(status, Ok(_))
+            && status.is_ok()
             && l.info.state == RunState::Exited
         {
             // Stopped at convergence, as it asked: completed, whatever the interrupted
