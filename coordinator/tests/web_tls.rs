@@ -11,6 +11,31 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
+/// A coordinator (plain gRPC) serving `[web]` over HTTPS with the certificates in `dir`, to
+/// clients of `client_ca` only when given.
+async fn start(
+    dir: &std::path::Path,
+    client_ca: Option<std::path::PathBuf>,
+) -> server::RunningServer {
+    server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        store: dir.join("coordinator.redb"),
+        tls: None,
+        policy: "first-fit".into(),
+        state: Default::default(),
+        web: WebConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            tls: Some(HttpTls {
+                cert: dir.join("coordinator.pem"),
+                key: dir.join("coordinator-key.pem"),
+                client_ca,
+            }),
+        },
+    })
+    .await
+    .expect("the coordinator starts")
+}
+
 #[tokio::test]
 async fn the_web_endpoint_serves_https_with_the_configured_certificate() {
     let dir = tempfile::tempdir().unwrap();
@@ -22,23 +47,7 @@ async fn the_web_endpoint_serves_https_with_the_configured_certificate() {
         false,
     )
     .unwrap();
-    let server = server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        store: dir.path().join("coordinator.redb"),
-        tls: None,
-        policy: "first-fit".into(),
-        state: Default::default(),
-        web: WebConfig {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            tls: Some(HttpTls {
-                cert: dir.path().join("coordinator.pem"),
-                key: dir.path().join("coordinator-key.pem"),
-                client_ca: None,
-            }),
-        },
-    })
-    .await
-    .expect("the coordinator starts");
+    let server = start(dir.path(), None).await;
     let addr = server.web_addr.expect("served");
 
     governor_proto::tls::install_crypto_provider();
@@ -105,23 +114,7 @@ async fn with_a_client_ca_only_clients_with_a_cluster_certificate_are_served() {
         false,
     )
     .unwrap();
-    let server = server::start(ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        store: dir.path().join("coordinator.redb"),
-        tls: None,
-        policy: "first-fit".into(),
-        state: Default::default(),
-        web: WebConfig {
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            tls: Some(HttpTls {
-                cert: dir.path().join("coordinator.pem"),
-                key: dir.path().join("coordinator-key.pem"),
-                client_ca: Some(dir.path().join("ca.pem")),
-            }),
-        },
-    })
-    .await
-    .expect("the coordinator starts");
+    let server = start(dir.path(), Some(dir.path().join("ca.pem"))).await;
     let addr = server.web_addr.expect("served");
 
     governor_proto::tls::install_crypto_provider();

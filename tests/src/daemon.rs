@@ -7,6 +7,30 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+/// `govctl` (the real binary) talking to the coordinator at `address` with the certificates in
+/// `certs` (as their `admin`).
+pub fn govctl_command(address: &str, certs: &Path) -> Command {
+    let mut c = Command::new(bin("govctl"));
+    c.arg("--coordinator")
+        .arg(address)
+        .arg("--certs")
+        .arg(certs);
+    c
+}
+
+/// Run `govctl ARGS` ([`govctl_command`]): its stdout, or its stderr as the error.
+pub fn try_govctl(address: &str, certs: &Path, args: &[&str]) -> Result<String, String> {
+    let out = govctl_command(address, certs)
+        .args(args)
+        .output()
+        .expect("run govctl");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Path of a binary built by the workspace: `$GOVERNOR_BIN_DIR/NAME` (set by `cargo xtask
 /// vm-test`), else the one cargo built next to the running test (`cargo test --workspace` and
 /// `cargo xtask test` build it; after `cargo test -p governor-integration-tests` alone, build it

@@ -17,7 +17,7 @@ use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
-use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::daemon::{Daemon, govctl_command, try_govctl};
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 
 fn wait_for<T>(
@@ -52,29 +52,6 @@ fn job(
         .into_iter()
         .find(|j| j.id == id)
         .unwrap_or_else(|| panic!("the coordinator does not list {id}"))
-}
-
-/// `govctl` (the real binary) as the test's admin.
-fn govctl_command(address: &str, certs: &std::path::Path) -> std::process::Command {
-    let mut c = std::process::Command::new(bin("govctl"));
-    c.arg("--coordinator")
-        .arg(address)
-        .arg("--certs")
-        .arg(certs);
-    c
-}
-
-/// Run `govctl ARGS`: its stdout, or its stderr as the error.
-fn run_govctl(address: &str, certs: &std::path::Path, args: &[&str]) -> Result<String, String> {
-    let out = govctl_command(address, certs)
-        .args(args)
-        .output()
-        .expect("run govctl");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 fn coordinator_line(d: &Daemon) -> String {
@@ -244,14 +221,14 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     assert_eq!(output, "starting\ndone\n");
     // The same through the coordinator, from the node (`govctl logs`), whole or its end.
     assert_eq!(
-        run_govctl(&address, &certs_dir, &["logs", "j1"]).as_deref(),
+        try_govctl(&address, &certs_dir, &["logs", "j1"]).as_deref(),
         Ok("starting\ndone\n")
     );
     assert_eq!(
-        run_govctl(&address, &certs_dir, &["logs", "--tail", "1", "j1"]).as_deref(),
+        try_govctl(&address, &certs_dir, &["logs", "--tail", "1", "j1"]).as_deref(),
         Ok("done\n")
     );
-    let unknown = run_govctl(&address, &certs_dir, &["logs", "j99"]).unwrap_err();
+    let unknown = try_govctl(&address, &certs_dir, &["logs", "j99"]).unwrap_err();
     assert!(unknown.contains("no job j99"), "{unknown}");
     wait_for(
         "the daemon to let train go",
@@ -342,7 +319,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             (!j.decision.is_empty()).then_some(j.decision)
         },
     );
-    let listed = run_govctl(&address, &certs_dir, &["job", "j4"]).expect("govctl job");
+    let listed = try_govctl(&address, &certs_dir, &["job", "j4"]).expect("govctl job");
     assert!(listed.contains(&decided), "{decided:?} not in:\n{listed}");
     // `govctl logs --follow` prints its output as it comes, across a restart of the daemon,
     // and ends by itself when the job ends.

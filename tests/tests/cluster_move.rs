@@ -231,11 +231,7 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
     );
 
     // `govctl logs --follow` from here on: it follows the job to node-b and ends with it.
-    let follower = std::process::Command::new(bin("govctl"))
-        .arg("--coordinator")
-        .arg(&c.address)
-        .arg("--certs")
-        .arg(&c.certs)
+    let follower = governor_integration_tests::daemon::govctl_command(&c.address, &c.certs)
         .args(["logs", "--follow", "j1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

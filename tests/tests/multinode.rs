@@ -129,19 +129,11 @@ fn tail(log: &Path) -> String {
 
 /// Run govctl with mTLS as admin; its stdout, or its stderr as the error.
 fn try_govctl(certs: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(bin("govctl"))
-        .arg("--coordinator")
-        .arg(format!("127.0.0.1:{COORDINATOR_PORT}"))
-        .arg("--certs")
-        .arg(certs)
-        .args(args)
-        .output()
-        .expect("run govctl");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    governor_integration_tests::daemon::try_govctl(
+        &format!("127.0.0.1:{COORDINATOR_PORT}"),
+        certs,
+        args,
+    )
 }
 
 /// [`try_govctl`], panicking with govctl's message on failure.
