@@ -36,6 +36,16 @@ async fn start(
     .expect("the coordinator starts")
 }
 
+/// The roots a client that trusts only the cluster CA (`DIR/ca.pem`) verifies the server with.
+fn cluster_roots(dir: &std::path::Path) -> Arc<tokio_rustls::rustls::RootCertStore> {
+    governor_proto::tls::install_crypto_provider();
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(dir.join("ca.pem")).unwrap())
+        .unwrap();
+    Arc::new(roots)
+}
+
 #[tokio::test]
 async fn the_web_endpoint_serves_https_with_the_configured_certificate() {
     let dir = tempfile::tempdir().unwrap();
@@ -50,13 +60,8 @@ async fn the_web_endpoint_serves_https_with_the_configured_certificate() {
     let server = start(dir.path(), None).await;
     let addr = server.web_addr.expect("served");
 
-    governor_proto::tls::install_crypto_provider();
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_file(dir.path().join("ca.pem")).unwrap())
-        .unwrap();
     let config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
+        .with_root_certificates(cluster_roots(dir.path()))
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     for (path, expect) in [
@@ -117,12 +122,7 @@ async fn with_a_client_ca_only_clients_with_a_cluster_certificate_are_served() {
     let server = start(dir.path(), Some(dir.path().join("ca.pem"))).await;
     let addr = server.web_addr.expect("served");
 
-    governor_proto::tls::install_crypto_provider();
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_file(dir.path().join("ca.pem")).unwrap())
-        .unwrap();
-    let roots = Arc::new(roots);
+    let roots = cluster_roots(dir.path());
     let get = |config: tokio_rustls::rustls::ClientConfig| async move {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -534,6 +534,19 @@ impl From<ReadOutput> for pb::ReadOutput {
     }
 }
 
+impl OutputChunk {
+    /// The answer to request `request_id` when the node cannot read the output: why.
+    pub fn failed(request_id: u64, why: impl Into<String>) -> Self {
+        OutputChunk {
+            request_id,
+            offset: 0,
+            data: Vec::new(),
+            size: 0,
+            error: why.into(),
+        }
+    }
+}
+
 impl TryFrom<pb::OutputChunk> for OutputChunk {
     type Error = InvalidMessage;
     fn try_from(m: pb::OutputChunk) -> Result<Self, InvalidMessage> {

@@ -317,20 +317,16 @@ fn answer_output_request(
                 crate::daemon::launcher::output::read_piece(&dir, &request)
             })
             .await
-            .unwrap_or_else(|e| governor_proto::node::OutputChunk {
-                request_id,
-                offset: 0,
-                data: Vec::new(),
-                size: 0,
-                error: format!("the read failed: {e}"),
+            .unwrap_or_else(|e| {
+                governor_proto::node::OutputChunk::failed(
+                    request_id,
+                    format!("the read failed: {e}"),
+                )
             }),
-            None => governor_proto::node::OutputChunk {
+            None => governor_proto::node::OutputChunk::failed(
                 request_id,
-                offset: 0,
-                data: Vec::new(),
-                size: 0,
-                error: "this node keeps no job output".into(),
-            },
+                "this node keeps no job output",
+            ),
         };
         if !piece.error.is_empty() {
             debug!(%job, error = %piece.error, "a job's output could not be read");

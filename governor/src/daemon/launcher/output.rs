@@ -22,22 +22,16 @@ pub fn output_path(output_dir: &Path, r: &ReadOutput) -> PathBuf {
 /// Read the piece a request asks for (blocking: call it off the async threads).
 pub fn read_piece(output_dir: &Path, r: &ReadOutput) -> OutputChunk {
     let path = output_path(output_dir, r);
-    let mut piece = OutputChunk {
-        request_id: r.request_id,
-        offset: 0,
-        data: Vec::new(),
-        size: 0,
-        error: String::new(),
-    };
     match read_at(&path, r) {
-        Ok((offset, data, size)) => {
-            piece.offset = offset;
-            piece.data = data;
-            piece.size = size;
-        }
-        Err(e) => piece.error = format!("cannot read {}: {e}", path.display()),
+        Ok((offset, data, size)) => OutputChunk {
+            request_id: r.request_id,
+            offset,
+            data,
+            size,
+            error: String::new(),
+        },
+        Err(e) => OutputChunk::failed(r.request_id, format!("cannot read {}: {e}", path.display())),
     }
-    piece
 }
 
 fn read_at(path: &Path, r: &ReadOutput) -> std::io::Result<(u64, Vec<u8>, u64)> {
