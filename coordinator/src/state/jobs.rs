@@ -141,10 +141,19 @@ impl ClusterState {
     /// Time passes: lose silent nodes, time out starts, expire gangs, place what fits.
     pub fn tick(&mut self, now: Seconds) {
         let lost_after = self.config.lost_after_s;
+        let resync_grace = self.config.resync_grace_s;
         let newly_lost: Vec<String> = self
             .nodes
             .values_mut()
-            .filter(|n| n.status != NodeStatus::Lost && now - n.last_seen > lost_after)
+            .filter(|n| {
+                // A node still resyncing has not reconnected since the restart (`restore`).
+                let allowed = match n.status {
+                    NodeStatus::Lost => return false,
+                    NodeStatus::Resyncing => lost_after + resync_grace,
+                    NodeStatus::Ready => lost_after,
+                };
+                now - n.last_seen > allowed
+            })
             .map(|n| {
                 warn!(node = %n.record.name, silent_s = now - n.last_seen, "node lost");
                 n.status = NodeStatus::Lost;

@@ -45,6 +45,11 @@ pub use queries::{Counters, OutputSource};
 pub struct StateConfig {
     /// A node that has not reported for this long is lost (its jobs become `unknown`).
     pub lost_after_s: f64,
+    /// After a coordinator restart, a known node that has not reconnected yet is lost only after
+    /// `lost_after_s` plus this long. Its agent was backing off while the coordinator was down
+    /// (up to 30 s between attempts, `governor::coordinator_client::Backoff`): without the
+    /// grace a slow restart would lose healthy nodes and roll back the moves in flight.
+    pub resync_grace_s: f64,
     /// A member placed on a node that has not reported it within this long has failed to start.
     pub start_timeout_s: f64,
     /// How often nodes should report.
@@ -93,6 +98,7 @@ impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
             lost_after_s: 10.0,
+            resync_grace_s: 30.0,
             start_timeout_s: 60.0,
             report_interval_ms: 1000,
             gang_timeout_s: 600.0,

@@ -336,6 +336,40 @@ fn a_restarted_coordinator_carries_on_with_the_move() {
 }
 
 #[test]
+fn a_target_slow_to_reconnect_after_a_restart_still_gets_the_move() {
+    // The multi-node VM test's case: the coordinator was killed mid-move and took a while to
+    // come back; the agents were backing off, so the source reconnected past `lost_after_s` and
+    // the target later still. The target is not lost yet: the move waits for it.
+    let (mut s, _, _) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    commands(&mut s);
+    let nodes = s.nodes.values().map(|n| n.record.clone()).collect();
+    let jobs = s.jobs.values().cloned().collect();
+    let config = StateConfig::default();
+    let late = 20.0 + config.lost_after_s + 2.0;
+    let mut r = ClusterState::restore(config, 20.0, Some(s.meta()), nodes, jobs).unwrap();
+    r.tick(late);
+    let ra = r.register(late, hello("a"), "10.0.0.1:1".into()).session_id;
+    r.report(late, "a", ra, j1(RunState::Exited, 0, true))
+        .unwrap();
+    r.tick(late + 5.0);
+    assert_eq!(phase(&r), MovePhase::Restoring);
+    let rb = r
+        .register(late + 5.0, hello("b"), "10.0.0.2:1".into())
+        .session_id;
+    assert!(commands(&mut r).contains(&"start j1 on b attempt 1".to_string()));
+    r.report(late + 6.0, "b", rb, j1(RunState::Running, 1, false))
+        .unwrap();
+    r.report(late + 17.0, "b", rb, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(phase(&r), MovePhase::Done);
+    assert_eq!(
+        runs_on(&r),
+        ("b".into(), RunState::Running, JobStatus::Running)
+    );
+}
+
+#[test]
 fn a_standing_migration_request_moves_a_job_that_declared_a_checkpoint() {
     let (mut s, a, b) = running_on_a();
     let mut report = j1(RunState::Running, 0, false);

@@ -604,7 +604,16 @@ fn restore_keeps_every_job_and_resyncs() {
     assert_eq!(r.job_record("j1").unwrap().status, JobStatus::Running);
     // New ids continue after the restored ones.
     assert_eq!(r.submit(102.0, spec("next", 0)).id, "j3");
-    // b never comes back: lost after the timeout.
+    // b has not come back yet: its agent may be between reconnection attempts, so it gets the
+    // resync grace on top of the timeout before it is lost.
+    let grace = StateConfig::default().resync_grace_s;
     r.tick(111.0);
-    assert_eq!(r.list_nodes(111.0)[1].status, NodeStatus::Lost);
+    assert_eq!(r.list_nodes(111.0)[1].status, NodeStatus::Resyncing);
+    r.tick(110.0 + grace);
+    assert_eq!(r.list_nodes(110.0 + grace)[1].status, NodeStatus::Resyncing);
+    r.tick(111.0 + grace);
+    assert_eq!(r.list_nodes(111.0 + grace)[1].status, NodeStatus::Lost);
+    // A node that reconnected has only the plain timeout again.
+    r.tick(111.0 + grace);
+    assert_eq!(r.list_nodes(111.0 + grace)[0].status, NodeStatus::Lost);
 }
