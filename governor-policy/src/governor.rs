@@ -65,7 +65,9 @@
 //!
 //! `floor` (0.1), `slack` (0.1), `hysteresis` (0.1), `smoothing` (0.5, EWMA weight of each loss
 //! value for the stage), `interval` (1 s between decisions when nothing happens),
-//! `learning_first` (true), `guard` (true), `lag_grace` (2 CPU-seconds).
+//! `learning_first` (true), `guard` (true), `lag_grace` (2 CPU-seconds), `probe_offer` (every
+//! core: a job whose demand is unknown again may be given the whole node; a number: that many
+//! times its fair share at most, until the long probe lifts it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -121,6 +123,11 @@ pub struct GovernorParams {
     pub guard: bool,
     /// CPU-seconds a job of unknown size may lag its fair twin before the slack applies.
     pub lag_grace: f64,
+    /// What a job whose demand is unknown again (it waited for CPU below its fair share, or its
+    /// low demand limit was probed) is offered: this many times its fair share. Infinite: every
+    /// core its rank gives it (a job served first then takes the whole node for a moment and
+    /// the weights flip).
+    pub probe_offer: f64,
 }
 
 impl Default for GovernorParams {
@@ -134,6 +141,7 @@ impl Default for GovernorParams {
             learning_first: true,
             guard: true,
             lag_grace: 2.0,
+            probe_offer: f64::INFINITY,
         }
     }
 }
@@ -159,11 +167,21 @@ impl GovernorParams {
             "smoothing" => self.smoothing = num(0.001, 1.0)?,
             "interval" => self.interval = num(0.001, 3600.0)?,
             "lag_grace" => self.lag_grace = num(0.0, 1e9)?,
+            "probe_offer" => self.probe_offer = num(1.0, 1e9)?,
             "learning_first" => self.learning_first = super::parse_param(key, value)?,
             "guard" => self.guard = super::parse_param(key, value)?,
             _ => return Err(ParamError::Unknown(key.to_owned())),
         }
         Ok(())
+    }
+}
+
+impl Demand {
+    /// Its demand is unknown again: offer it `offer` cores (with the long probe to lift that
+    /// too), or every core (`None`).
+    fn reopen(&mut self, now: Seconds, offer: Option<f64>) {
+        self.limit = offer;
+        self.limit_at = offer.map(|_| now);
     }
 }
 
@@ -451,6 +469,7 @@ impl Governor {
     /// Drop demand limits whose probe is due.
     fn expire_demand_limits(&mut self, now: Seconds) {
         let fair = self.cores / self.jobs.len().max(1) as f64;
+        let offer = self.probe_limit(fair);
         for job in self.jobs.values_mut() {
             let d = &mut job.demand;
             if let (Some(limit), Some(at)) = (d.limit, d.limit_at) {
@@ -460,11 +479,16 @@ impl Governor {
                     LONG_PROBE
                 };
                 if now - at >= probe {
-                    d.limit = None;
-                    d.limit_at = None;
+                    d.reopen(now, offer.filter(|o| *o > limit));
                 }
             }
         }
+    }
+
+    /// The demand limit of a job whose demand is unknown again (`probe_offer`), if any.
+    fn probe_limit(&self, fair: f64) -> Option<f64> {
+        let offer = self.params.probe_offer * fair;
+        (offer.is_finite() && offer < self.cores).then_some(offer)
     }
 
     /// The ranking key of a job: (class, -priority, work key, whether the work key is CPU
@@ -755,6 +779,7 @@ impl NodePolicy for Governor {
         } else {
             f64::INFINITY
         };
+        let offer = self.probe_limit(fair);
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
@@ -773,8 +798,7 @@ impl NodePolicy for Governor {
                 if waited.is_some_and(|w| w > UNMET_DEMAND) && cores < 0.9 * fair {
                     // It wants more than it got, and got less than its fair share: what it used
                     // says nothing of its demand.
-                    d.limit = None;
-                    d.limit_at = None;
+                    d.reopen(now, offer);
                 } else if let Some(offered) = d.min_offered
                     && cores < 0.9 * offered
                 {
@@ -1129,8 +1153,8 @@ mod tests {
     /// Three jobs of unknown size on 2 cores, all learning; `quiet` uses no CPU for its first
     /// 10 s (loading data), then wants 2 cores. Returns its share of the node each second after
     /// it became busy, with or without a measured CPU wait.
-    fn quiet_job_shares(measure_wait: bool) -> Vec<f64> {
-        let mut p = Governor::default();
+    fn quiet_job_shares(measure_wait: bool, params: GovernorParams) -> Vec<f64> {
+        let mut p = Governor::new(params);
         let jobs = ["busy1", "busy2", "quiet"];
         for j in jobs {
             p.job_added(0.0, &JobSpec::new(j));
@@ -1181,12 +1205,20 @@ mod tests {
     fn a_job_that_was_quiet_gets_its_floor_at_once_and_its_fair_share_within_two_seconds() {
         let fair = 2.0 / 3.0;
         let floor = GovernorParams::default().floor * fair;
-        for measure_wait in [true, false] {
-            let shares = quiet_job_shares(measure_wait);
+        let offers = [f64::INFINITY, 1.5];
+        for (measure_wait, probe_offer) in [true, false]
+            .into_iter()
+            .flat_map(|w| offers.map(|o| (w, o)))
+        {
+            let params = GovernorParams {
+                probe_offer,
+                ..GovernorParams::default()
+            };
+            let shares = quiet_job_shares(measure_wait, params);
             // The first second it wants CPU it runs on the plan made while it was quiet.
             assert!(
                 shares[0] >= floor * 0.99,
-                "wait measured: {measure_wait}: {:.3} cores in its first busy second, floor {floor:.3}",
+                "wait measured: {measure_wait}, probe_offer {probe_offer}: {:.3} cores in its first busy second, floor {floor:.3}",
                 shares[0]
             );
             // Within 2 s (the probe) it has its fair share, and from then on it never falls
@@ -1196,14 +1228,14 @@ mod tests {
                 let had: f64 = shares[..=k].iter().sum();
                 assert!(
                     had >= 0.9 * fair * (k + 1) as f64,
-                    "wait measured: {measure_wait}: {had:.2} CPU-s in its first {} busy seconds (fair {:.2}): {shares:?}",
+                    "wait measured: {measure_wait}, probe_offer {probe_offer}: {had:.2} CPU-s in its first {} busy seconds (fair {:.2}): {shares:?}",
                     k + 1,
                     fair * (k + 1) as f64
                 );
             }
             assert!(
                 shares[2] >= 0.95 * fair,
-                "wait measured: {measure_wait}: {:.3} cores 3 s after it became busy: {shares:?}",
+                "wait measured: {measure_wait}, probe_offer {probe_offer}: {:.3} cores 3 s after it became busy: {shares:?}",
                 shares[2]
             );
         }
