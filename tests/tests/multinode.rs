@@ -605,9 +605,14 @@ fn coordinator_node(n: u32) {
     drop(coordinator);
 }
 
-/// Epochs of a movable job: long enough (about 1 s each) for two moves, each confirmed after
-/// the coordinator's `move_confirm_s` (10 s).
+/// Epochs of a movable job (at least 1 s each): long enough for a move confirmed after the
+/// coordinator's `move_confirm_s` (10 s) and what follows it.
 const MOVABLE_EPOCHS: u64 = 40;
+
+/// Epochs of a job moved there and back: two moves, each confirmed after 10 s of running, plus
+/// the test's own polling through `govctl` (seconds a call under TCG). With 40 a local run saw
+/// the job finish on node3 before the return move was asked.
+const BOTH_WAYS_EPOCHS: u64 = 64;
 
 /// How a movable job saves itself.
 #[derive(Clone, Copy, PartialEq)]
@@ -641,7 +646,7 @@ fn submit_movable(
     wrapper: Option<&str>,
     saves: Saves,
 ) -> Movable {
-    submit_movable_with(certs, name, seed, wrapper, saves, &[])
+    submit_movable_with(certs, name, seed, wrapper, saves, &[], MOVABLE_EPOCHS)
 }
 
 /// [`submit_movable`] with more `govctl submit` options (`--cores 1`, `--priority 5`).
@@ -652,6 +657,7 @@ fn submit_movable_with(
     wrapper: Option<&str>,
     saves: Saves,
     options: &[&str],
+    epochs: u64,
 ) -> Movable {
     let carry = saves == Saves::Carried;
     let criu = matches!(saves, Saves::Criu | Saves::CriuHeavy(_));
@@ -663,7 +669,7 @@ fn submit_movable_with(
     let _ = std::fs::remove_dir_all(&shared);
     std::fs::create_dir_all(&shared).unwrap();
     let trainer = bin("demo-trainer");
-    let args = |log: &Path| demo_trainer_argv(&trainer, log, MOVABLE_EPOCHS, 256, seed);
+    let args = |log: &Path| demo_trainer_argv(&trainer, log, epochs, 256, seed);
     let reference = shared.join("reference.csv");
     let a = args(&reference);
     let status = Command::new(&a[0])
@@ -673,7 +679,7 @@ fn submit_movable_with(
         .expect("demo-trainer runs");
     assert!(status.success());
     let expected = keras_epochs(&reference);
-    assert_eq!(expected.len() as u64, MOVABLE_EPOCHS);
+    assert_eq!(expected.len() as u64, epochs);
 
     let log = shared.join("train.csv");
     let ckpt = if carry {
@@ -754,7 +760,7 @@ fn check_completed_unharmed(certs: &Path, job: &Movable) {
     let numbers: Vec<u64> = got.iter().map(|(e, _)| *e).collect();
     assert_eq!(
         numbers,
-        (0..MOVABLE_EPOCHS).collect::<Vec<u64>>(),
+        (0..job.expected.len() as u64).collect::<Vec<u64>>(),
         "every epoch once, in order: {got:?}"
     );
     assert_eq!(got, job.expected, "the moved run learnt something else");
@@ -765,7 +771,15 @@ fn check_completed_unharmed(certs: &Path, job: &Movable) {
 /// on from the epoch it left each time, and its losses equal, bit for bit, those of the same
 /// run never moved (run here on node1).
 fn move_a_job_both_ways(certs: &Path) {
-    let job = submit_movable(certs, "mover", 11, None, Saves::Shared);
+    let job = submit_movable_with(
+        certs,
+        "mover",
+        11,
+        None,
+        Saves::Shared,
+        &[],
+        BOTH_WAYS_EPOCHS,
+    );
     let mut at = 0;
     for to in ["node3", "node2"] {
         wait_for("a few more epochs", 240, || {
@@ -786,7 +800,15 @@ fn move_a_job_both_ways(certs: &Path) {
 /// restored; its log goes on from the epoch it left, and its losses equal, bit for bit,
 /// those of the same run never moved.
 fn move_a_job_by_criu_both_ways(certs: &Path) {
-    let job = submit_movable(certs, "dumped", 23, None, Saves::Criu);
+    let job = submit_movable_with(
+        certs,
+        "dumped",
+        23,
+        None,
+        Saves::Criu,
+        &[],
+        BOTH_WAYS_EPOCHS,
+    );
     let mut at = 0;
     for to in ["node3", "node2"] {
         wait_for("a few more epochs", 240, || {
@@ -1033,7 +1055,15 @@ fn move_automatically_when_a_node_asks(certs: &Path) {
 /// when `urgent` completes, `low` resumes there and finishes with every epoch once and the
 /// losses of a run never preempted, bit for bit.
 fn preempt_a_job_by_checkpoint(certs: &Path) {
-    let job = submit_movable_with(certs, "low", 43, None, Saves::Shared, &["--cores", "1"]);
+    let job = submit_movable_with(
+        certs,
+        "low",
+        43,
+        None,
+        Saves::Shared,
+        &["--cores", "1"],
+        MOVABLE_EPOCHS,
+    );
     let shared = PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").unwrap());
     let filler_log = shared.join("filler.log");
     let out = govctl(
@@ -1158,6 +1188,7 @@ fn resize_an_elastic_job(certs: &Path) {
         Some(&prologue),
         Saves::Shared,
         &["--cores", "0.5:1"],
+        MOVABLE_EPOCHS,
     );
     let size_of = |d: &serde_json::Value| d["summary"]["cores"].as_f64();
     wait_for("a few epochs of elastic at its least size", 240, || {
