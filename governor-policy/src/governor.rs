@@ -176,15 +176,6 @@ impl GovernorParams {
     }
 }
 
-impl Demand {
-    /// Its demand is unknown again: offer it `offer` cores (with the long probe to lift that
-    /// too), or every core (`None`).
-    fn reopen(&mut self, now: Seconds, offer: Option<f64>) {
-        self.limit = offer;
-        self.limit_at = offer.map(|_| now);
-    }
-}
-
 /// What the policy knows of a job's demand for CPU.
 #[derive(Clone, Debug, Default)]
 struct Demand {
@@ -198,6 +189,15 @@ struct Demand {
     min_offered: Option<f64>,
     /// Cumulative CPU wait at the latest sample.
     last_wait: Option<f64>,
+}
+
+impl Demand {
+    /// Its demand is unknown again: offer it `offer` cores (with the long probe to lift that
+    /// too), or every core (`None`).
+    fn reopen(&mut self, now: Seconds, offer: Option<f64>) {
+        self.limit = offer;
+        self.limit_at = offer.map(|_| now);
+    }
 }
 
 /// What the policy knows of a job's size: (fraction done, CPU-seconds) at its first and latest
@@ -466,7 +466,7 @@ impl Governor {
         }
     }
 
-    /// Drop demand limits whose probe is due.
+    /// Reopen the demand limits whose probe is due.
     fn expire_demand_limits(&mut self, now: Seconds) {
         let fair = self.cores / self.jobs.len().max(1) as f64;
         let offer = self.probe_limit(fair);
@@ -1290,6 +1290,48 @@ mod tests {
             w("learning"),
             w("done")
         );
+    }
+
+    #[test]
+    fn probe_offer_bounds_what_a_job_that_waited_is_offered() {
+        // Two jobs of unknown size on 2 cores; `a` (served first) used 0.2 cores while its
+        // threads waited for a CPU 0.8 s of the second: its demand is unknown again.
+        let share_of_a = |probe_offer: f64| {
+            let mut p = Governor::new(GovernorParams {
+                probe_offer,
+                ..GovernorParams::default()
+            });
+            for j in ["a", "b"] {
+                p.job_added(0.0, &JobSpec::new(j));
+            }
+            p.decide(0.0, &node(2.0));
+            for (j, at, cpu, wait) in [
+                ("a", 0.0, 0.0, 0.0),
+                ("b", 0.0, 0.0, 0.0),
+                ("a", 1.0, 0.2, 0.8),
+                ("b", 1.0, 1.8, 0.0),
+            ] {
+                let usage = Usage {
+                    at,
+                    cpu_seconds: cpu,
+                    cpu_wait_seconds: Some(wait),
+                    ..Usage::default()
+                };
+                p.usage(at, &id(j), usage);
+            }
+            let plan = p.decide(1.0, &node(2.0));
+            let w = |j: &str| f64::from(plan.allocations[&id(j)].cpu.weight);
+            w("a") / (w("a") + w("b"))
+        };
+        // Every core: the other job is left its floor.
+        assert!(
+            share_of_a(f64::INFINITY) > 0.9,
+            "{}",
+            share_of_a(f64::INFINITY)
+        );
+        // 1.5 times its fair share (1 core): 1.5 of the 2 cores.
+        let bounded = share_of_a(1.5);
+        assert!((0.7..=0.8).contains(&bounded), "{bounded}");
     }
 
     #[test]
