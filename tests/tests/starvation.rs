@@ -371,7 +371,9 @@ fn vm_a_job_with_more_threads_than_cores_is_not_locked_out() {
 
 /// Finish at convergence, end to end: a job started with `run-job --finish 3:0.001` whose loss
 /// stops improving is stopped by the daemon (SIGINT to its group) long before its script would
-/// end, while a job that did not ask for it and logs the same flat loss keeps running.
+/// end, while a job that did not ask for it and logs the same flat loss keeps running. Both are
+/// started with SIGINT ignored, as from `governor run-job ... &` in a script: the job that asked
+/// must still get the SIGINT (not sit it out until the SIGTERM 30 s later).
 fn finish_at_convergence(layout: Layout, prefix: &str) {
     let _alone = alone();
     let mut d = Daemon::configure("governor", "");
@@ -394,6 +396,13 @@ fn finish_at_convergence(layout: Layout, prefix: &str) {
             .arg(&d.socket);
         if let Some(rule) = finish {
             c.args(["--finish", rule]);
+        }
+        // SAFETY: between fork and exec, only signal(2), which is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                Ok(())
+            });
         }
         Job {
             name: name.to_owned(),

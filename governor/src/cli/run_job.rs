@@ -108,6 +108,9 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(f) = args.finish {
         command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
+        // The daemon stops it with SIGINT once converged: it must not have inherited SIGINT
+        // ignored (a job started from `governor run-job ... &` in a script would).
+        crate::sys::default_action_for(&mut command, Signal::SIGINT);
     }
     fs.prepare_command(&job, &mut command)
         .context("cannot prepare the job to start in its cgroup")?;

@@ -159,6 +159,23 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Give the command's process the default action for `signal` (set between fork and exec),
+/// whatever its starter had: a job started from `cmd &` in a script inherits SIGINT ignored,
+/// and would then sit out the daemon's graceful stop (SIGINT) until the SIGTERM after the grace.
+pub fn default_action_for(command: &mut std::process::Command, signal: nix::sys::signal::Signal) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and only calls signal(2), which is
+    // async-signal-safe, then returns an error built from errno.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::signal(signal as libc::c_int, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Make the command's process die (SIGKILL) when the process that starts it does
 /// (PR_SET_PDEATHSIG, set between fork and exec): a supervisor killed outright must not leave
 /// its job running on, unseen, where only the supervisor's end was noticed.
