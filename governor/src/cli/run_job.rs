@@ -43,7 +43,8 @@ pub struct RunJobArgs {
     /// Opt-in: end the job once it has converged, `PATIENCE[:MIN_DELTA]` (like Keras
     /// `EarlyStopping`, on its validation loss, else its progress signal): the daemon sends it
     /// SIGINT, then SIGTERM after a grace period, and reports it "stopped: converged". Also
-    /// passed to the job as `GOVERNOR_FINISH`.
+    /// passed to the job as `GOVERNOR_FINISH`. The job starts with SIGINT at its default
+    /// action, even if run-job inherited it ignored.
     #[arg(long, value_parser = job_env::parse_finish)]
     pub finish: Option<crate::policy::quality::FinishRule>,
     /// Control socket of the daemon.
