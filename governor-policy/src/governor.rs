@@ -479,6 +479,8 @@ impl Governor {
                     LONG_PROBE
                 };
                 if now - at >= probe {
+                    // A limit at or above the probe offer was the offer itself (or more): the
+                    // long probe lifts it to every core.
                     d.reopen(now, offer.filter(|o| *o > limit));
                 }
             }

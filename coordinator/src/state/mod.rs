@@ -491,7 +491,7 @@ impl ClusterState {
     }
 
     /// A coordinator restarted at `now` from its store. Known nodes are `resyncing` until they
-    /// reconnect (or lost after the timeout); their unfinished jobs are `unknown` until then;
+    /// reconnect (or lost after `lost_after_s + resync_grace_s`); their unfinished jobs are `unknown` until then;
     /// queued jobs keep their place.
     pub fn restore(
         config: StateConfig,
