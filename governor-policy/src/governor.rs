@@ -260,6 +260,8 @@ struct Job {
     /// Ranked behind the learning jobs: it converged, and has not progressed again since
     /// (a converged job that merely wavers into "watching" stays behind: hysteresis).
     behind: bool,
+    /// A trial waiting at its sweep's rung for the other trials ([`NodePolicy::hold`]).
+    held: bool,
 }
 
 impl Job {
@@ -275,9 +277,14 @@ impl Job {
     }
 
     /// 0: promoted by the guard; 1: learning (or not judged yet, or slowing down); 2: converged
-    /// (with `learning_first`). A job merely slowing down stays with the learners: on noisy
-    /// per-epoch losses "watching" comes and goes, and the order would flap with it.
+    /// (with `learning_first`); 3: a trial waiting at its sweep's rung (before the guard: it
+    /// asked to wait, its fair twin's pace does not apply). A job merely slowing down stays
+    /// with the learners: on noisy per-epoch losses "watching" comes and goes, and the order
+    /// would flap with it.
     fn class(&self, learning_first: bool) -> u8 {
+        if self.held {
+            return 3;
+        }
         if self.urgent {
             return 0;
         }
@@ -735,8 +742,15 @@ impl NodePolicy for Governor {
                 fair_done_at: None,
                 urgent: false,
                 behind: false,
+                held: false,
             },
         );
+    }
+
+    fn hold(&mut self, _now: Seconds, id: &JobId, held: bool) {
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.held = held;
+        }
     }
 
     fn job_removed(&mut self, _now: Seconds, id: &JobId) {
@@ -907,7 +921,9 @@ impl NodePolicy for Governor {
                 Some(r) => format!("~{r:.0} CPU-s left"),
                 None => format!("size unknown, {:.0} CPU-s so far", job.cpu_seconds),
             };
-            let why = if job.urgent {
+            let why = if job.held {
+                "at its sweep's rung: after the trials still on their way".to_owned()
+            } else if job.urgent {
                 "promoted: behind its fair-share pace".to_owned()
             } else {
                 match job.tracker.category() {
@@ -1292,6 +1308,34 @@ mod tests {
             w("learning"),
             w("done")
         );
+    }
+
+    #[test]
+    fn a_trial_held_at_its_sweeps_rung_goes_after_the_others_and_keeps_its_floor() {
+        let mut p = Governor::default();
+        for j in ["x", "y"] {
+            p.job_added(0.0, &JobSpec::new(j));
+        }
+        let first = |plan: &Plan| -> String {
+            ["x", "y"]
+                .into_iter()
+                .find(|j| plan.allocations[&id(j)].reason.starts_with("governor: #1 "))
+                .expect("one job ranked first")
+                .to_owned()
+        };
+        // Whichever goes first...
+        let lead = first(&p.decide(2.0, &node(1.0)));
+        let other = if lead == "x" { "y" } else { "x" };
+        // ...goes after the other once it waits at its sweep's rung for it.
+        p.hold(3.0, &id(&lead), true);
+        let plan = p.decide(3.0, &node(1.0));
+        assert_eq!(first(&plan), other);
+        let held = &plan.allocations[&id(&lead)];
+        assert!(held.reason.contains("at its sweep's rung"), "{}", held.reason);
+        assert!(held.cpu.weight >= 1, "its floor stays");
+        p.hold(4.0, &id(&lead), false);
+        let plan = p.decide(4.0, &node(1.0));
+        assert!(!plan.allocations[&id(&lead)].reason.contains("rung"));
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod share;
 pub mod specon;
 pub mod speedup;
 pub mod stage;
+pub mod sweep;
 
 /// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
 pub type Seconds = f64;
@@ -274,6 +275,11 @@ pub trait NodePolicy: Send {
     /// `governor_progress::quality_value`): what time to quality is judged by. Policies that
     /// judge learning by it use it instead of [`NodePolicy::progress`] once it arrives.
     fn quality(&mut self, _now: Seconds, _id: &JobId, _point: ProgressPoint) {}
+    /// A trial of a sweep has reached a rung that waits for the sweep's other trials
+    /// (`held`), or no longer waits: a policy that orders jobs serves it after them, so that
+    /// the rung is judged sooner and less of a trial that may be cut is run (its floor stays).
+    /// The default ignores it.
+    fn hold(&mut self, _now: Seconds, _id: &JobId, _held: bool) {}
     /// Whether a new progress value can change the plan, so the daemon should decide as soon
     /// as one arrives. `fair` ignores progress: deciding after each log row would only cost CPU.
     fn decides_on_progress(&self) -> bool {

@@ -271,6 +271,7 @@ impl Bed {
                     signal: SignalConfig::default(),
                     epochs: None,
                     finish: None,
+                    sweep: None,
                 }
             ));
             rt.block_on(watcher.add(

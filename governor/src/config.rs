@@ -327,6 +327,10 @@ pub struct JobConfig {
     /// run-job --finish`).
     #[serde(default, deserialize_with = "finish_rule")]
     pub finish: Option<crate::policy::quality::FinishRule>,
+    /// Opt-in: the job is a trial of a sweep, `"NAME[:ETA:FIRST_RUNG]"` (see `governor run-job
+    /// --sweep`).
+    #[serde(default, deserialize_with = "sweep_trial")]
+    pub sweep: Option<crate::policy::sweep::SweepTrial>,
     /// Never cap the job below this many cores.
     #[serde(default)]
     pub min_cpu: Option<f64>,
@@ -602,6 +606,16 @@ fn finish_rule<'de, D: serde::Deserializer<'de>>(
         .map_err(serde::de::Error::custom)
 }
 
+/// A job file's `sweep = "NAME[:ETA:FIRST_RUNG]"`.
+fn sweep_trial<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::policy::sweep::SweepTrial>, D::Error> {
+    let s = String::deserialize(d)?;
+    governor_proto::job_env::parse_sweep(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 /// Durations in TOML as humantime strings (`"250ms"`, `"1s"`, `"2m"`).
 mod humantime_serde {
     use std::time::Duration;
@@ -728,6 +742,7 @@ v1_memory_limit = false
 # priority = 0
 # epochs = 90                  # total epochs of the run, if known (lets the governor see how far along it is)
 # finish = "5:0.001"           # opt-in: stop it gracefully once converged (5 values without a 0.001 gain)
+# sweep = "lr:3:5"             # opt-in: a trial of sweep "lr", cut by successive halving (1 in 3 go on at 5, 15, 45... epochs)
 # min_cpu = 1.0                # cores
 # max_cpu = 8.0
 # min_memory = "4GiB"

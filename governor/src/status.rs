@@ -77,6 +77,12 @@ pub fn render_table(s: &NodeStatus) -> String {
                 j.cgroup.clone(),
                 {
                     let mut why = j.decision.clone();
+                    if let Some(s) = &j.sweep {
+                        why.push_str(&format!(" [sweep {s}]"));
+                    }
+                    if let Some(f) = &j.finish {
+                        why.push_str(&format!(" [{f}]"));
+                    }
                     if let Some(m) = &j.migration_request {
                         why.push_str(&format!(" [move asked: {m}]"));
                     }

@@ -41,6 +41,9 @@ pub struct AdoptJob {
     /// End the job at convergence (`run-job --finish`).
     #[serde(default)]
     pub finish: Option<FinishRule>,
+    /// A trial of a sweep, cut by successive halving (`run-job --sweep`).
+    #[serde(default)]
+    pub sweep: Option<governor_policy::sweep::SweepTrial>,
 }
 
 /// The daemon's answer.
@@ -148,10 +151,15 @@ pub struct JobStatus {
     /// (`governor_policy::quality`); it only moves later as the job keeps improving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_quality_s: Option<f64>,
-    /// A job that asked to finish at convergence and converged: "stopped: converged (best loss
-    /// X)" while the daemon stops it.
+    /// A job the daemon is stopping as it asked: "stopped: converged (best loss X)" (finish at
+    /// convergence) or "stopped: outranked in its sweep ..." (a trial cut by its sweep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish: Option<String>,
+    /// The sweep the job is a trial of (`run-job --sweep`), and the rung it waits at for the
+    /// sweep's other trials if it does: `lr`, `lr (at its 5-epoch rung: waits for the other
+    /// trials)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<String>,
     /// What time to quality is judged by: `validation loss` or the progress signal's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality_signal: Option<String>,
@@ -197,6 +205,7 @@ mod tests {
                 patience: 3,
                 min_delta: 0.01,
             }),
+            sweep: None,
         });
         let line = serde_json::to_string(&adopt).unwrap();
         assert!(

@@ -30,6 +30,57 @@ pub const MASTER_ADDR: &str = "GOVERNOR_MASTER_ADDR";
 /// grace period) and reports it "stopped: converged".
 pub const FINISH: &str = "GOVERNOR_FINISH";
 
+/// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (e.g. `lr` or
+/// `lr:3:5`): the trials of one sweep on a node are cut by successive halving (at FIRST_RUNG ·
+/// ETA^k epochs only the best 1/ETA go on; default 3 and 5 epochs). A trial cut is stopped
+/// gracefully (SIGINT, SIGTERM after a grace period) and reported "stopped: outranked in its
+/// sweep".
+pub const SWEEP: &str = "GOVERNOR_SWEEP";
+
+/// A sweep declaration that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a sweep: NAME[:ETA:FIRST_RUNG], a name of letters, digits, '.', '_' or '-', a whole ETA >= 2 and a first rung in epochs > 0 (e.g. lr or lr:3:5)"
+)]
+pub struct InvalidSweep(pub String);
+
+/// Parse `NAME[:ETA:FIRST_RUNG]` (the one syntax of `GOVERNOR_SWEEP`, `run-job --sweep`, a job
+/// file's `sweep` and `govctl submit --sweep`).
+pub fn parse_sweep(s: &str) -> Result<governor_policy::sweep::SweepTrial, InvalidSweep> {
+    use governor_policy::sweep::{HalvingRule, SweepTrial};
+    let bad = || InvalidSweep(s.to_owned());
+    let mut parts = s.trim().split(':');
+    let name = parts.next().unwrap_or_default().trim();
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(bad());
+    }
+    let rule = match (parts.next(), parts.next(), parts.next()) {
+        (None, _, _) => HalvingRule::default(),
+        (Some(eta), Some(first), None) => HalvingRule {
+            eta: eta.trim().parse().map_err(|_| bad())?,
+            first_rung: first.trim().parse().map_err(|_| bad())?,
+        },
+        _ => return Err(bad()),
+    };
+    if !rule.is_valid() {
+        return Err(bad());
+    }
+    Ok(SweepTrial {
+        sweep: name.to_owned(),
+        rule,
+    })
+}
+
+/// The one spelling of a sweep declaration (what `run-job` passes on in `GOVERNOR_SWEEP`).
+pub fn format_sweep(t: &governor_policy::sweep::SweepTrial) -> String {
+    format!("{}:{}:{}", t.sweep, t.rule.eta, t.rule.first_rung)
+}
+
 /// A finish rule that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -90,6 +141,22 @@ mod tests {
         assert_eq!(parse_finish(" 3 ").unwrap().min_delta, 0.0);
         for bad in ["0", "-1", "x", "5:-1", "5:nan", ""] {
             assert!(parse_finish(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sweeps_parse_a_name_and_an_optional_rule() {
+        let t = parse_sweep("lr-sweep").unwrap();
+        assert_eq!(t.sweep, "lr-sweep");
+        assert_eq!(t.rule, governor_policy::sweep::HalvingRule::default());
+        let t = parse_sweep(" lr:4:2.5 ").unwrap();
+        assert_eq!((t.rule.eta, t.rule.first_rung), (4, 2.5));
+        assert_eq!(parse_sweep(&format_sweep(&t)).unwrap(), t);
+        for bad in [
+            "", ":3:5", "lr:1:5", "lr:3:0", "lr:3", "lr:3:5:7", "lr:x:5", "lr:3:nan",
+            "a b", "lr/x", "lr:3:-1",
+        ] {
+            assert!(parse_sweep(bad).is_err(), "{bad:?}");
         }
     }
 

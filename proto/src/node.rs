@@ -169,8 +169,8 @@ pub struct JobReport {
     /// What the node's policy does to the job now and why, as `governor status` shows it.
     #[serde(default)]
     pub decision: String,
-    /// It ended because its node stopped it at convergence, as it asked: completed, whatever
-    /// status the interrupted process exited with.
+    /// It ended because its node stopped it as it asked (at convergence, or cut from its sweep
+    /// by successive halving): completed, whatever status the interrupted process exited with.
     #[serde(default)]
     pub converged: bool,
 }

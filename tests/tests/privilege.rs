@@ -384,6 +384,7 @@ fn control_socket_checks_its_callers(layout: Layout, prefix: &str) {
         pid: roots.pid(),
         epochs: None,
         finish: None,
+        sweep: None,
     });
     let socket = d.socket.clone();
     let ask = |req: &Request| request(&socket, req, Duration::from_secs(5)).expect("answer");

@@ -10,6 +10,10 @@
 //! `cargo xtask vm-test starvation`). Each job is a shell script: busy loops (one per thread)
 //! and a Keras-style CSV log whose loss falls every 200 ms while the job works, so the policy
 //! sees every job learning.
+//!
+//! Beside them, the two ways a job may ask the daemon to end it, which must reach a job however
+//! it was started: finish at convergence (`run-job --finish`) and a sweep's trial budget
+//! (`run-job --sweep`).
 
 use std::fs;
 use std::path::Path;
@@ -389,32 +393,8 @@ fn finish_at_convergence(layout: Layout, prefix: &str) {
     };
     let start = |name: &str, finish: Option<&str>| {
         let log = d.dir.path().join(format!("{name}.csv"));
-        let mut c = Command::new(bin("governor"));
-        c.args(["run-job", "--name", name, "--log"])
-            .arg(&log)
-            .arg("--socket")
-            .arg(&d.socket);
-        if let Some(rule) = finish {
-            c.args(["--finish", rule]);
-        }
-        // SAFETY: between fork and exec, only signal(2), which is async-signal-safe.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
-                libc::signal(libc::SIGINT, libc::SIG_IGN);
-                Ok(())
-            });
-        }
-        Job {
-            name: name.to_owned(),
-            layout,
-            child: c
-                .args(["--", "sh", "-c", &script(&log)])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("governor run-job"),
-        }
+        let opts: Vec<&str> = finish.map(|r| vec!["--finish", r]).unwrap_or_default();
+        start_ignoring_sigint(&d, layout, name, &log, &opts, &script(&log))
     };
     let started = Instant::now();
     let mut asked = start(&format!("{prefix}-asked"), Some("3:0.001"));
@@ -442,6 +422,113 @@ fn finish_at_convergence(layout: Layout, prefix: &str) {
     assert!(other.wait_for_end(Duration::from_secs(30)));
     drop((asked, other));
     d.terminate();
+}
+
+/// `governor run-job NAME --log LOG OPTS -- sh -c SCRIPT` under `d`, started with SIGINT
+/// ignored, as from `governor run-job ... &` in a script: a job that asked the daemon to stop
+/// it (`--finish`, `--sweep`) must still get the daemon's SIGINT.
+fn start_ignoring_sigint(
+    d: &Daemon,
+    layout: Layout,
+    name: &str,
+    log: &Path,
+    opts: &[&str],
+    script: &str,
+) -> Job {
+    let mut c = Command::new(bin("governor"));
+    c.args(["run-job", "--name", name, "--log"])
+        .arg(log)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(opts);
+    // SAFETY: between fork and exec, only signal(2), which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    Job {
+        name: name.to_owned(),
+        layout,
+        child: c
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("governor run-job"),
+    }
+}
+
+/// A sweep's trial budget, end to end: three trials started with `run-job --sweep t:3:2
+/// --epochs 40`, each logging a Keras CSV row every 0.3 s (its validation loss at its own
+/// level: the trial named `best` lowest). Once all three have done 2 epochs (the first rung),
+/// only the best third goes on: the daemon stops the other two (SIGINT to their groups) long
+/// before their scripts would end (12 s), and says why; the best trial runs all its 40 epochs.
+fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
+    let _alone = alone();
+    let mut d = Daemon::configure("governor", "");
+    d.spawn();
+    let script = |log: &Path, level: u32| {
+        format!(
+            "log='{}'\necho epoch,loss,val_loss > \"$log\"\nk=0\n\
+             while [ $k -lt 40 ]; do echo \"$k,{level}.5,{level}.$((90 - 2 * k))\" >> \"$log\"; \
+             k=$((k + 1)); sleep 0.3; done\n",
+            log.display()
+        )
+    };
+    let start = |trial: &str, level: u32| {
+        let name = format!("{prefix}-{trial}");
+        let log = d.dir.path().join(format!("{name}.csv"));
+        let opts = ["--sweep", "t:3:2", "--epochs", "40"];
+        (
+            start_ignoring_sigint(&d, layout, &name, &log, &opts, &script(&log, level)),
+            log,
+        )
+    };
+    let started = Instant::now();
+    let (mut worst, _) = start("worst", 3);
+    let (mut middle, _) = start("middle", 2);
+    let (mut best, best_log) = start("best", 1);
+    let cut = worst.wait_for_end(Duration::from_secs(8))
+        && middle.wait_for_end(Duration::from_secs(2));
+    let took = started.elapsed();
+    let best_running = matches!(best.child.try_wait(), Ok(None));
+    assert!(
+        cut,
+        "{prefix}: the outranked trials still run after {took:?}\n{}",
+        d.log_tail()
+    );
+    assert!(
+        d.log_text().contains("outranked in its sweep"),
+        "{prefix}: the daemon did not say why it stopped the trials\n{}",
+        d.log_tail()
+    );
+    assert!(
+        best_running,
+        "{prefix}: the best trial was stopped too\n{}",
+        d.log_tail()
+    );
+    eprintln!("{prefix}: two trials cut after {took:?}; the best runs on");
+    assert!(best.wait_for_end(Duration::from_secs(40)));
+    let rows = fs::read_to_string(&best_log).unwrap().lines().count();
+    assert_eq!(rows, 41, "{prefix}: the best trial logged all its epochs");
+    drop((worst, middle, best));
+    d.terminate();
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_sweep_stops_its_outranked_trials() {
+    sweep_cuts_its_worst_trials(host(), "sweep-v1");
+}
+
+#[test]
+#[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test starvation`"]
+fn vm_a_sweep_stops_its_outranked_trials() {
+    require_vm();
+    sweep_cuts_its_worst_trials(Layout::V2, "sweep-v2");
 }
 
 #[test]

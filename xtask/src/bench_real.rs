@@ -55,7 +55,8 @@ pub(crate) struct BenchRealArgs {
     pub workload: Vec<String>,
     /// Node policies compared with `fair` (NAME or NAME:KEY=VALUE...). A suffix
     /// `+finish=PATIENCE:MIN_DELTA` also starts every job with `run-job --finish` (finish at
-    /// convergence, opt-in).
+    /// convergence, opt-in); `+sweep=NAME[:ETA:FIRST_RUNG]` starts every job as a trial of one
+    /// sweep (`run-job --sweep`, successive halving, opt-in); both may be given.
     #[arg(long, value_delimiter = ',', default_value = "governor")]
     pub policies: Vec<String>,
     /// Repetitions of every pair.
@@ -513,7 +514,7 @@ impl RealEnv {
         j: &JobPlan,
         sizes: Sizes,
         dir: &Path,
-        finish: Option<&str>,
+        policy: &str,
     ) -> Command {
         let script = match j.framework {
             Framework::Keras => "train_keras.py",
@@ -530,8 +531,11 @@ impl RealEnv {
         if sizes == Sizes::Known {
             c.args(["--epochs", &j.epochs.to_string()]);
         }
-        if let Some(rule) = finish {
+        if let Some(rule) = policy_option(policy, "finish") {
             c.args(["--finish", rule]);
+        }
+        if let Some(sweep) = policy_option(policy, "sweep") {
+            c.args(["--sweep", sweep]);
         }
         c.arg("--")
             .arg(&self.python)
@@ -599,7 +603,7 @@ impl RealEnv {
                 let j = pending.remove(0);
                 let out = fs::File::create(dir.join(format!("{}.out", j.name)))?;
                 let child = self
-                    .job_command(j, sizes, dir, policy.split_once("+finish=").map(|(_, r)| r))
+                    .job_command(j, sizes, dir, policy)
                     .stdout(out.try_clone()?)
                     .stderr(out)
                     .spawn()
@@ -876,6 +880,24 @@ pub(crate) fn pair(fair: &RunResult, other: &RunResult) -> Pair {
     }
 }
 
+/// The value of a `+KEY=VALUE` suffix of a policy (`governor+finish=5:0.001+sweep=lr`).
+pub(crate) fn policy_option<'a>(policy: &'a str, key: &str) -> Option<&'a str> {
+    policy
+        .split('+')
+        .skip(1)
+        .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A run's result as the one who launched a sweep sees it: its best job (lowest best loss), that
+/// loss, and when that job reached its quality (seconds since the run's start).
+pub(crate) fn sweep_result(r: &RunResult) -> Option<(String, f64, Option<f64>)> {
+    r.jobs
+        .iter()
+        .filter_map(|j| Some((j, best_quality(j)?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(j, loss)| (j.name.clone(), loss, j.ttq.map(|t| j.submitted + t)))
+}
+
 /// The best quality value (validation loss, else loss) a job reached.
 fn best_quality(j: &JobResult) -> Option<f64> {
     j.curve
@@ -1093,6 +1115,9 @@ fn aggregate(
          under the policy over its figure under fair in the same repetition, the worst job of \
          each repetition, median (min..max)."
     );
+    if w.name == "sweep" {
+        md.push_str(&sweep_table(&fair, &all_runs));
+    }
     md.push_str(&per_job_md);
     let cores = std::thread::available_parallelism().map_or(2.0, |n| n.get() as f64);
     let (calibration_md, calibration) =
@@ -1109,6 +1134,52 @@ fn aggregate(
         }),
         plots,
     })
+}
+
+/// The sweep's result under each policy against fair, repetition by repetition: which trial is
+/// best, its best loss, when it reached its quality and when the sweep ended.
+fn sweep_table(fair: &[RunResult], all_runs: &[(String, Vec<RunResult>)]) -> String {
+    let mut md = String::from(
+        "\nThe sweep's result (its best trial, as the one who launched it picks it), against fair \
+         in the same repetition, median (min..max):\n\n\
+         | policy | best trial (fair / policy) | its best loss vs fair's | its time to quality vs fair's | sweep's makespan vs fair |\n\
+         | --- | --- | ---: | ---: | ---: |\n",
+    );
+    let named = |runs: &[RunResult]| -> String {
+        let mut names: Vec<String> = runs
+            .iter()
+            .filter_map(|r| sweep_result(r).map(|s| s.0))
+            .collect();
+        names.sort();
+        names.dedup();
+        names.join(", ")
+    };
+    for (policy, runs) in all_runs {
+        let (mut loss, mut ttq, mut span) = (Vec::new(), Vec::new(), Vec::new());
+        for r in runs {
+            let Some(f) = fair.iter().find(|f| f.rep == r.rep) else {
+                continue;
+            };
+            let (Some(a), Some(b)) = (sweep_result(r), sweep_result(f)) else {
+                continue;
+            };
+            loss.push(a.1 / b.1 - 1.0);
+            if let (Some(x), Some(y)) = (a.2, b.2) {
+                ttq.push(x / y - 1.0);
+            }
+            span.push(r.makespan / f.makespan - 1.0);
+        }
+        let _ = writeln!(
+            md,
+            "| {policy} | {} / {} | {} | {} | {} |",
+            named(fair),
+            named(runs),
+            pct(spread(loss)),
+            pct(spread(ttq)),
+            pct(spread(span)),
+        );
+    }
+    md
 }
 
 /// CPU share and loss over time per job: fair on the left panels, the policy on the right
@@ -1219,6 +1290,22 @@ mod tests {
         assert!((p.worst_jct - 1.1).abs() < 1e-9);
         assert!((p.worst_ttq.unwrap() - 1.0).abs() < 1e-9);
         assert!((p.makespan - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn policy_options_and_the_sweeps_result() {
+        let p = "governor:probe_offer=1.5+finish=5:0.001+sweep=lr:3:5";
+        assert_eq!(policy_option(p, "finish"), Some("5:0.001"));
+        assert_eq!(policy_option(p, "sweep"), Some("lr:3:5"));
+        assert_eq!(policy_option("governor", "sweep"), None);
+        assert_eq!(policy_option("governor:sweep=1", "sweep"), None, "a policy parameter");
+        let mut r = run("governor", 1, &[("a", 100.0, 50.0), ("b", 40.0, 20.0)]);
+        r.jobs[0].curve = vec![(10.0, 0.5, 0.4), (20.0, 0.3, 0.2)];
+        r.jobs[1].curve = vec![(10.0, 0.5, 0.3), (20.0, 0.4, f64::NAN)];
+        r.jobs[1].submitted = 5.0;
+        assert_eq!(sweep_result(&r), Some(("a".into(), 0.2, Some(50.0))));
+        r.jobs[1].curve.push((30.0, 0.1, f64::NAN));
+        assert_eq!(sweep_result(&r), Some(("b".into(), 0.1, Some(25.0))));
     }
 
     #[test]

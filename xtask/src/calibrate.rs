@@ -413,8 +413,10 @@ pub(crate) fn report(
     let fair_sim = simulate(&models, "fair", cores, e)?;
     let mut rows = vec![("fair".to_owned(), fair.to_vec(), fair_sim.clone())];
     for (p, runs) in policies {
-        if p.contains("+finish") {
-            continue; // govsim does not stop jobs at convergence
+        if p.contains('+') {
+            // govsim stops no job: neither at convergence (`+finish`) nor by a sweep's budget
+            // (`+sweep`).
+            continue;
         }
         rows.push((p.clone(), runs.clone(), simulate(&models, p, cores, e)?));
     }

@@ -213,6 +213,13 @@ pub struct SubmitArgs {
     /// `GOVERNOR_FINISH`. Off unless given.
     #[arg(long, value_name = "PATIENCE[:MIN_DELTA]", value_parser = parse_finish_rule)]
     pub finish: Option<String>,
+    /// A trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (default 3 and 5 epochs): the
+    /// trials of one sweep on a node are cut by successive halving (once all have reached
+    /// FIRST_RUNG · ETA^k epochs only the best 1/ETA go on; the others are stopped gracefully
+    /// and reported "stopped: outranked in its sweep"). Passed as `GOVERNOR_SWEEP`; trials
+    /// placed on different nodes are compared on each node separately. Off unless given.
+    #[arg(long, value_name = "NAME[:ETA:FIRST_RUNG]", value_parser = parse_sweep)]
+    pub sweep: Option<String>,
     /// The directory the job saves its checkpoint to and resumes from, on storage every node
     /// mounts at this path: the job can then be moved (`govctl migrate`, or the coordinator on
     /// a node's SpeCon request). The job must save there and exit with status 0 on the save
@@ -509,6 +516,9 @@ pub async fn main(cli: Cli) -> Result<()> {
         }
         Command::Submit(a) => {
             let mut env: std::collections::BTreeMap<String, String> = a.env.into_iter().collect();
+            if let Some(sweep) = a.sweep {
+                env.insert(governor_proto::job_env::SWEEP.into(), sweep);
+            }
             if let Some(rule) = a.finish {
                 env.insert(governor_proto::job_env::FINISH.into(), rule);
             }
@@ -620,6 +630,13 @@ pub async fn main(cli: Cli) -> Result<()> {
 fn parse_finish_rule(s: &str) -> Result<String, String> {
     governor_proto::job_env::parse_finish(s)
         .map(|_| s.trim().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A sweep declaration, in its one spelling, once it parses (`govctl submit --sweep`).
+fn parse_sweep(s: &str) -> Result<String, String> {
+    governor_proto::job_env::parse_sweep(s)
+        .map(|t| governor_proto::job_env::format_sweep(&t))
         .map_err(|e| e.to_string())
 }
 
@@ -811,6 +828,20 @@ mod tests {
         assert!(
             Cli::try_parse_from([
                 "govctl", "submit", "--name", "t", "--log", "/l", "--finish", "0", "--", "x"
+            ])
+            .is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "govctl", "submit", "--name", "t", "--log", "/l", "--sweep", "lr", "--", "x",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.command, Command::Submit(ref a) if a.sweep.as_deref() == Some("lr:3:5")),
+            "the sweep is passed on in its one spelling"
+        );
+        assert!(
+            Cli::try_parse_from([
+                "govctl", "submit", "--name", "t", "--log", "/l", "--sweep", "lr:1:5", "--", "x"
             ])
             .is_err()
         );

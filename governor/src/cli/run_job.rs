@@ -47,6 +47,15 @@ pub struct RunJobArgs {
     /// action, even if run-job inherited it ignored.
     #[arg(long, value_parser = job_env::parse_finish)]
     pub finish: Option<crate::policy::quality::FinishRule>,
+    /// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (default
+    /// 3 and 5 epochs). The trials of one sweep on this node are cut by successive halving:
+    /// once every running trial has reached FIRST_RUNG · ETA^k epochs, only the best 1/ETA (by
+    /// their best validation loss so far, else their progress signal) go on; the others are
+    /// stopped like `--finish` (SIGINT, then SIGTERM) and reported "stopped: outranked in its
+    /// sweep". Needs epochs in the log; give `--epochs` so that the last rung is not the end.
+    /// Also passed to the job as `GOVERNOR_SWEEP`.
+    #[arg(long, value_name = "NAME[:ETA:FIRST_RUNG]", value_parser = job_env::parse_sweep)]
+    pub sweep: Option<crate::policy::sweep::SweepTrial>,
     /// Control socket of the daemon.
     #[arg(long, default_value = "/run/governor/governor.sock")]
     pub socket: PathBuf,
@@ -109,8 +118,14 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(f) = args.finish {
         command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
-        // The daemon stops it with SIGINT once converged: it must not have inherited SIGINT
-        // ignored (a job started from `governor run-job ... &` in a script would).
+    }
+    if let Some(t) = &args.sweep {
+        command.env(job_env::SWEEP, job_env::format_sweep(t));
+    }
+    if args.finish.is_some() || args.sweep.is_some() {
+        // The daemon stops it with SIGINT once converged or outranked: it must not have
+        // inherited SIGINT ignored (a job started from `governor run-job ... &` in a script
+        // would).
         crate::sys::default_action_for(&mut command, Signal::SIGINT);
     }
     fs.prepare_command(&job, &mut command)
@@ -132,6 +147,7 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
             pid,
             epochs: args.epochs,
             finish: args.finish,
+            sweep: args.sweep.clone(),
         });
         let socket = args.socket.clone();
         match tokio::task::spawn_blocking(move || {

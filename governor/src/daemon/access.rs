@@ -144,6 +144,7 @@ mod tests {
             pid,
             epochs: None,
             finish: None,
+            sweep: None,
         })
     }
 

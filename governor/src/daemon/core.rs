@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::cgroup::{Actuator, CgroupError, CgroupUsage, HierarchyKind, JobCgroup, RestoreReport};
 use crate::policy::quality::{EarlyStop, FinishRule, QualityTracker};
+use crate::policy::sweep::{Outranked, SweepTrial, Sweeps};
 use crate::policy::{
     Allocation, Category, CpuAllocation, Direction, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Usage,
@@ -62,19 +63,22 @@ pub struct NewJob {
     pub epochs: Option<f64>,
     /// Opt-in: end the job once it has converged (stopped gracefully by the daemon).
     pub finish: Option<FinishRule>,
+    /// Opt-in: a trial of a sweep, stopped gracefully when successive halving cuts it.
+    pub sweep: Option<SweepTrial>,
 }
 
-/// A job that asked to finish at convergence has converged: the daemon is stopping it.
-#[derive(Clone, Copy, Debug)]
+/// A job that asked to be stopped (converged, or outranked in its sweep) is being stopped.
+#[derive(Clone, Debug)]
 struct Finishing {
     /// When it converged (SIGINT sent then).
     at: Instant,
-    best: f64,
+    /// "stopped: converged (best loss X)", "stopped: outranked in its sweep ...".
+    why: String,
     /// SIGTERM sent after the grace period.
     terminated: bool,
 }
 
-/// How long a job stopped at convergence gets to end by itself after SIGINT (Keras finishes its
+/// How long a job stopped at convergence (or cut from its sweep) gets to end by itself after SIGINT (Keras finishes its
 /// batch, writes its log) before SIGTERM.
 pub const FINISH_GRACE: Duration = Duration::from_secs(30);
 
@@ -119,9 +123,15 @@ pub struct JobEntry {
     quality: QualityTracker,
     /// `quality` follows the validation loss (else the progress signal).
     quality_from_validation: bool,
-    /// Finish at convergence (opt-in): the rule's state, and the stop under way.
+    /// Finish at convergence (opt-in): the rule's state, and the stop under way (also for a
+    /// trial cut from its sweep).
     finish: Option<EarlyStop>,
     finishing: Option<Finishing>,
+    /// The sweep it is a trial of.
+    sweep: Option<String>,
+    /// The rung (epochs) it waits at for its sweep's other trials, as the policy was told
+    /// ([`NodePolicy::hold`]).
+    waiting_at_rung: Option<f64>,
 }
 
 /// Signal every process of a job's cgroup (finish at convergence); a failure is logged, never
@@ -150,10 +160,25 @@ fn finish_on_quality(
         info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
         entry.finishing = Some(Finishing {
             at: now,
-            best,
+            why: format!("stopped: converged (best loss {best:.6})"),
             terminated: false,
         });
         signal_group(actuator, cgroup, Signal::SIGINT, &entry.name);
+    }
+}
+
+/// A trial logged a loss with `epochs` done: hand it to its sweep, whose verdicts (this trial
+/// or others cut at a rung) are returned for [`NodeCore::cut_trials`].
+fn sweep_on_quality(
+    sweeps: &mut Sweeps<JobCgroup>,
+    entry: &JobEntry,
+    cgroup: &JobCgroup,
+    epochs: Option<f64>,
+    loss: f64,
+    cuts: &mut Vec<Outranked<JobCgroup>>,
+) {
+    if let (Some(_), Some(done)) = (&entry.sweep, epochs) {
+        cuts.extend(sweeps.observe(cgroup, done, loss));
     }
 }
 
@@ -213,6 +238,8 @@ pub struct NodeCore {
     last_plan: Plan,
     /// The daemon's counters and histograms (`/metrics`).
     metrics: crate::metrics::DaemonMetrics,
+    /// The sweeps whose trials run here (opt-in, `run-job --sweep`).
+    sweeps: Sweeps<JobCgroup>,
 }
 
 const GROWTH_WINDOW: Duration = Duration::from_secs(60);
@@ -258,6 +285,7 @@ impl NodeCore {
             coordinator: None,
             last_plan: Plan::default(),
             metrics: crate::metrics::DaemonMetrics::default(),
+            sweeps: Sweeps::default(),
         }
     }
 
@@ -341,6 +369,19 @@ impl NodeCore {
         }
         info!(job = %job.name, cgroup = %job.cgroup, source = job.source.label(), runtime = %job.runtime, "governing job");
         self.policy.job_added(self.secs(now), &job.spec);
+        if let Some(t) = &job.sweep {
+            // A sweep compares losses: what falls (validation loss, else a falling signal).
+            if !self.sweeps.join(
+                &t.sweep,
+                t.rule,
+                Direction::Minimise,
+                job.cgroup.clone(),
+                job.epochs,
+            ) {
+                let kept = self.sweeps.get(&t.sweep).map(|s| s.rule());
+                warn!(job = %job.name, sweep = %t.sweep, asked = ?t.rule, kept = ?kept, "this trial asks for another halving rule than its sweep's first trial: the sweep keeps the first (reported once per sweep)");
+            }
+        }
         let entry = JobEntry {
             name: job.name,
             source: job.source,
@@ -359,6 +400,8 @@ impl NodeCore {
             quality_from_validation: false,
             finish: job.finish.map(|r| EarlyStop::new(r, Direction::Minimise)),
             finishing: None,
+            sweep: job.sweep.map(|t| t.sweep),
+            waiting_at_rung: None,
             log_file: None,
             log_problem: None,
             cpu_prev: None,
@@ -385,15 +428,77 @@ impl NodeCore {
             log_restore(&self.actuator.release(cgroup));
         }
         self.next_decision_at = Some(now);
+        // A rung of its sweep that waited only for this trial is judged now.
+        if entry.sweep.is_some() {
+            let cuts = self.sweeps.leave(cgroup);
+            self.cut_trials(now, cuts);
+            self.sync_rung_holds(now);
+        }
         Some(entry)
+    }
+
+    /// Tell the policy which trials wait at their sweep's rung for the others (served after
+    /// them) and which no longer do.
+    fn sync_rung_holds(&mut self, now: Instant) {
+        let t = self.secs(now);
+        for (cgroup, entry) in &mut self.jobs {
+            if entry.sweep.is_none() {
+                continue;
+            }
+            let at = self.sweeps.waiting_at(cgroup);
+            if at.is_some() != entry.waiting_at_rung.is_some() {
+                debug!(job = %entry.name, rung_epochs = ?at, "waits at its sweep's rung for the other trials");
+                self.policy.hold(t, &entry.spec.id, at.is_some());
+                self.next_decision_at = Some(now);
+            }
+            entry.waiting_at_rung = at;
+        }
+    }
+
+    /// Stop the trials their sweep cut (SIGINT now, SIGTERM after [`FINISH_GRACE`]), as they
+    /// asked by joining it. A trial already being stopped is left as it is.
+    fn cut_trials(&mut self, now: Instant, cuts: Vec<Outranked<JobCgroup>>) {
+        for cut in cuts {
+            let Some(entry) = self.jobs.get_mut(&cut.trial) else {
+                continue;
+            };
+            if entry.finishing.is_some() {
+                continue;
+            }
+            let sweep = entry.sweep.clone().unwrap_or_default();
+            info!(job = %entry.name, sweep = %sweep, rung_epochs = cut.rung_epochs, loss = cut.loss, place = cut.place, of = cut.of, kept = cut.kept, "outranked in its sweep: stopping the trial as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+            entry.finishing = Some(Finishing {
+                at: now,
+                why: format!("stopped: {}", cut.describe()),
+                terminated: false,
+            });
+            signal_group(&self.actuator, &cut.trial, Signal::SIGINT, &entry.name);
+        }
     }
 
     /// A record from one of a job's logs. Returns true when it moved the progress signal.
     pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
+        let mut cuts = Vec::new();
+        let moved = self.on_record_inner(now, cgroup, record, &mut cuts);
+        if !self.sweeps.is_empty() {
+            self.cut_trials(now, cuts);
+            self.sync_rung_holds(now);
+        }
+        moved
+    }
+
+    fn on_record_inner(
+        &mut self,
+        now: Instant,
+        cgroup: &JobCgroup,
+        record: &Record,
+        cuts: &mut Vec<Outranked<JobCgroup>>,
+    ) -> bool {
         let t = self.secs(now);
         let Some(entry) = self.jobs.get_mut(cgroup) else {
             return false;
         };
+        let epochs = epochs_done(record);
         entry.records += 1;
         self.metrics.log_record(record.format.name());
         entry.last_record_at = Some(now);
@@ -415,6 +520,7 @@ impl NodeCore {
             }
             entry.quality.observe(t, v);
             finish_on_quality(entry, &self.actuator, cgroup, now, v);
+            sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, v, cuts);
             self.policy.quality(
                 t,
                 &entry.spec.id,
@@ -465,6 +571,10 @@ impl NodeCore {
                     entry.quality.observe(t, value);
                     // A job that logs no validation loss: its training signal is its quality.
                     finish_on_quality(entry, &self.actuator, cgroup, now, value);
+                    // Its sweep compares losses: a signal that rises (accuracy) is not one.
+                    if entry.spec.direction == Direction::Minimise {
+                        sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, value, cuts);
+                    }
                 }
                 if let Some(fraction) = work_fraction(record, entry.epochs) {
                     self.policy.work_done(t, &entry.spec.id, fraction);
@@ -895,12 +1005,16 @@ impl JobEntry {
                 .quality
                 .reached_at()
                 .map(|at| (at - self.adopted_secs).max(0.0)),
-            finish: self.finishing.map(|f| {
+            finish: self.finishing.as_ref().map(|f| {
                 format!(
-                    "stopped: converged (best loss {:.6}){}",
-                    f.best,
+                    "{}{}",
+                    f.why,
                     if f.terminated { ", SIGTERM sent" } else { "" }
                 )
+            }),
+            sweep: self.sweep.as_ref().map(|s| match self.waiting_at_rung {
+                Some(e) => format!("{s} (at its {e}-epoch rung: waits for the other trials)"),
+                None => s.clone(),
             }),
             quality_signal: if self.quality_from_validation {
                 Some("validation loss".into())
@@ -927,13 +1041,17 @@ impl JobEntry {
 /// number done is the epoch, plus one for Keras CSV.
 fn work_fraction(record: &Record, total_epochs: Option<f64>) -> Option<f64> {
     let total = total_epochs.filter(|t| t.is_finite() && *t > 0.0)?;
+    Some((epochs_done(record)? / total).min(1.0))
+}
+
+/// Epochs a record says are done (see [`work_fraction`] for how logs count them).
+fn epochs_done(record: &Record) -> Option<f64> {
     let epoch = record.epoch.filter(|e| e.is_finite() && *e >= 0.0)?;
-    let done = if record.format == Format::KerasCsv {
+    Some(if record.format == Format::KerasCsv {
         epoch + 1.0
     } else {
         epoch
-    };
-    Some((done / total).min(1.0))
+    })
 }
 
 /// The memory policy (with `govern_memory`): a job that is still learning keeps whatever memory
@@ -1182,6 +1300,11 @@ mod tests {
 
     /// [`bed`] with the policy's job ids made by `id`.
     fn bed_with(id: fn(&str) -> JobId) -> Bed {
+        bed_full(id, None)
+    }
+
+    /// [`bed_with`], every job a trial of `sweep` (declared 20 epochs) if given.
+    fn bed_full(id: fn(&str) -> JobId, sweep: Option<SweepTrial>) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("cgroup");
         std::fs::create_dir(&root).unwrap();
@@ -1220,8 +1343,9 @@ mod tests {
                     source: JobSource::Declared(format!("/{job}.toml").into()),
                     runtime: "test".into(),
                     signal: SignalConfig::default(),
-                    epochs: None,
+                    epochs: sweep.as_ref().map(|_| 20.0),
                     finish: None,
+                    sweep: sweep.clone(),
                 },
             ));
         }
@@ -1286,6 +1410,77 @@ mod tests {
         bed.set_cap("b", 3.0, "b learns");
         bed.core.on_progress_moved(due + Duration::from_secs(1));
         assert_eq!(bed.cpu_max("b"), "300000 100000");
+    }
+
+    #[test]
+    fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
+        let rule = crate::policy::sweep::HalvingRule {
+            eta: 3,
+            first_rung: 2.0,
+        };
+        let mut bed = bed_full(
+            id,
+            Some(SweepTrial {
+                sweep: "lr".into(),
+                rule,
+            }),
+        );
+        let record = |epoch: f64, val_loss: f64| Record {
+            file: std::sync::Arc::from(std::path::Path::new("/l")),
+            format: Format::KerasCsv,
+            index: 0,
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
+            epoch: Some(epoch),
+            step: None,
+            split: Default::default(),
+            metrics: [
+                (std::sync::Arc::from("loss"), val_loss * 2.0),
+                (std::sync::Arc::from("val_loss"), val_loss),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let cgroup = |job: &str| JobCgroup::new(format!("jobs/{job}")).unwrap();
+        let now = bed.now;
+        // Keras epoch 1 = two done: the first rung. c and a get there; b, the best, last.
+        bed.core.on_record(now, &cgroup("c"), &record(0.0, 0.9));
+        bed.core.on_record(now, &cgroup("c"), &record(1.0, 0.5));
+        bed.core.on_record(now, &cgroup("a"), &record(1.0, 0.3));
+        let finish = |core: &NodeCore, job: &str| {
+            core.status(now)
+                .jobs
+                .into_iter()
+                .find(|j| j.name == job)
+                .and_then(|j| j.finish)
+        };
+        assert_eq!(finish(&bed.core, "c"), None, "judged only once all are there");
+        let sweep_of = |core: &NodeCore, job: &str| {
+            core.status(now)
+                .jobs
+                .into_iter()
+                .find(|j| j.name == job)
+                .and_then(|j| j.sweep)
+        };
+        assert_eq!(
+            sweep_of(&bed.core, "c").as_deref(),
+            Some("lr (at its 2-epoch rung: waits for the other trials)")
+        );
+        bed.core.on_record(now, &cgroup("b"), &record(1.0, 0.1));
+        let c = finish(&bed.core, "c").expect("c is cut");
+        assert!(
+            c.starts_with("stopped: outranked in its sweep at 2 epochs: loss 0.500000, 3 of 3"),
+            "{c}"
+        );
+        assert!(finish(&bed.core, "a").is_some(), "a is cut too");
+        assert_eq!(finish(&bed.core, "b"), None, "the best goes on");
+        let status = bed.core.status(now);
+        let b = status.jobs.iter().find(|j| j.name == "b").unwrap();
+        assert_eq!(b.sweep.as_deref(), Some("lr"));
+        // The cut trials end; b runs on alone to its end (no rung at 20 epochs).
+        bed.core.remove_job(now, &cgroup("a"), "exited");
+        bed.core.remove_job(now, &cgroup("c"), "exited");
+        bed.core.on_record(now, &cgroup("b"), &record(19.0, 0.01));
+        assert_eq!(finish(&bed.core, "b"), None);
     }
 
     #[test]

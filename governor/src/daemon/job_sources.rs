@@ -245,6 +245,7 @@ impl Discovery {
                     },
                     epochs: cfg.epochs,
                     finish: cfg.finish,
+                    sweep: cfg.sweep.clone(),
                     cgroup,
                 },
                 watch: WatchSpec {
@@ -448,6 +449,7 @@ impl Discovery {
                 },
                 epochs: env.epochs,
                 finish: env.finish,
+                sweep: env.sweep.clone(),
                 cgroup: target,
             },
             watch: WatchSpec {
@@ -619,6 +621,7 @@ pub(super) fn launched_job(job: &AdoptJob, owner: Option<FileOwner>) -> Result<F
             },
             epochs: job.epochs,
             finish: job.finish,
+            sweep: job.sweep.clone(),
             cgroup,
         },
         watch: WatchSpec {

@@ -97,7 +97,8 @@ fn apply_cluster_options(config: &mut DaemonConfig, opts: &DaemonOptions) -> Res
     Ok(())
 }
 
-/// Tell the launcher which of its jobs the daemon is stopping at convergence (as they asked).
+/// Tell the launcher which of its jobs the daemon is stopping as they asked (converged, or cut
+/// from their sweep).
 fn note_converging(launcher: &mut launcher::Launcher, status: &crate::status::NodeStatus) {
     for j in &status.jobs {
         if let Some(why) = &j.finish {

@@ -26,6 +26,8 @@ pub struct JobEnvironment {
     pub epochs: Option<f64>,
     /// `GOVERNOR_FINISH`: end the job at convergence (a malformed rule is ignored).
     pub finish: Option<governor_policy::quality::FinishRule>,
+    /// `GOVERNOR_SWEEP`: a trial of a sweep (a malformed declaration is ignored).
+    pub sweep: Option<governor_policy::sweep::SweepTrial>,
 }
 
 /// Parse a NUL-separated environment block for the GOVERNOR_* variables.
@@ -36,6 +38,7 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
         job: None,
         epochs: None,
         finish: None,
+        sweep: None,
     };
     let mut found = false;
     for entry in block.split(|&b| b == 0) {
@@ -68,6 +71,9 @@ pub fn parse_environ(block: &[u8]) -> Option<JobEnvironment> {
             }
             k if k == job_env::FINISH.as_bytes() => {
                 env.finish = job_env::parse_finish(value).ok();
+            }
+            k if k == job_env::SWEEP.as_bytes() => {
+                env.sweep = job_env::parse_sweep(value).ok();
             }
             _ => {}
         }

@@ -162,7 +162,8 @@ struct Launched {
     /// Its end, held while a dump of it is under way (CRIU kills it when the dump is done;
     /// the end is a save only if the dump succeeded).
     held_exit: Option<JobExit>,
-    /// The daemon is stopping it at convergence, as it asked: why ("stopped: converged ...").
+    /// The daemon is stopping it as it asked: why ("stopped: converged ...", "stopped:
+    /// outranked in its sweep ...").
     converging: Option<String>,
 }
 
@@ -545,6 +546,11 @@ impl Launcher {
                     .env
                     .get(job_env::FINISH)
                     .and_then(|v| job_env::parse_finish(v).ok()),
+                // `govctl submit --sweep NAME` passes GOVERNOR_SWEEP: a trial of a sweep.
+                sweep: s
+                    .env
+                    .get(job_env::SWEEP)
+                    .and_then(|v| job_env::parse_sweep(v).ok()),
             },
             maximise: s.maximise,
             priority: s.priority,
@@ -870,7 +876,7 @@ fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
 }
 
 impl Launcher {
-    /// The daemon is stopping the job in `cgroup` at convergence, as it asked (`why`: what
+    /// The daemon is stopping the job in `cgroup` as it asked, converged or cut from its sweep (`why`: what
     /// `governor status` says): its end is then reported as completed. Unknown cgroups (local
     /// jobs) are ignored.
     pub fn note_converging(&mut self, cgroup: &str, why: &str) {

@@ -396,6 +396,7 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         message: String::new(),
         adopt: AdoptJob {
             finish: None,
+            sweep: None,
             name: "old".into(),
             cgroup: "/governor.slice/jobs/old-j7".into(),
             logs: vec!["/tmp/old.log".into()],
@@ -447,6 +448,7 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         message: String::new(),
         adopt: AdoptJob {
             finish: None,
+            sweep: None,
             name: format!("job-{id}"),
             cgroup: format!("/governor.slice/jobs/job-{id}"),
             logs: vec!["/tmp/train.log".into()],
