@@ -1331,7 +1331,11 @@ mod tests {
         let plan = p.decide(3.0, &node(1.0));
         assert_eq!(first(&plan), other);
         let held = &plan.allocations[&id(&lead)];
-        assert!(held.reason.contains("at its sweep's rung"), "{}", held.reason);
+        assert!(
+            held.reason.contains("at its sweep's rung"),
+            "{}",
+            held.reason
+        );
         assert!(held.cpu.weight >= 1, "its floor stays");
         p.hold(4.0, &id(&lead), false);
         let plan = p.decide(4.0, &node(1.0));

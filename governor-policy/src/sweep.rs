@@ -362,7 +362,9 @@ impl<K: Ord + Clone> Sweeps<K> {
 
     /// The rung a running trial waits at for the others of its sweep ([`Sweep::waiting_at`]).
     pub fn waiting_at(&self, trial: &K) -> Option<f64> {
-        self.sweeps.get(self.member_of.get(trial)?)?.waiting_at(trial)
+        self.sweeps
+            .get(self.member_of.get(trial)?)?
+            .waiting_at(trial)
     }
 
     /// A trial logged a loss; returns the trials of its sweep to stop.
@@ -416,12 +418,23 @@ mod tests {
     #[test]
     fn a_rung_is_judged_only_when_every_running_trial_reached_it() {
         let mut s = six();
-        let base = [("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0), ("e", 5.0), ("f", 6.0)];
+        let base = [
+            ("a", 1.0),
+            ("b", 2.0),
+            ("c", 3.0),
+            ("d", 4.0),
+            ("e", 5.0),
+            ("f", 6.0),
+        ];
         // The worst trials get there first: nothing is decided by arrival order.
         for (t, b) in base.iter().rev().take(5) {
             assert!(s.observe(t, 5.0, b / 5.0).is_empty(), "{t} judged early");
         }
-        assert_eq!(s.waiting_at(&"f"), Some(5.0), "f waits for the others at 5 epochs");
+        assert_eq!(
+            s.waiting_at(&"f"),
+            Some(5.0),
+            "f waits for the others at 5 epochs"
+        );
         assert_eq!(s.waiting_at(&"a"), None, "a is on its way");
         let stops = s.observe(&"a", 5.0, 0.2);
         assert_eq!(s.waiting_at(&"f"), None, "judged: nothing to wait for");
@@ -438,7 +451,14 @@ mod tests {
     #[test]
     fn the_survivors_are_cut_again_and_one_trial_always_goes_on() {
         let mut s = six();
-        for (t, l) in [("a", 0.2), ("b", 0.3), ("c", 0.5), ("d", 0.6), ("e", 0.7), ("f", 0.8)] {
+        for (t, l) in [
+            ("a", 0.2),
+            ("b", 0.3),
+            ("c", 0.5),
+            ("d", 0.6),
+            ("e", 0.7),
+            ("f", 0.8),
+        ] {
             s.observe(&t, 5.0, l);
         }
         // The stopped ones end; a and b reach 15 epochs: b is cut, a runs to its end (45:
@@ -450,7 +470,10 @@ mod tests {
         let stops = s.observe(&"a", 15.0, 0.05);
         assert_eq!(stops.len(), 1);
         assert_eq!(stops[0].trial, "b");
-        assert!(s.observe(&"a", 45.0, 0.01).is_empty(), "no cut at the declared end");
+        assert!(
+            s.observe(&"a", 45.0, 0.01).is_empty(),
+            "no cut at the declared end"
+        );
     }
 
     #[test]
@@ -491,7 +514,10 @@ mod tests {
         assert_eq!(stops.len(), 1, "0.15 is 2nd of 3: only the best goes on");
         assert_eq!((stops[0].place, stops[0].of), (2, 3));
         s.join("later", None);
-        assert!(s.observe(&"later", 5.0, 0.05).is_empty(), "the new best goes on");
+        assert!(
+            s.observe(&"later", 5.0, 0.05).is_empty(),
+            "the new best goes on"
+        );
     }
 
     #[test]
@@ -514,7 +540,10 @@ mod tests {
             first_rung: 1.0,
         };
         assert!(!all.join("lr", other, Direction::Minimise, 2, None));
-        assert!(all.join("lr", other, Direction::Minimise, 3, None), "reported once");
+        assert!(
+            all.join("lr", other, Direction::Minimise, 3, None),
+            "reported once"
+        );
         assert_eq!(all.get("lr").unwrap().rule(), rule());
         assert_eq!(all.sweep_of(&2), Some("lr"));
         all.observe(&1, 5.0, 0.1);

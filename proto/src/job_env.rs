@@ -153,8 +153,8 @@ mod tests {
         assert_eq!((t.rule.eta, t.rule.first_rung), (4, 2.5));
         assert_eq!(parse_sweep(&format_sweep(&t)).unwrap(), t);
         for bad in [
-            "", ":3:5", "lr:1:5", "lr:3:0", "lr:3", "lr:3:5:7", "lr:x:5", "lr:3:nan",
-            "a b", "lr/x", "lr:3:-1",
+            "", ":3:5", "lr:1:5", "lr:3:0", "lr:3", "lr:3:5:7", "lr:x:5", "lr:3:nan", "a b",
+            "lr/x", "lr:3:-1",
         ] {
             assert!(parse_sweep(bad).is_err(), "{bad:?}");
         }

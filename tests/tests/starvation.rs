@@ -491,8 +491,8 @@ fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let (mut worst, _) = start("worst", 3);
     let (mut middle, _) = start("middle", 2);
     let (mut best, best_log) = start("best", 1);
-    let cut = worst.wait_for_end(Duration::from_secs(8))
-        && middle.wait_for_end(Duration::from_secs(2));
+    let cut =
+        worst.wait_for_end(Duration::from_secs(8)) && middle.wait_for_end(Duration::from_secs(2));
     let took = started.elapsed();
     let best_running = matches!(best.child.try_wait(), Ok(None));
     assert!(

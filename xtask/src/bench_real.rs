@@ -1298,7 +1298,11 @@ mod tests {
         assert_eq!(policy_option(p, "finish"), Some("5:0.001"));
         assert_eq!(policy_option(p, "sweep"), Some("lr:3:5"));
         assert_eq!(policy_option("governor", "sweep"), None);
-        assert_eq!(policy_option("governor:sweep=1", "sweep"), None, "a policy parameter");
+        assert_eq!(
+            policy_option("governor:sweep=1", "sweep"),
+            None,
+            "a policy parameter"
+        );
         let mut r = run("governor", 1, &[("a", 100.0, 50.0), ("b", 40.0, 20.0)]);
         r.jobs[0].curve = vec![(10.0, 0.5, 0.4), (20.0, 0.3, 0.2)];
         r.jobs[1].curve = vec![(10.0, 0.5, 0.3), (20.0, 0.4, f64::NAN)];

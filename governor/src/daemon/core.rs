@@ -1453,7 +1453,11 @@ mod tests {
                 .find(|j| j.name == job)
                 .and_then(|j| j.finish)
         };
-        assert_eq!(finish(&bed.core, "c"), None, "judged only once all are there");
+        assert_eq!(
+            finish(&bed.core, "c"),
+            None,
+            "judged only once all are there"
+        );
         let sweep_of = |core: &NodeCore, job: &str| {
             core.status(now)
                 .jobs
