@@ -462,10 +462,10 @@ fn start_ignoring_sigint(
 }
 
 /// A sweep's trial budget, end to end: three trials started with `run-job --sweep t:3:2
-/// --epochs 40`, each logging a Keras CSV row every 0.3 s (its validation loss at its own
+/// --epochs 60`, each logging a Keras CSV row every 0.3 s (its validation loss at its own
 /// level: the trial named `best` lowest). Once all three have done 2 epochs (the first rung),
 /// only the best third goes on: the daemon stops the other two (SIGINT to their groups) long
-/// before their scripts would end (12 s), and says why; the best trial runs all its 40 epochs.
+/// before their scripts would end (18 s), and says why; the best trial runs all its 60 epochs.
 fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let _alone = alone();
     let mut d = Daemon::configure("governor", "");
@@ -473,7 +473,7 @@ fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let script = |log: &Path, level: u32| {
         format!(
             "log='{}'\necho epoch,loss,val_loss > \"$log\"\nk=0\n\
-             while [ $k -lt 40 ]; do echo \"$k,{level}.5,{level}.$((90 - 2 * k))\" >> \"$log\"; \
+             while [ $k -lt 60 ]; do echo \"$k,{level}.5,{level}.$((90 - k))\" >> \"$log\"; \
              k=$((k + 1)); sleep 0.3; done\n",
             log.display()
         )
@@ -481,7 +481,7 @@ fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let start = |trial: &str, level: u32| {
         let name = format!("{prefix}-{trial}");
         let log = d.dir.path().join(format!("{name}.csv"));
-        let opts = ["--sweep", "t:3:2", "--epochs", "40"];
+        let opts = ["--sweep", "t:3:2", "--epochs", "60"];
         (
             start_ignoring_sigint(&d, layout, &name, &log, &opts, &script(&log, level)),
             log,
@@ -492,7 +492,7 @@ fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let (mut middle, _) = start("middle", 2);
     let (mut best, best_log) = start("best", 1);
     let cut =
-        worst.wait_for_end(Duration::from_secs(8)) && middle.wait_for_end(Duration::from_secs(2));
+        worst.wait_for_end(Duration::from_secs(12)) && middle.wait_for_end(Duration::from_secs(2));
     let took = started.elapsed();
     let best_running = matches!(best.child.try_wait(), Ok(None));
     assert!(
@@ -511,9 +511,9 @@ fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
         d.log_tail()
     );
     eprintln!("{prefix}: two trials cut after {took:?}; the best runs on");
-    assert!(best.wait_for_end(Duration::from_secs(40)));
+    assert!(best.wait_for_end(Duration::from_secs(60)));
     let rows = fs::read_to_string(&best_log).unwrap().lines().count();
-    assert_eq!(rows, 41, "{prefix}: the best trial logged all its epochs");
+    assert_eq!(rows, 61, "{prefix}: the best trial logged all its epochs");
     drop((worst, middle, best));
     d.terminate();
 }
