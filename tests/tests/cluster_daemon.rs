@@ -2,7 +2,9 @@
 //! submitted through the coordinator's API (what govctl uses) are placed on the node, started by
 //! the daemon in their own cgroup, governed, reported running with their progress, and reported
 //! finished with their exit status; a job that cannot start is answered `failed` without
-//! hurting the daemon; a cancelled job is stopped; a lost coordinator leaves the node governing.
+//! hurting the daemon; a cancelled job is stopped; a job that asked to finish at convergence and
+//! a trial cut from its sweep are stopped by the node and counted completed; a lost coordinator
+//! leaves the node governing.
 //!
 //! Host test: the daemon runs with `--dry-run` on a fake cgroup root (never the host's
 //! cgroups), so it needs no VM. It needs the `governor` binary (`cargo build -p governor`;
@@ -119,6 +121,8 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         "cancel-me-j3",
         "survivor-j4",
         "plateau-j5",
+        "worse-j6",
+        "better-j7",
     ] {
         fake.add_group(&format!("governor.slice/jobs/{group}"));
     }
@@ -456,6 +460,70 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     );
     assert_eq!(ended.status, JobStatus::Completed, "{ended:?}");
     assert!(ended.message.contains("stopped: converged"), "{ended:?}");
+
+    // Two trials of one sweep (`govctl submit --sweep s:3:2`, Keras CSV logs with epochs):
+    // once both have done 2 epochs, only the better one goes on; the node interrupts the
+    // other, which the coordinator counts completed and says why. The better one runs its
+    // script to the end.
+    let trial = |name: &str, id: &str, level: &str, rows: u32, status: u32| {
+        let log = dir.path().join(format!("{name}.csv"));
+        let script = format!(
+            "echo $$ >> {}; echo epoch,loss > {log}; i=0; while [ $i -lt {rows} ]; do \
+             echo \"$i,{level}\" >> {log}; i=$((i+1)); sleep 0.1; done; exit {status}",
+            root.join(format!("governor.slice/jobs/{name}-{id}/cgroup.procs"))
+                .display(),
+            log = log.display()
+        );
+        let mut spec = JobSpec::new(
+            name,
+            vec!["/bin/sh".into(), "-c".into(), script],
+            log.display().to_string(),
+        );
+        spec.metric = "loss".into();
+        spec.env
+            .insert(governor_proto::job_env::SWEEP.into(), "s:3:2".into());
+        spec.env
+            .insert(governor_proto::job_env::EPOCHS.into(), "600".into());
+        spec
+    };
+    assert_eq!(
+        rt.block_on(govctl.submit(trial("worse", "j6", "0.9", 600, 7)))
+            .unwrap()
+            .id,
+        "j6"
+    );
+    assert_eq!(
+        rt.block_on(govctl.submit(trial("better", "j7", "0.1", 40, 0)))
+            .unwrap()
+            .id,
+        "j7"
+    );
+    let cut = wait_for(
+        "the worse trial to be cut from its sweep",
+        Duration::from_secs(40),
+        &daemon,
+        || {
+            let j = job(&rt, &mut govctl, "j6");
+            j.status.is_finished().then_some(j)
+        },
+    );
+    assert_eq!(cut.status, JobStatus::Completed, "{cut:?}");
+    assert!(
+        cut.message
+            .contains("stopped: outranked in its sweep at 2 epochs"),
+        "{cut:?}"
+    );
+    let kept = wait_for(
+        "the better trial to end by itself",
+        Duration::from_secs(40),
+        &daemon,
+        || {
+            let j = job(&rt, &mut govctl, "j7");
+            j.status.is_finished().then_some(j)
+        },
+    );
+    assert_eq!(kept.status, JobStatus::Completed, "{kept:?}");
+    assert!(!kept.message.contains("outranked"), "{kept:?}");
 
     // The coordinator goes away: the node keeps governing and says it is retrying.
     rt.block_on(server.kill());
