@@ -38,6 +38,18 @@ pub(super) struct Found {
     pub watch: WatchSpec,
 }
 
+impl Found {
+    /// A sweep compares only the trials of one owner: a job of another user that names the
+    /// same sweep (with a made-up loss) must not get this user's trials cut. The sweep of a job
+    /// whose logs are read with its owner's rights is named with the owner's uid ("lr (uid
+    /// 1000)"); one the operator declared (read with the daemon's rights) keeps its name.
+    pub(super) fn scope_sweep_to_owner(&mut self) {
+        if let (Some(trial), Some(owner)) = (self.job.sweep.as_mut(), self.watch.owner.as_ref()) {
+            trial.sweep = format!("{} (uid {})", trial.sweep, owner.uid);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ProcessJob {
     pids: BTreeSet<u32>,
@@ -704,6 +716,37 @@ impl Discovery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_compares_only_one_owners_trials() {
+        let adopt = |sweep: &str| AdoptJob {
+            name: "t".into(),
+            cgroup: "/governor.slice/jobs/t".into(),
+            logs: vec!["/home/a/t.csv".into()],
+            metric: None,
+            format: None,
+            pid: 7,
+            epochs: Some(10.0),
+            finish: None,
+            sweep: Some(governor_proto::job_env::parse_sweep(sweep).unwrap()),
+        };
+        let owner = |uid: u32| FileOwner {
+            uid,
+            gid: uid,
+            groups: Vec::new(),
+        };
+        let sweep_of = |uid: u32| {
+            let mut found = launched_job(&adopt("lr"), Some(owner(uid))).unwrap();
+            found.scope_sweep_to_owner();
+            found.job.sweep.unwrap().sweep
+        };
+        assert_eq!(sweep_of(1000), "lr (uid 1000)");
+        assert_ne!(sweep_of(1000), sweep_of(1001));
+        let mut declared = launched_job(&adopt("lr:2:1"), None).unwrap();
+        declared.scope_sweep_to_owner();
+        let t = declared.job.sweep.unwrap();
+        assert_eq!((t.sweep.as_str(), t.rule.eta), ("lr", 2));
+    }
 
     #[test]
     fn job_names_become_safe_cgroup_names() {

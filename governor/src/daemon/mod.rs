@@ -955,7 +955,8 @@ impl Shell {
     }
 
     async fn start_jobs(&mut self, now: Instant, jobs: Vec<job_sources::Found>) {
-        for found in jobs {
+        for mut found in jobs {
+            found.scope_sweep_to_owner();
             let key = found.job.cgroup.to_string();
             let name = found.job.name.clone();
             if !self.core.add_job(now, found.job) {
