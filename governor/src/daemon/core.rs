@@ -70,7 +70,7 @@ pub struct NewJob {
 /// A job that asked to be stopped (converged, or outranked in its sweep) is being stopped.
 #[derive(Clone, Debug)]
 struct Finishing {
-    /// When it converged (SIGINT sent then).
+    /// When the stop began (SIGINT sent then).
     at: Instant,
     /// "stopped: converged (best loss X)", "stopped: outranked in its sweep ...".
     why: String,
@@ -78,8 +78,8 @@ struct Finishing {
     terminated: bool,
 }
 
-/// How long a job stopped at convergence (or cut from its sweep) gets to end by itself after SIGINT (Keras finishes its
-/// batch, writes its log) before SIGTERM.
+/// How long a job stopped at convergence (or cut from its sweep) gets to end by itself after
+/// SIGINT (Keras finishes its batch, writes its log) before SIGTERM.
 pub const FINISH_GRACE: Duration = Duration::from_secs(30);
 
 /// One governed job.
@@ -480,7 +480,8 @@ impl NodeCore {
     pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
         let mut cuts = Vec::new();
         let moved = self.on_record_inner(now, cgroup, record, &mut cuts);
-        if !self.sweeps.is_empty() {
+        // Only a trial's record can move its sweep.
+        if self.jobs.get(cgroup).is_some_and(|e| e.sweep.is_some()) {
             self.cut_trials(now, cuts);
             self.sync_rung_holds(now);
         }
