@@ -48,7 +48,8 @@ pub struct RunJobArgs {
     #[arg(long, value_parser = job_env::parse_finish)]
     pub finish: Option<crate::policy::quality::FinishRule>,
     /// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (default
-    /// 3 and 5 epochs). The trials of one sweep on this node are cut by successive halving:
+    /// 3 and 5 epochs). The trials of one sweep on this node (and of one owner) are cut by
+    /// successive halving:
     /// once every running trial has reached FIRST_RUNG · ETA^k epochs, only the best 1/ETA (by
     /// their best validation loss so far, else their progress signal) go on; the others are
     /// stopped like `--finish` (SIGINT, then SIGTERM) and reported "stopped: outranked in its
