@@ -1447,25 +1447,15 @@ mod tests {
         bed.core.on_record(now, &cgroup("c"), &record(0.0, 0.9));
         bed.core.on_record(now, &cgroup("c"), &record(1.0, 0.5));
         bed.core.on_record(now, &cgroup("a"), &record(1.0, 0.3));
-        let finish = |core: &NodeCore, job: &str| {
-            core.status(now)
-                .jobs
-                .into_iter()
-                .find(|j| j.name == job)
-                .and_then(|j| j.finish)
-        };
+        let status_of =
+            |core: &NodeCore, job: &str| core.status(now).jobs.into_iter().find(|j| j.name == job);
+        let finish = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.finish);
+        let sweep_of = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.sweep);
         assert_eq!(
             finish(&bed.core, "c"),
             None,
             "judged only once all are there"
         );
-        let sweep_of = |core: &NodeCore, job: &str| {
-            core.status(now)
-                .jobs
-                .into_iter()
-                .find(|j| j.name == job)
-                .and_then(|j| j.sweep)
-        };
         assert_eq!(
             sweep_of(&bed.core, "c").as_deref(),
             Some("lr (at its 2-epoch rung: waits for the other trials)")
@@ -1478,9 +1468,7 @@ mod tests {
         );
         assert!(finish(&bed.core, "a").is_some(), "a is cut too");
         assert_eq!(finish(&bed.core, "b"), None, "the best goes on");
-        let status = bed.core.status(now);
-        let b = status.jobs.iter().find(|j| j.name == "b").unwrap();
-        assert_eq!(b.sweep.as_deref(), Some("lr"));
+        assert_eq!(sweep_of(&bed.core, "b").as_deref(), Some("lr"));
         // The cut trials end; b runs on alone to its end (no rung at 20 epochs).
         bed.core.remove_job(now, &cgroup("a"), "exited");
         bed.core.remove_job(now, &cgroup("c"), "exited");
