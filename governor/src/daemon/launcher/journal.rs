@@ -36,6 +36,9 @@ pub(super) struct JournalEntry {
     /// Its log's directory (a transparent move carries the files it writes below it).
     #[serde(default)]
     pub(super) log_dir: Option<PathBuf>,
+    /// Its declared checkpoint directory (where a save must leave something new).
+    #[serde(default)]
+    pub(super) checkpoint_dir: Option<PathBuf>,
 }
 
 /// The journal file's content.

@@ -13,6 +13,7 @@
 //! before discovery runs, so they stay the coordinator's jobs instead of turning into local
 //! ones.
 
+mod checkpoint;
 mod journal;
 pub mod output;
 mod recovery;
@@ -49,7 +50,8 @@ pub struct CoordinatorJob {
     pub exit_code: Option<i32>,
     pub message: String,
     pub gpu_indices: Vec<u32>,
-    /// It exited with status 0 after a save for a move: its checkpoint is complete.
+    /// It exited with status 0 after a save for a move and left a new checkpoint (an end that
+    /// left none is its own end: [`checkpoint`]).
     pub saved: bool,
     /// Which start of the job this is (the coordinator's attempt number).
     pub attempt: u32,
@@ -153,6 +155,10 @@ struct Launched {
     save_signal: Option<i32>,
     /// It was asked to save and has not exited yet.
     saving: bool,
+    /// Its declared checkpoint directory, if it declared one.
+    checkpoint_dir: Option<PathBuf>,
+    /// That directory when the save signal was sent (an end that did not change it is no save).
+    checkpoint_at_signal: Option<Result<checkpoint::CheckpointLook, String>>,
     /// Runs in a PID namespace of its own: CRIU can dump it into `bundle`.
     bundle: Option<PathBuf>,
     /// Where its log is: files a transparent move carries must be below it or the output
@@ -198,6 +204,12 @@ impl Launched {
                 .filter(|c| !c.transparent)
                 .map(|c| c.save_signal),
             saving: false,
+            checkpoint_dir: s
+                .checkpoint
+                .as_ref()
+                .filter(|c| !c.transparent)
+                .map(|c| PathBuf::from(&c.dir)),
+            checkpoint_at_signal: None,
             bundle: None,
             log_dir: Path::new(&s.log_path).parent().map(Path::to_owned),
             dump: Dump::None,
@@ -371,6 +383,7 @@ impl Launcher {
                     save_signal: launched.save_signal,
                     bundle: launched.bundle.clone(),
                     log_dir: launched.log_dir.clone(),
+                    checkpoint_dir: launched.checkpoint_dir.clone(),
                 });
                 self.jobs.insert(key, launched);
                 self.persist();
@@ -666,6 +679,8 @@ impl Launcher {
             return SaveAction::Nothing;
         };
         info!(job = %s.job_id, signal = %signal, reason = %s.reason, "asking a job to save for a move");
+        // Looked at before the signal, so that a save, however quick, changes what was seen.
+        l.checkpoint_at_signal = l.checkpoint_dir.as_deref().map(checkpoint::look);
         let _ = tx.send(signal);
         l.saving = true;
         l.info.message = format!("saving for a move ({})", s.reason);
@@ -783,9 +798,32 @@ impl Launcher {
             l.info.exit_code = None;
             l.info.message = "dumped by CRIU for a move; the dump resumes it".into();
         } else if l.saving && l.info.state == RunState::Exited && l.info.exit_code == Some(0) {
-            l.info.saved = true;
-            l.info.message = "saved for a move; the same command resumes it".into();
+            let verdict = match &l.checkpoint_dir {
+                Some(dir) => {
+                    checkpoint::judge(l.checkpoint_at_signal.as_ref(), &checkpoint::look(dir))
+                }
+                None => {
+                    checkpoint::SaveVerdict::Unknown("it declared no checkpoint directory".into())
+                }
+            };
+            match verdict {
+                checkpoint::SaveVerdict::EndedOnItsOwn(why) => {
+                    // Finished as the signal came (its last epoch): its own end, not a save.
+                    info!(job = %exit.job_id, reason = why, "a job asked to save ended on its own; not a save");
+                    l.info.message = format!("ended on its own while asked to save ({why})");
+                }
+                checkpoint::SaveVerdict::Unknown(why) => {
+                    warn!(job = %exit.job_id, reason = %why, "cannot tell whether a job saved; its exit status 0 is taken for a save");
+                    l.info.saved = true;
+                    l.info.message = "saved for a move; the same command resumes it".into();
+                }
+                checkpoint::SaveVerdict::Saved => {
+                    l.info.saved = true;
+                    l.info.message = "saved for a move; the same command resumes it".into();
+                }
+            }
         }
+        l.checkpoint_at_signal = None;
         l.saving = false;
         l.dump = Dump::None;
         info!(job = %exit.job_id, replica = exit.replica, state = %l.info.state, exit_code = ?l.info.exit_code, saved = l.info.saved, "a coordinator job ended");

@@ -76,6 +76,8 @@ impl Launcher {
                 saving: false,
                 bundle: entry.bundle.clone(),
                 log_dir: entry.log_dir.clone(),
+                checkpoint_dir: entry.checkpoint_dir.clone(),
+                checkpoint_at_signal: None,
                 dump: super::Dump::None,
                 held_exit: None,
                 converging: None,

@@ -413,6 +413,7 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         save_signal: None,
         bundle: None,
         log_dir: None,
+        checkpoint_dir: None,
     };
     let journal = Journal {
         version: JOURNAL_VERSION,
@@ -465,6 +466,7 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         save_signal: None,
         bundle: None,
         log_dir: None,
+        checkpoint_dir: None,
     }
 }
 
@@ -473,13 +475,17 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
     let mut bed = bed(Duration::from_secs(5));
     bed.prepare_group("vae-j4");
     // A framework that saves on SIGUSR1 at the end of its step and exits 0.
+    let ckpt = bed.dir.path().join("ckpt");
     let mut s = start_job(
         "j4",
         "vae",
-        "trap 'echo saved; exit 0' USR1; echo running; while :; do sleep 0.05; done",
+        &format!(
+            "trap 'mkdir -p {d}; echo 7 > {d}/step; echo saved; exit 0' USR1; echo running; while :; do sleep 0.05; done",
+            d = ckpt.display()
+        ),
     );
     s.checkpoint = Some(governor_proto::node::Checkpoint {
-        dir: "/shared/ckpt/vae".into(),
+        dir: ckpt.display().to_string(),
         save_signal: 10,
         carry: false,
         transparent: false,
@@ -532,6 +538,61 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
     let exit = bed.next_exit().await;
     bed.launcher.on_exit(&bed.fs, exit, Instant::now());
     assert_eq!(bed.state("j4").exit_code, Some(0));
+}
+
+/// A job that ends its last epoch as the save signal comes exits 0 without saving: that is its
+/// own end (the coordinator completes it), not a save to start again from an older checkpoint.
+#[tokio::test]
+async fn a_job_that_ends_on_its_own_while_asked_to_save_is_not_saved() {
+    let mut bed = bed(Duration::from_secs(5));
+    let ckpt = bed.dir.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(ckpt.join("step"), "3\n").unwrap();
+    for (id, removes) in [("j6", false), ("j7", true)] {
+        bed.prepare_group(&format!("last-{id}"));
+        // It finishes its last step whatever the signal says; j7 removes its backup at the end
+        // (Keras' BackupAndRestore does).
+        let end = if removes {
+            format!("rm -rf {}", ckpt.display())
+        } else {
+            "true".to_owned()
+        };
+        let mut s = start_job(
+            id,
+            "last",
+            &format!("trap 'echo asked' USR1; echo running; sleep 0.5; {end}; exit 0"),
+        );
+        s.checkpoint = Some(governor_proto::node::Checkpoint {
+            dir: ckpt.display().to_string(),
+            save_signal: 10,
+            carry: false,
+            transparent: false,
+        });
+        assert!(matches!(
+            bed.launcher.start(&bed.fs, s),
+            StartOutcome::Started(_)
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let save = SaveJob {
+            job_id: id.into(),
+            reason: "resize".into(),
+        };
+        assert_eq!(bed.launcher.save(&bed.fs, &save), SaveAction::Signalled);
+        let exit = bed.next_exit().await;
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+        let job = bed.state(id);
+        assert_eq!(
+            (job.state, job.exit_code, job.saved),
+            (RunState::Exited, Some(0), false),
+            "{id}: {}",
+            job.message
+        );
+        assert!(
+            job.message.contains("ended on its own while asked to save"),
+            "{}",
+            job.message
+        );
+    }
 }
 
 #[tokio::test]
