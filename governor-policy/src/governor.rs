@@ -260,7 +260,8 @@ struct Job {
     /// Ranked behind the learning jobs: it converged, and has not progressed again since
     /// (a converged job that merely wavers into "watching" stays behind: hysteresis).
     behind: bool,
-    /// A trial waiting at its sweep's rung for the other trials ([`NodePolicy::hold`]).
+    /// Served after the others ([`NodePolicy::hold`]): a trial waiting at its sweep's rung for
+    /// the other trials, or a job being stopped.
     held: bool,
 }
 
@@ -277,8 +278,9 @@ impl Job {
     }
 
     /// 0: promoted by the guard; 1: learning (or not judged yet, or slowing down); 2: converged
-    /// (with `learning_first`); 3: a trial waiting at its sweep's rung (before the guard: it
-    /// asked to wait, its fair twin's pace does not apply). A job merely slowing down stays
+    /// (with `learning_first`); 3: held, a trial waiting at its sweep's rung or a job being
+    /// stopped (before the guard: it asked to wait or to end, its fair twin's pace does not
+    /// apply). A job merely slowing down stays
     /// with the learners: on noisy per-epoch losses "watching" comes and goes, and the order
     /// would flap with it.
     fn class(&self, learning_first: bool) -> u8 {
@@ -922,7 +924,7 @@ impl NodePolicy for Governor {
                 None => format!("size unknown, {:.0} CPU-s so far", job.cpu_seconds),
             };
             let why = if job.held {
-                "at its sweep's rung: after the trials still on their way".to_owned()
+                "served after the others: at its sweep's rung, or being stopped".to_owned()
             } else if job.urgent {
                 "promoted: behind its fair-share pace".to_owned()
             } else {

@@ -275,10 +275,11 @@ pub trait NodePolicy: Send {
     /// `governor_progress::quality_value`): what time to quality is judged by. Policies that
     /// judge learning by it use it instead of [`NodePolicy::progress`] once it arrives.
     fn quality(&mut self, _now: Seconds, _id: &JobId, _point: ProgressPoint) {}
-    /// A trial of a sweep has reached a rung that waits for the sweep's other trials
-    /// (`held`), or no longer waits: a policy that orders jobs serves it after them, so that
-    /// the rung is judged sooner and less of a trial that may be cut is run (its floor stays).
-    /// The default ignores it.
+    /// Serve a job after the others (`held`), or no longer: a trial of a sweep that reached a
+    /// rung waiting for the sweep's other trials (so that the rung is judged sooner and less of
+    /// a trial that may be cut is run), or a job being stopped (converged or cut from its
+    /// sweep: its work is done, only its exit is awaited). Its floor stays. A policy that
+    /// orders jobs serves it last; the default ignores it.
     fn hold(&mut self, _now: Seconds, _id: &JobId, _held: bool) {}
     /// Whether a new progress value can change the plan, so the daemon should decide as soon
     /// as one arrives. `fair` ignores progress: deciding after each log row would only cost CPU.

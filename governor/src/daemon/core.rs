@@ -129,9 +129,11 @@ pub struct JobEntry {
     finishing: Option<Finishing>,
     /// The sweep it is a trial of.
     sweep: Option<String>,
-    /// The rung (epochs) it waits at for its sweep's other trials, as the policy was told
-    /// ([`NodePolicy::hold`]).
+    /// The rung (epochs) it waits at for its sweep's other trials.
     waiting_at_rung: Option<f64>,
+    /// Served after the others, as the policy was last told ([`NodePolicy::hold`]): it waits at
+    /// its sweep's rung, or it is being stopped (its work is done; only its exit is awaited).
+    held: bool,
 }
 
 /// Signal every process of a job's cgroup (finish at convergence); a failure is logged, never
@@ -402,6 +404,7 @@ impl NodeCore {
             finishing: None,
             sweep: job.sweep.map(|t| t.sweep),
             waiting_at_rung: None,
+            held: false,
             log_file: None,
             log_problem: None,
             cpu_prev: None,
@@ -432,26 +435,29 @@ impl NodeCore {
         if entry.sweep.is_some() {
             let cuts = self.sweeps.leave(cgroup);
             self.cut_trials(now, cuts);
-            self.sync_rung_holds(now);
+            self.sync_holds(now);
         }
         Some(entry)
     }
 
-    /// Tell the policy which trials wait at their sweep's rung for the others (served after
-    /// them) and which no longer do.
-    fn sync_rung_holds(&mut self, now: Instant) {
+    /// Tell the policy which jobs to serve after the others, and which no longer: trials that
+    /// wait at their sweep's rung for the others, and jobs being stopped (converged, or cut from
+    /// their sweep: their work is done, they keep their floor until they exit).
+    fn sync_holds(&mut self, now: Instant) {
         let t = self.secs(now);
         for (cgroup, entry) in &mut self.jobs {
-            if entry.sweep.is_none() {
+            if entry.sweep.is_none() && entry.finish.is_none() {
                 continue;
             }
             let at = self.sweeps.waiting_at(cgroup);
-            if at.is_some() != entry.waiting_at_rung.is_some() {
-                debug!(job = %entry.name, rung_epochs = ?at, "waits at its sweep's rung for the other trials");
-                self.policy.hold(t, &entry.spec.id, at.is_some());
+            let held = at.is_some() || entry.finishing.is_some();
+            if held != entry.held {
+                debug!(job = %entry.name, rung_epochs = ?at, stopping = entry.finishing.is_some(), held, "served after the others");
+                self.policy.hold(t, &entry.spec.id, held);
                 self.next_decision_at = Some(now);
             }
             entry.waiting_at_rung = at;
+            entry.held = held;
         }
     }
 
@@ -480,10 +486,15 @@ impl NodeCore {
     pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
         let mut cuts = Vec::new();
         let moved = self.on_record_inner(now, cgroup, record, &mut cuts);
-        // Only a trial's record can move its sweep.
-        if self.jobs.get(cgroup).is_some_and(|e| e.sweep.is_some()) {
+        // Only a trial's record can move its sweep, and only a job with a finish rule or a
+        // sweep can come to be stopped.
+        if self
+            .jobs
+            .get(cgroup)
+            .is_some_and(|e| e.sweep.is_some() || e.finish.is_some())
+        {
             self.cut_trials(now, cuts);
-            self.sync_rung_holds(now);
+            self.sync_holds(now);
         }
         moved
     }
@@ -1263,6 +1274,13 @@ mod tests {
         fn job_removed(&mut self, _now: f64, _id: &JobId) {}
         fn progress(&mut self, _now: f64, _id: &JobId, _point: ProgressPoint) {}
         fn usage(&mut self, _now: f64, _id: &JobId, _usage: Usage) {}
+        /// A held job's reason says so (what the tests read back through the status).
+        fn hold(&mut self, _now: f64, id: &JobId, held: bool) {
+            if let Some((_, reason)) = self.0.lock().unwrap().get_mut(id) {
+                let base = reason.trim_end_matches(" (held)").to_owned();
+                *reason = if held { format!("{base} (held)") } else { base };
+            }
+        }
         fn decide(&mut self, _now: f64, _node: &NodeResources) -> Plan {
             let caps = self.0.lock().unwrap();
             Plan {
@@ -1451,6 +1469,10 @@ mod tests {
             |core: &NodeCore, job: &str| core.status(now).jobs.into_iter().find(|j| j.name == job);
         let finish = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.finish);
         let sweep_of = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.sweep);
+        let held = |bed: &mut Bed, job: &str| {
+            bed.round();
+            status_of(&bed.core, job).is_some_and(|j| j.decision.contains("(held)"))
+        };
         assert_eq!(
             finish(&bed.core, "c"),
             None,
@@ -1460,6 +1482,8 @@ mod tests {
             sweep_of(&bed.core, "c").as_deref(),
             Some("lr (at its 2-epoch rung: waits for the other trials)")
         );
+        assert!(held(&mut bed, "c"), "served after the trials on their way");
+        assert!(!held(&mut bed, "b"));
         bed.core.on_record(now, &cgroup("b"), &record(1.0, 0.1));
         let c = finish(&bed.core, "c").expect("c is cut");
         assert!(
@@ -1469,6 +1493,9 @@ mod tests {
         assert!(finish(&bed.core, "a").is_some(), "a is cut too");
         assert_eq!(finish(&bed.core, "b"), None, "the best goes on");
         assert_eq!(sweep_of(&bed.core, "b").as_deref(), Some("lr"));
+        // The cut trials stay served last until they exit; the best one is served as before.
+        assert!(held(&mut bed, "c") && held(&mut bed, "a"), "being stopped");
+        assert!(!held(&mut bed, "b"));
         // The cut trials end; b runs on alone to its end (no rung at 20 epochs).
         bed.core.remove_job(now, &cgroup("a"), "exited");
         bed.core.remove_job(now, &cgroup("c"), "exited");

@@ -7,9 +7,9 @@
 //! checkpoint, or from nothing: epochs run twice. So the daemon looks at the declared
 //! checkpoint directory when it sends the signal and again when the job ends: a save is an end
 //! that left a checkpoint there which differs from the one at the signal. When it cannot tell
-//! (the directory unreadable or too large to look at, the look lost with a daemon restart) it
-//! trusts the exit status as before: a finished job started once more loses nothing, a saved
-//! job taken for finished would lose its remaining epochs.
+//! (the directory unreadable, too large to look at or not answering within 2 s, the look lost
+//! with a daemon restart) it trusts the exit status as before: a finished job started once more
+//! loses nothing, a saved job taken for finished would lose its remaining epochs.
 //!
 //! The daemon looks with its own rights, as it starts the coordinator's jobs with them
 //! (`carry` reads and writes the same directories).
@@ -20,6 +20,33 @@ use std::path::{Path, PathBuf};
 
 /// A directory this large is not looked through (a save is then trusted on its exit status).
 const MAX_ENTRIES: usize = 10_000;
+/// A look that takes longer (a hung network mount) is given up, so that the daemon's loop goes
+/// on; the save is then trusted on its exit status.
+pub(super) const LOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`look`] on a thread of its own, given up after `timeout`.
+pub(super) fn look_within(
+    dir: &Path,
+    timeout: std::time::Duration,
+) -> Result<CheckpointLook, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = dir.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("checkpoint-look".into())
+        .spawn(move || {
+            let _ = tx.send(look(&owned));
+        });
+    if let Err(e) = spawned {
+        return Err(format!("cannot look at {}: {e}", dir.display()));
+    }
+    rx.recv_timeout(timeout).unwrap_or_else(|_| {
+        Err(format!(
+            "{} did not answer within {} s",
+            dir.display(),
+            timeout.as_secs_f64()
+        ))
+    })
+}
 
 /// What a checkpoint directory held: enough to tell whether anything in it was written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,5 +184,7 @@ mod tests {
         ));
         // Not a directory: an error, not an empty one.
         assert!(look(&tmp.path().join("model.ckpt")).is_err());
+        // Through the bounded look: the same answer; none in time is an error.
+        assert_eq!(look_within(tmp.path(), LOOK_TIMEOUT), now);
     }
 }

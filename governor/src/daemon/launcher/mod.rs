@@ -680,7 +680,10 @@ impl Launcher {
         };
         info!(job = %s.job_id, signal = %signal, reason = %s.reason, "asking a job to save for a move");
         // Looked at before the signal, so that a save, however quick, changes what was seen.
-        l.checkpoint_at_signal = l.checkpoint_dir.as_deref().map(checkpoint::look);
+        l.checkpoint_at_signal = l
+            .checkpoint_dir
+            .as_deref()
+            .map(|dir| checkpoint::look_within(dir, checkpoint::LOOK_TIMEOUT));
         let _ = tx.send(signal);
         l.saving = true;
         l.info.message = format!("saving for a move ({})", s.reason);
@@ -799,9 +802,10 @@ impl Launcher {
             l.info.message = "dumped by CRIU for a move; the dump resumes it".into();
         } else if l.saving && l.info.state == RunState::Exited && l.info.exit_code == Some(0) {
             let verdict = match &l.checkpoint_dir {
-                Some(dir) => {
-                    checkpoint::judge(l.checkpoint_at_signal.as_ref(), &checkpoint::look(dir))
-                }
+                Some(dir) => checkpoint::judge(
+                    l.checkpoint_at_signal.as_ref(),
+                    &checkpoint::look_within(dir, checkpoint::LOOK_TIMEOUT),
+                ),
                 None => {
                     checkpoint::SaveVerdict::Unknown("it declared no checkpoint directory".into())
                 }
