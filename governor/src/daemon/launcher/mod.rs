@@ -810,21 +810,16 @@ impl Launcher {
                     checkpoint::SaveVerdict::Unknown("it declared no checkpoint directory".into())
                 }
             };
-            match verdict {
-                checkpoint::SaveVerdict::EndedOnItsOwn(why) => {
-                    // Finished as the signal came (its last epoch): its own end, not a save.
-                    info!(job = %exit.job_id, reason = why, "a job asked to save ended on its own; not a save");
-                    l.info.message = format!("ended on its own while asked to save ({why})");
-                }
-                checkpoint::SaveVerdict::Unknown(why) => {
+            if let checkpoint::SaveVerdict::EndedOnItsOwn(why) = verdict {
+                // Finished as the signal came (its last epoch): its own end, not a save.
+                info!(job = %exit.job_id, reason = why, "a job asked to save ended on its own; not a save");
+                l.info.message = format!("ended on its own while asked to save ({why})");
+            } else {
+                if let checkpoint::SaveVerdict::Unknown(why) = &verdict {
                     warn!(job = %exit.job_id, reason = %why, "cannot tell whether a job saved; its exit status 0 is taken for a save");
-                    l.info.saved = true;
-                    l.info.message = "saved for a move; the same command resumes it".into();
                 }
-                checkpoint::SaveVerdict::Saved => {
-                    l.info.saved = true;
-                    l.info.message = "saved for a move; the same command resumes it".into();
-                }
+                l.info.saved = true;
+                l.info.message = "saved for a move; the same command resumes it".into();
             }
         }
         l.checkpoint_at_signal = None;

@@ -470,6 +470,16 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
     }
 }
 
+/// A framework checkpoint in `dir`, saved on SIGUSR1.
+fn saves_to(dir: &Path) -> governor_proto::node::Checkpoint {
+    governor_proto::node::Checkpoint {
+        dir: dir.display().to_string(),
+        save_signal: 10,
+        carry: false,
+        transparent: false,
+    }
+}
+
 #[tokio::test]
 async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_it_again() {
     let mut bed = bed(Duration::from_secs(5));
@@ -484,12 +494,7 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
             d = ckpt.display()
         ),
     );
-    s.checkpoint = Some(governor_proto::node::Checkpoint {
-        dir: ckpt.display().to_string(),
-        save_signal: 10,
-        carry: false,
-        transparent: false,
-    });
+    s.checkpoint = Some(saves_to(&ckpt));
     assert!(matches!(
         bed.launcher.start(&bed.fs, s.clone()),
         StartOutcome::Started(_)
@@ -562,12 +567,7 @@ async fn a_job_that_ends_on_its_own_while_asked_to_save_is_not_saved() {
             "last",
             &format!("trap 'echo asked' USR1; echo running; sleep 0.5; {end}; exit 0"),
         );
-        s.checkpoint = Some(governor_proto::node::Checkpoint {
-            dir: ckpt.display().to_string(),
-            save_signal: 10,
-            carry: false,
-            transparent: false,
-        });
+        s.checkpoint = Some(saves_to(&ckpt));
         assert!(matches!(
             bed.launcher.start(&bed.fs, s),
             StartOutcome::Started(_)
