@@ -62,8 +62,8 @@ echo "training pids: lightning $LIT, plain $PLAIN" > "$OUT/pids.txt"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$OUT/pids.txt"
 "$GOV" gpus --interval 3s > "$OUT/gpus.txt" 2>&1; echo "rc=$?" >> "$OUT/gpus.txt"
 "$GOV" gpus --interval 5s --json > "$OUT/gpus.json" 2> "$OUT/gpus-json.err"; echo "rc=$?" >> "$OUT/gpus-json.err"
-wait "$LIT" "$PLAIN"
-echo "lightning rc=$? " >> "$OUT/pids.txt"
+wait "$LIT"; echo "lightning rc=$?" >> "$OUT/pids.txt"
+wait "$PLAIN"; echo "plain rc=$?" >> "$OUT/pids.txt"
 cp "$WORK"/lightning/run/version_0/metrics.csv "$OUT/lightning-metrics.csv" 2>/dev/null
 {
     echo "== lightning metrics.csv"; "$GOV" parse --summary "$OUT/lightning-metrics.csv"; echo "rc=$?"

@@ -1319,11 +1319,15 @@ mod tests {
 
     /// [`bed`] with the policy's job ids made by `id`.
     fn bed_with(id: fn(&str) -> JobId) -> Bed {
-        bed_full(id, None)
+        bed_full(id, None, None)
     }
 
     /// [`bed_with`], every job a trial of `sweep` (declared 20 epochs) if given.
-    fn bed_full(id: fn(&str) -> JobId, sweep: Option<SweepTrial>) -> Bed {
+    fn bed_full(
+        id: fn(&str) -> JobId,
+        sweep: Option<SweepTrial>,
+        finish: Option<FinishRule>,
+    ) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("cgroup");
         std::fs::create_dir(&root).unwrap();
@@ -1363,7 +1367,7 @@ mod tests {
                     runtime: "test".into(),
                     signal: SignalConfig::default(),
                     epochs: sweep.as_ref().map(|_| 20.0),
-                    finish: None,
+                    finish,
                     sweep: sweep.clone(),
                 },
             ));
@@ -1431,20 +1435,9 @@ mod tests {
         assert_eq!(bed.cpu_max("b"), "300000 100000");
     }
 
-    #[test]
-    fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
-        let rule = crate::policy::sweep::HalvingRule {
-            eta: 3,
-            first_rung: 2.0,
-        };
-        let mut bed = bed_full(
-            id,
-            Some(SweepTrial {
-                sweep: "lr".into(),
-                rule,
-            }),
-        );
-        let record = |epoch: f64, val_loss: f64| Record {
+    /// A Keras CSVLogger row: `epoch`, its validation loss, a training loss twice that.
+    fn keras_record(epoch: f64, val_loss: f64) -> Record {
+        Record {
             file: std::sync::Arc::from(std::path::Path::new("/l")),
             format: Format::KerasCsv,
             index: 0,
@@ -1458,7 +1451,56 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+        }
+    }
+
+    /// A job stopped at convergence is served after the others until it exits.
+    #[test]
+    fn a_job_stopped_at_convergence_is_served_last_until_it_exits() {
+        let mut bed = bed_full(
+            id,
+            None,
+            Some(FinishRule {
+                patience: 2,
+                min_delta: 0.01,
+            }),
+        );
+        let a = JobCgroup::new("jobs/a").unwrap();
+        let now = bed.now;
+        let held = |bed: &mut Bed, job: &str| {
+            bed.round();
+            let status = bed.core.status(bed.now);
+            let j = status.jobs.into_iter().find(|j| j.name == job).unwrap();
+            (j.finish.is_some(), j.decision.contains("(held)"))
         };
+        bed.core.on_record(now, &a, &keras_record(0.0, 1.0));
+        bed.core.on_record(now, &a, &keras_record(1.0, 0.5));
+        assert_eq!(held(&mut bed, "a"), (false, false), "still learning");
+        bed.core.on_record(now, &a, &keras_record(2.0, 0.5));
+        bed.core.on_record(now, &a, &keras_record(3.0, 0.5));
+        assert_eq!(
+            held(&mut bed, "a"),
+            (true, true),
+            "converged: stopped, served last"
+        );
+        assert_eq!(held(&mut bed, "b"), (false, false));
+    }
+
+    #[test]
+    fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
+        let rule = crate::policy::sweep::HalvingRule {
+            eta: 3,
+            first_rung: 2.0,
+        };
+        let mut bed = bed_full(
+            id,
+            Some(SweepTrial {
+                sweep: "lr".into(),
+                rule,
+            }),
+            None,
+        );
+        let record = keras_record;
         let cgroup = |job: &str| JobCgroup::new(format!("jobs/{job}")).unwrap();
         let now = bed.now;
         // Keras epoch 1 = two done: the first rung. c and a get there; b, the best, last.

@@ -176,6 +176,8 @@ struct Launched {
 impl Launched {
     /// The entry of a start not tried yet.
     fn starting(s: &StartJob) -> Launched {
+        // A framework checkpoint it declared (a transparent one is CRIU's: no signal, no dir).
+        let declared = s.checkpoint.as_ref().filter(|c| !c.transparent);
         Launched {
             info: CoordinatorJob {
                 job_id: s.job_id.clone(),
@@ -198,17 +200,9 @@ impl Launched {
             stop_reason: None,
             kill_at: None,
             finished_at: None,
-            save_signal: s
-                .checkpoint
-                .as_ref()
-                .filter(|c| !c.transparent)
-                .map(|c| c.save_signal),
+            save_signal: declared.map(|c| c.save_signal),
             saving: false,
-            checkpoint_dir: s
-                .checkpoint
-                .as_ref()
-                .filter(|c| !c.transparent)
-                .map(|c| PathBuf::from(&c.dir)),
+            checkpoint_dir: declared.map(|c| PathBuf::from(&c.dir)),
             checkpoint_at_signal: None,
             bundle: None,
             log_dir: Path::new(&s.log_path).parent().map(Path::to_owned),
