@@ -306,6 +306,11 @@ pub struct JobMove {
     /// A shrink to make room: the job it made room for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resized_for: Option<String>,
+    /// When the job's start was last handed to the session of the node it is starting on (the
+    /// target, or the source after a roll-back): from then on that node may be running it, so a
+    /// move does not give up on that node the moment it is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_sent_at_unix: Option<f64>,
 }
 
 impl JobMove {
@@ -695,6 +700,7 @@ impl TryFrom<pb::JobMove> for JobMove {
                 .resized_for
                 .map(|p| text("resized_for", p, MAX_NAME_LEN))
                 .transpose()?,
+            start_sent_at_unix: m.start_sent_at_unix,
         })
     }
 }
@@ -724,6 +730,7 @@ impl From<JobMove> for pb::JobMove {
             from_cores: m.from_cores,
             to_cores: m.to_cores,
             resized_for: m.resized_for,
+            start_sent_at_unix: m.start_sent_at_unix,
         }
     }
 }
@@ -1107,6 +1114,7 @@ mod tests {
                 from_cores: Some(1.0),
                 to_cores: Some(3.0),
                 resized_for: None,
+                start_sent_at_unix: None,
             }],
         };
         assert_eq!(

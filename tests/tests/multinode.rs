@@ -1328,36 +1328,57 @@ fn move_with_a_checkpoint_corrupted_at_rest(certs: &Path) {
     check_completed_unharmed(certs, &job);
 }
 
-/// The target dies mid-move: node3's governor is frozen (SIGSTOP: its session stays open, so
-/// the move is accepted, but it reads nothing and reports nothing) just before the move is
-/// asked, so the start sent after node2 saved the job never reaches it; node3 is marked lost,
-/// the job goes back to node2 from its checkpoint and ends there unharmed, and node3's
-/// governor is killed (the start still unread) and started again. (Killed right after the move
-/// was asked instead, node3 could get the start first when the save came quickly, and run the
-/// job while node2 ran it again: see the README, moves.)
+/// The target dies mid-move, after it started the job: node3's governor is killed (SIGKILL)
+/// the moment the job's process appears there, so the job runs on without it. node3 is marked
+/// lost; the coordinator does not start the job again on node2 (it would run twice, both
+/// copies writing one checkpoint directory) but waits for node3 (`lost_target_wait_s`), whose
+/// governor, started again, takes the job back from its journal: the move is done and every
+/// epoch was run once. (A target lost before it was sent the start, or not back within the
+/// wait, hands the job back to its source: the coordinator's unit tests.)
 fn move_to_a_target_that_dies(certs: &Path) {
-    let job = submit_movable(certs, "orphan", 47, None, Saves::Shared);
+    // Long enough to outlive node3's governor being lost, waited for and started again.
+    let job = submit_movable_with(
+        certs,
+        "orphan",
+        47,
+        None,
+        Saves::Shared,
+        &[],
+        BOTH_WAYS_EPOCHS,
+    );
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "freeze-agent", 60);
-    assert!(reply.starts_with("frozen"), "node3 answered {reply:?}");
+    let node3 = format!("10.10.0.3:{CONTROL_PORT}");
+    let reply = request(
+        &node3,
+        &format!("kill-agent-when-running {}", job.log.display()),
+        60,
+    );
+    assert!(reply.starts_with("armed"), "node3 answered {reply:?}");
     govctl(certs, &["migrate", &job.id, "--to", "node3"]);
-    let m = wait_move(certs, &job.id, "rolled_back", "node2");
-    eprintln!("node1: rolled back from a target that died: {m}");
-    assert!(
+    wait_for("node3 to be lost", 240, || {
+        (node_status(certs, "node3").as_deref() == Some("lost")).then_some(())
+    });
+    let m = wait_for("the move to wait for node3", 60, || {
+        let m = wait_move(certs, &job.id, "restoring", "node3");
         m["message"]
             .as_str()
-            .is_some_and(|s| s.contains("target node3 was lost")),
-        "{m}"
-    );
-    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "kill-agent", 60);
-    assert!(reply.starts_with("killed"), "node3 answered {reply:?}");
-    let reply = request(&format!("10.10.0.3:{CONTROL_PORT}"), "start-agent", 60);
-    assert!(reply.starts_with("started"), "node3 answered {reply:?}");
-    wait_for("node3 to be ready again", 120, || {
-        (node_status(certs, "node3").as_deref() == Some("ready")).then_some(())
+            .is_some_and(|s| s.contains("waiting up to"))
+            .then_some(m)
     });
+    eprintln!("node1: waiting for a target that died after it started the job: {m}");
+    // The job runs on node3 meanwhile (its epochs go on), and nowhere else.
+    let epochs = keras_epochs(&job.log).len();
+    wait_for("the job to go on without node3's governor", 60, || {
+        (keras_epochs(&job.log).len() > epochs + 1).then_some(())
+    });
+    let m = wait_move(certs, &job.id, "restoring", "node3");
+    assert!(m["saved_at_unix"].is_number(), "{m}");
+    let reply = request(&node3, "start-agent", 60);
+    assert!(reply.starts_with("started"), "node3 answered {reply:?}");
+    let m = wait_move(certs, &job.id, "done", "node3");
+    eprintln!("node1: the target came back with the job: {m}");
     check_completed_unharmed(certs, &job);
 }
 
@@ -1384,6 +1405,16 @@ fn move_to_a_target_that_cannot_run_it(certs: &Path) {
         "{m}"
     );
     check_completed_unharmed(certs, &job);
+}
+
+/// The pid of a process (not this one) whose command line contains `marker`.
+fn process_naming(marker: &str) -> Option<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        (pid != me && String::from_utf8_lossy(&cmdline).contains(marker)).then_some(pid)
+    })
 }
 
 fn worker_node(me: u32) {
@@ -1413,6 +1444,8 @@ fn worker_node(me: u32) {
     let _show = ShowOnPanic(log.clone());
     eprintln!("node{me}: node daemon started");
     let listener = TcpListener::bind(("0.0.0.0", CONTROL_PORT)).expect("bind the control port");
+    // Set once node1 asked for the daemon to be killed when a job starts (its exit is expected).
+    let mut killed_on_request = false;
     // node1's scenarios take 17-25 minutes under emulation (`cargo xtask test` gives the
     // guests 40).
     let deadline = Instant::now() + Duration::from_secs(2400);
@@ -1429,6 +1462,10 @@ fn worker_node(me: u32) {
                 if let Some(d) = daemon.as_mut()
                     && let Ok(Some(status)) = d.0.try_wait()
                 {
+                    if killed_on_request {
+                        daemon = None;
+                        continue;
+                    }
                     panic!(
                         "node{me}: the node daemon exited ({status}):\n{}",
                         tail(&log)
@@ -1451,16 +1488,31 @@ fn worker_node(me: u32) {
                 let _ = s.write_all(b"killed");
                 eprintln!("node{me}: node daemon killed on node1's request");
             }
-            "freeze-agent" => {
-                // SIGSTOP: the session stays open but nothing is read or reported (a hung
-                // node); "kill-agent" ends it (SIGKILL ends a stopped process too).
-                if let Some(d) = &daemon {
-                    let _ = Command::new("kill")
-                        .args(["-STOP", &d.0.id().to_string()])
-                        .status();
-                }
-                let _ = s.write_all(b"frozen");
-                eprintln!("node{me}: node daemon frozen on node1's request");
+            request if request.starts_with("kill-agent-when-running ") => {
+                // SIGKILL the daemon the moment a job whose command line names `marker` runs
+                // here and is in its journal (written just after the job started; a restarted
+                // daemon takes back what it lists): the job runs on without its governor.
+                let marker = request["kill-agent-when-running ".len()..].to_owned();
+                let pid = daemon.as_ref().map(|d| d.0.id());
+                killed_on_request = true;
+                thread::spawn(move || {
+                    let Some(pid) = pid else { return };
+                    let deadline = Instant::now() + Duration::from_secs(600);
+                    while Instant::now() < deadline {
+                        let journaled =
+                            std::fs::read_to_string("/run/governor/coordinator-jobs.json")
+                                .is_ok_and(|j| j.contains(&marker));
+                        if let Some(job) = process_naming(&marker).filter(|_| journaled) {
+                            let _ = Command::new("kill")
+                                .args(["-KILL", &pid.to_string()])
+                                .status();
+                            eprintln!("node{me}: node daemon killed as job process {job} started");
+                            return;
+                        }
+                        thread::sleep(Duration::from_millis(50));
+                    }
+                });
+                let _ = s.write_all(b"armed");
             }
             "policy specon" => {
                 // SpeCon's node policy asks to move converged jobs while others progress.
@@ -1478,7 +1530,11 @@ fn worker_node(me: u32) {
                 eprintln!("node{me}: node policy set to specon");
             }
             "start-agent" => {
-                if daemon.is_none() {
+                // A daemon killed on request may not have been reaped by the loop yet.
+                if daemon
+                    .as_mut()
+                    .is_none_or(|d| d.0.try_wait().is_ok_and(|s| s.is_some()))
+                {
                     daemon = Some(spawn("node daemon", &mut node_daemon_cmd(me, &certs), &log));
                 }
                 let _ = s.write_all(b"started");

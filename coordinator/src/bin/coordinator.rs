@@ -71,6 +71,7 @@ key = "/etc/governor/certs/coordinator-key.pem"
 [state]
 lost_after_s = 10.0        # a node silent this long is lost; its jobs show as unknown
 resync_grace_s = 30.0      # after a restart, nodes not back yet get this long more to reconnect
+lost_target_wait_s = 300.0 # a move's target lost after it got the start may run the job: wait for it
 start_timeout_s = 60.0     # a placed job its node has not started by then has failed
 report_interval_ms = 1000  # asked of the nodes
 gang_timeout_s = 600.0     # gangs not admitted within this long fail

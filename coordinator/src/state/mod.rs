@@ -52,6 +52,11 @@ pub struct StateConfig {
     pub resync_grace_s: f64,
     /// A member placed on a node that has not reported it within this long has failed to start.
     pub start_timeout_s: f64,
+    /// A move's target lost after it was handed the job's start may be running the job (its
+    /// governor died or hangs; the job does not stop with it). The move waits this long after
+    /// the node is lost for it to come back before it starts the job again on its source:
+    /// starting it sooner would run it twice, both copies writing one checkpoint directory.
+    pub lost_target_wait_s: f64,
     /// How often nodes should report.
     pub report_interval_ms: u32,
     /// Gangs (several members or GPUs) without their own timeout fail after waiting this long.
@@ -100,6 +105,7 @@ impl Default for StateConfig {
             lost_after_s: 10.0,
             resync_grace_s: 30.0,
             start_timeout_s: 60.0,
+            lost_target_wait_s: 300.0,
             report_interval_ms: 1000,
             gang_timeout_s: 600.0,
             progress_samples: 120,

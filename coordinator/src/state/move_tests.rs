@@ -222,31 +222,127 @@ fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns()
     s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
-    commands(&mut s);
-    // b goes silent; a keeps reporting.
-    s.report(20.0, "a", a, idle()).unwrap();
-    s.tick(20.0);
+    assert_eq!(
+        commands(&mut s),
+        ["save j1 on a", "start j1 on b attempt 1"]
+    );
+    // b goes silent (its last report at 2 s); a keeps reporting. b had the start, so it may be
+    // running the job: nothing starts on a while the move waits for b.
+    let wait = s.config().lost_target_wait_s;
+    let give_up = 2.0 + s.config().lost_after_s + wait;
+    for t in [20.0, give_up - 1.0] {
+        s.report(t, "a", a, idle()).unwrap();
+        s.tick(t);
+        assert!(commands(&mut s).is_empty(), "at {t} s");
+        assert_eq!(phase(&s), MovePhase::Restoring);
+        let message = &s.job_record("j1").unwrap().moves[0].message;
+        assert!(message.contains("waiting up to 300 s"), "{message}");
+    }
+    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Unknown);
+    // It did not come back in time: the job starts again on a.
+    let t = give_up + 1.0;
+    s.report(t, "a", a, idle()).unwrap();
+    s.tick(t);
     assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
     assert_eq!(phase(&s), MovePhase::RollingBack);
+    let message = &s.job_record("j1").unwrap().moves[0].message;
     assert!(
-        s.job_record("j1").unwrap().moves[0]
-            .message
-            .contains("target b was lost")
+        message.contains(
+            "target b was lost after it was sent the start and did not come back within 300 s"
+        ),
+        "{message}"
     );
-    s.report(21.0, "a", a, j1(RunState::Running, 2, false))
+    let t = t + 1.0;
+    s.report(t, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
     assert_eq!(
         runs_on(&s),
         ("a".into(), RunState::Running, JobStatus::Running)
     );
     // b comes back running it after all: it is told to stop there.
-    let b2 = s.register(30.0, hello("b"), "10.0.0.2:1".into()).session_id;
-    s.report(30.0, "b", b2, j1(RunState::Running, 1, false))
+    let t = t + 10.0;
+    let b2 = s.register(t, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.report(t, "b", b2, j1(RunState::Running, 1, false))
         .unwrap();
     assert_eq!(commands(&mut s), ["stop j1 on b"]);
     assert_eq!(
         runs_on(&s),
         ("a".into(), RunState::Running, JobStatus::Running)
+    );
+}
+
+#[test]
+fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
+    // Its governor died after it started the job (before or after its first report of it): the
+    // job ran on there. Back within the wait, it reports the job (taken back from its
+    // journal): the move is done, never run twice.
+    for reported_before in [false, true] {
+        let (mut s, a, b) = running_on_a();
+        s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+        s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+            .unwrap();
+        assert_eq!(
+            commands(&mut s),
+            ["save j1 on a", "start j1 on b attempt 1"]
+        );
+        if reported_before {
+            s.report(13.0, "b", b, j1(RunState::Running, 1, false))
+                .unwrap();
+        }
+        for t in [30.0, 60.0] {
+            s.report(t, "a", a, idle()).unwrap();
+            s.tick(t);
+            assert!(commands(&mut s).is_empty());
+            // Its last report said running, but a lost node confirms nothing.
+            assert_eq!(phase(&s), MovePhase::Restoring, "at {t} s");
+        }
+        let b2 = s.register(90.0, hello("b"), "10.0.0.2:1".into()).session_id;
+        if !reported_before {
+            // Sent again (idempotent on the node); its start timeout counts from now, not from
+            // 12 s.
+            assert_eq!(commands(&mut s), ["start j1 on b attempt 1"]);
+        }
+        s.tick(91.0);
+        s.report(91.0, "b", b2, j1(RunState::Running, 1, false))
+            .unwrap();
+        s.report(102.0, "b", b2, j1(RunState::Running, 1, false))
+            .unwrap();
+        assert_eq!(phase(&s), MovePhase::Done);
+        check_came_back(&mut s);
+    }
+}
+
+fn check_came_back(s: &mut ClusterState) {
+    assert_eq!(
+        s.job_record("j1").unwrap().moves[0].message,
+        "target b was lost after it was sent the start and came back running the job"
+    );
+    assert!(commands(s).is_empty());
+    assert_eq!(
+        runs_on(s),
+        ("b".into(), RunState::Running, JobStatus::Running)
+    );
+}
+
+#[test]
+fn a_target_lost_before_it_got_the_start_hands_the_job_back_at_once() {
+    let (mut s, a, b) = running_on_a();
+    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    commands(&mut s);
+    // b's session ends while the job saves; it is lost before the save comes.
+    s.disconnected("b", b);
+    s.report(20.0, "a", a, j1(RunState::Running, 0, false))
+        .unwrap();
+    s.tick(20.0);
+    s.report(21.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    s.tick(21.0);
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
+    assert_eq!(phase(&s), MovePhase::RollingBack);
+    let message = &s.job_record("j1").unwrap().moves[0].message;
+    assert!(
+        message.contains("target b was lost before it was sent the start"),
+        "{message}"
     );
 }
 
@@ -597,7 +693,8 @@ fn a_restore_that_fails_just_after_it_started_goes_back_to_the_source() {
     );
     s.report(14.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
-    s.tick(25.0);
+    s.report(25.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
     assert_eq!(phase(&s), MovePhase::RolledBack);
     assert_eq!(
         s.job_record("j1").unwrap().moves[0].running_at_unix,

@@ -14,9 +14,15 @@
 //!   started again on the source (it has exited there);
 //! - it ends on its own while saving (its last epoch, a crash): the move `failed`, and the
 //!   job's own outcome stands;
-//! - the target cannot start it, reports it failed, or is lost before it ran there: `rolling
-//!   back`, started again on the source from the checkpoint, `rolled back` once it runs (if the
-//!   source cannot run it either, the job fails as any job whose start fails);
+//! - the target cannot start it, reports it failed, or is lost before it was handed the start:
+//!   `rolling back`, started again on the source from the checkpoint, `rolled back` once it
+//!   runs (if the source cannot run it either, the job fails as any job whose start fails);
+//! - the target is lost after it was handed the start: it may be running the job (a governor
+//!   that dies leaves its jobs running), so starting it on the source at once would run it
+//!   twice, both copies writing one checkpoint directory. The move waits
+//!   [`StateConfig::lost_target_wait_s`](super::StateConfig) for the target to come back
+//!   (it is sent the start again, idempotent there, and reports the job); only then does it
+//!   roll back. A target that comes back later still running it is told to stop there;
 //! - the coordinator restarts: the move is in the store with the job; a node that reconnects is
 //!   sent again the save or the start it has not confirmed (both are idempotent on the node).
 //!
@@ -62,6 +68,12 @@ pub enum MoveError {
     SameNode { id: String, node: String },
     #[error("no other ready node has room for job {id}")]
     NoTarget { id: String },
+}
+
+/// How a move's record begins while (and after) it waits for a target lost after it was
+/// handed the job's start.
+fn lost_after_start(target: &str) -> String {
+    format!("target {target} was lost after it was sent the start")
 }
 
 /// Whether the job moves by CRIU: it declared no checkpoint, or its earlier moves were by CRIU.
@@ -161,6 +173,7 @@ impl ClusterState {
             from_cores: None,
             to_cores: None,
             resized_for: None,
+            start_sent_at_unix: None,
         };
         info!(job = id, from = %source, to = %target, reason, "moving a job: asking its node to save it");
         let job = self.jobs.get_mut(id).expect("checked by the caller");
@@ -287,10 +300,11 @@ impl ClusterState {
         let Some(member) = job.members.first() else {
             return;
         };
-        let (state, saved, node_status) = (
+        let (state, saved, node_status, node_seen) = (
             member.state,
             member.saved,
             self.nodes.get(&member.node).map(|n| n.status),
+            self.nodes.get(&member.node).map(|n| n.last_seen),
         );
         // Every report of every job passes here: nothing to do (no clone) unless a move is
         // under way or the job exited saved.
@@ -372,10 +386,14 @@ impl ClusterState {
                     );
                 });
             }
-            MovePhase::Restoring | MovePhase::RollingBack if state == RunState::Running => {
+            MovePhase::Restoring | MovePhase::RollingBack
+                if state == RunState::Running && node_status == Some(NodeStatus::Ready) =>
+            {
                 // Started is not restored: a restore that fails does so in its first seconds
                 // (measured in the VM bed: exit 0.2 s after "running"). The move is over once
                 // the job has run there for `move_confirm_s`; until then a failure rolls back.
+                // Only a node that reports confirms it: the state of a lost (or not yet
+                // re-synced) node is its last report, not what runs there now.
                 let Some(since) = mv.running_at_unix else {
                     self.set_move(id, |m| m.running_at_unix = Some(now));
                     return;
@@ -389,12 +407,23 @@ impl ClusterState {
                     MovePhase::RolledBack
                 };
                 info!(job = id, node = %job.members[0].node, phase = %done, "a moved job runs again");
-                self.set_move(id, |m| m.phase = done);
+                let came_back = mv.message.starts_with(&lost_after_start(&mv.to_node));
+                self.set_move(id, |m| {
+                    m.phase = done;
+                    if came_back {
+                        m.message = format!(
+                            "{} and came back running the job",
+                            lost_after_start(&m.to_node)
+                        );
+                    }
+                });
             }
             MovePhase::Restoring | MovePhase::RollingBack
-                if state == RunState::Exited && job.members[0].exit_code == Some(0) =>
+                if state == RunState::Exited && job.members[0].exit_code.is_none_or(|c| c == 0) =>
             {
-                // Resumed and finished at once (it had saved after its last epoch).
+                // Resumed and finished at once (it had saved after its last epoch), or ended
+                // while its node's governor was down (taken back after a restart, its status
+                // unknown: counted a success, as for any job, `refresh_job`).
                 let done = if mv.phase == MovePhase::Restoring {
                     MovePhase::Done
                 } else {
@@ -406,10 +435,43 @@ impl ClusterState {
                 });
             }
             MovePhase::Restoring
+                if node_status == Some(NodeStatus::Lost)
+                    && mv.start_sent_at_unix.is_some()
+                    && !state.is_finished()
+                    && now - node_seen.unwrap_or(now)
+                        <= self.config.lost_after_s + self.config.lost_target_wait_s =>
+            {
+                // The target had the start: it may be running the job with its governor dead or
+                // hung (the job does not stop with it). Starting it again on the source now
+                // would run it twice; wait for the target to come back (it is sent the start
+                // again and reports the job), up to `lost_target_wait_s`.
+                let wait = self.config.lost_target_wait_s;
+                let message = format!(
+                    "{}; waiting up to {wait:.0} s for it to come back before starting the job again on {} (it may be running there)",
+                    lost_after_start(&mv.to_node),
+                    mv.from_node
+                );
+                if mv.message != message {
+                    warn!(job = id, node = %mv.to_node, wait_s = wait, "a move's target was lost after it was sent the start; waiting for it");
+                    self.set_move(id, |m| m.message = message);
+                }
+            }
+            MovePhase::Restoring
                 if state.is_finished() || node_status == Some(NodeStatus::Lost) =>
             {
                 let why = if node_status == Some(NodeStatus::Lost) {
-                    format!("target {} was lost before the job ran there", mv.to_node)
+                    if mv.start_sent_at_unix.is_some() {
+                        format!(
+                            "{} and did not come back within {:.0} s",
+                            lost_after_start(&mv.to_node),
+                            self.config.lost_target_wait_s
+                        )
+                    } else {
+                        format!(
+                            "target {} was lost before it was sent the start",
+                            mv.to_node
+                        )
+                    }
                 } else {
                     let m = &job.members[0];
                     format!(
@@ -496,10 +558,21 @@ impl ClusterState {
         self.dirty.jobs.insert(id.to_owned());
         self.size_for_start(id, phase);
         self.index_job(id);
+        let mut sent = false;
         if let Some(cmd) = self.start_command(id, 0)
             && self.session_of(node).is_some()
         {
             self.outbox.push((node.to_owned(), cmd));
+            sent = true;
+        }
+        if let Some(m) = self
+            .jobs
+            .get_mut(id)
+            .and_then(|j| j.moves.last_mut())
+            .filter(|m| !m.phase.is_over())
+        {
+            // Not handed over yet (no session): it is sent when the node connects (`register`).
+            m.start_sent_at_unix = sent.then_some(now);
         }
         self.sync_view(&previous);
         self.sync_view(node);

@@ -76,6 +76,17 @@ impl ClusterState {
         for (job, replica) in resend {
             if let Some(cmd) = self.start_command(&job, replica) {
                 self.outbox.push((name.clone(), cmd));
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    // Handed over now: the start timeout counts from here, not from the
+                    // placement (the node may have been away longer than the timeout).
+                    if let Some(m) = j.members.iter_mut().find(|m| m.replica == replica) {
+                        m.placed_at = now;
+                    }
+                    if let Some(mv) = j.moves.last_mut().filter(|mv| !mv.phase.is_over()) {
+                        mv.start_sent_at_unix = Some(now);
+                    }
+                    self.dirty.jobs.insert(job.clone());
+                }
             }
         }
         self.resend_saves(&name);
