@@ -84,7 +84,13 @@ pub(crate) fn run() -> Result<Bed> {
 
 pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     eprintln!("-- {name}");
-    f().with_context(|| format!("setup step `{name}` failed; fix the cause above and rerun `cargo xtask setup` (each step resumes where it stopped)"))
+    let started = std::time::Instant::now();
+    let result = f();
+    eprintln!(
+        "   [timing] {name}: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    result.with_context(|| format!("setup step `{name}` failed; fix the cause above and rerun `cargo xtask setup` (each step resumes where it stopped)"))
 }
 
 fn nightly_rust_src() -> Result<()> {

@@ -76,51 +76,71 @@ fn privileged_host_tests() -> Result<()> {
     Ok(())
 }
 
+/// Run one stage and say how long it took (`== [timing] NAME: N s`), so that a CI log that
+/// ends in a failure or a time-out still shows where the time went before it.
+fn timed<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = std::time::Instant::now();
+    let result = f();
+    eprintln!(
+        "== [timing] {name}: {:.0} s{}",
+        started.elapsed().as_secs_f64(),
+        if result.is_err() { " (failed)" } else { "" }
+    );
+    result
+}
+
 pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let bed = crate::setup::run()?;
-    let _ = bed;
+    timed("setup", crate::setup::run)?;
     cmd::report_free_disk("after setup");
     eprintln!("== cargo fmt --check");
     cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
     eprintln!("== cargo clippy -D warnings");
-    cmd::run(cmd::cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    timed("clippy", || {
+        cmd::run(cmd::cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     eprintln!("== cargo clippy -D warnings (the eBPF crate, for its BPF target)");
-    cmd::run(&mut ebpf_clippy())?;
+    timed("clippy (eBPF)", || cmd::run(&mut ebpf_clippy()))?;
     cmd::report_free_disk("after clippy");
     eprintln!("== unit and host tests (need neither root nor a particular cgroup layout)");
     // Setup installed Prometheus and Chromium: the observability test must not skip here.
-    cmd::run(
-        cmd::cargo()
-            .args(["test", "--workspace", "--exclude", "governor-ebpf"])
-            .env("GOVERNOR_REQUIRE_TOOLS", "1"),
-    )?;
-    privileged_host_tests()?;
+    timed("unit and host tests (build and run)", || {
+        cmd::run(
+            cmd::cargo()
+                .args(["test", "--workspace", "--exclude", "governor-ebpf"])
+                .env("GOVERNOR_REQUIRE_TOOLS", "1"),
+        )
+    })?;
+    timed("privileged host tests", privileged_host_tests)?;
     cmd::report_free_disk("after host tests");
-    crate::fuzz::run(&FuzzArgs::default())?;
+    timed("fuzzing", || crate::fuzz::run(&FuzzArgs::default()))?;
     cmd::report_free_disk("after fuzzing");
     if args.no_vm {
         eprintln!("== VM tests skipped (--no-vm)");
     } else {
-        vm::run_vm_test(&VmTestArgs {
-            filter: None,
-            nodes: None,
-            timeout_minutes: 45,
-            unprivileged: false,
+        timed("VM tests, one node", || {
+            vm::run_vm_test(&VmTestArgs {
+                filter: None,
+                nodes: None,
+                timeout_minutes: 45,
+                unprivileged: false,
+            })
         })?;
-        vm::run_vm_test(&VmTestArgs {
-            filter: None,
-            nodes: Some(3),
-            // 17-25 min measured (2026-11-26, with the preemption scenario).
-            timeout_minutes: 40,
-            unprivileged: false,
+        timed("VM tests, three nodes", || {
+            vm::run_vm_test(&VmTestArgs {
+                filter: None,
+                nodes: Some(3),
+                // 17-25 min measured (2026-11-26, with the preemption scenario).
+                timeout_minutes: 40,
+                unprivileged: false,
+            })
         })?;
     }
     cmd::report_free_disk("at the end");
