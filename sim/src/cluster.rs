@@ -1853,6 +1853,8 @@ mod tests {
             priority: 0,
             startup: 0.0,
             quiet: Vec::new(),
+            finish: None,
+            sweep: None,
         })
     }
 

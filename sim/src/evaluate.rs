@@ -192,6 +192,8 @@ mod tests {
             priority: 0,
             startup: 0.0,
             quiet: Vec::new(),
+            finish: None,
+            sweep: None,
         })
     }
 

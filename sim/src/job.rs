@@ -153,6 +153,20 @@ pub struct JobModel {
     /// calibration); the cluster simulator does not model them yet and refuses such traces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quiet: Vec<QuietPhase>,
+    /// Finish at convergence (opt-in, `governor run-job --finish`): the job is stopped once its
+    /// logged loss has gone `patience` lines without a new best by `min_delta`
+    /// ([`governor_policy::quality::EarlyStop`], the daemon's own rule), as soon as the daemon
+    /// would see that line; its remaining work is not done. Simulated by the single-node
+    /// simulator; the cluster simulator refuses such traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<governor_policy::quality::FinishRule>,
+    /// A trial of a sweep with a trial budget (opt-in, `governor run-job --sweep`): the trials
+    /// of one sweep name on the node go through the daemon's own successive halving
+    /// ([`governor_policy::sweep::Sweeps`]); a trial waiting at a rung is held (the policy's
+    /// `hold`), an outranked one is stopped as the daemon reads the line that decides it. Its
+    /// epochs are its log lines ([`JobModel::epochs_at`]). Single-node simulator only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<governor_policy::sweep::SweepTrial>,
 }
 
 /// A phase in which a job needs no CPU: once it has done `after` work, it sleeps `seconds`.
@@ -181,6 +195,22 @@ impl JobModel {
     pub fn log_at(&self, x: f64) -> f64 {
         let s = self.startup_work();
         s + x * (self.work - s)
+    }
+
+    /// Epochs done at the log line of training fraction `x`, for a log written every
+    /// `fraction` of the training (each line an epoch, as in bench-real's calibrated models);
+    /// `None` for a log written by time, which says no epoch (a sweep never cuts it).
+    pub fn epochs_at(&self, x: f64) -> Option<f64> {
+        match self.log_every {
+            LogEvery::Work { fraction } if fraction > 0.0 => Some((x / fraction).round()),
+            _ => None,
+        }
+    }
+
+    /// The epochs it declares (`run-job --epochs`): all of them, when its log says how far
+    /// along it is.
+    pub fn declared_epochs(&self) -> Option<f64> {
+        self.epochs_at(1.0).filter(|_| self.reports_total)
     }
 
     /// The fraction of the training (the work after the start-up) that `done` work covers.
@@ -265,6 +295,8 @@ mod tests {
             priority: 0,
             startup: 0.0,
             quiet: Vec::new(),
+            finish: None,
+            sweep: None,
         };
         assert_eq!(job.speed(8.0), 2.0);
         assert_eq!(job.alone_seconds(8.0), 50.0);
@@ -320,6 +352,8 @@ mod tests {
             priority: 0,
             startup: 0.0,
             quiet: Vec::new(),
+            finish: None,
+            sweep: None,
         };
         let mut a = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let mut b = rand_chacha::ChaCha8Rng::seed_from_u64(1);

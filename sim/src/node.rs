@@ -19,8 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use governor_policy::quality::time_to_quality;
+use governor_policy::quality::{EarlyStop, time_to_quality};
 use governor_policy::share::{ShareRequest, water_fill};
+use governor_policy::sweep::{Outranked, Sweeps};
 use governor_policy::{
     CpuAllocation, Direction, JobId, JobSpec, MigrationRequest, NodePolicy, NodeResources,
     ProgressPoint, Usage,
@@ -98,6 +99,14 @@ pub struct JobResult {
     /// ([`governor_policy::quality::time_to_quality`], the definition bench-real uses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttq: Option<f64>,
+    /// The best (lowest) loss its log showed, noiseless: what a job stopped at convergence
+    /// gave up is this against the same job run to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_loss: Option<f64>,
+    /// Why it was stopped before its work was done, as the daemon says it: "converged"
+    /// ([`JobModel::finish`]) or "outranked in its sweep at 5 epochs: ..." ([`JobModel::sweep`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
     /// `(time, cores)` each time the job's share changed (only with `record_timeline`).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub timeline: Vec<(f64, f64)>,
@@ -145,6 +154,11 @@ struct Live {
     quiet_until: f64,
     /// The next of the job's quiet phases.
     next_quiet: usize,
+    /// Its finish rule, fed each log line as the policy sees it.
+    early_stop: Option<EarlyStop>,
+    stopped: Option<String>,
+    /// Held by its sweep (at a rung, waiting for the other trials): the policy was told so.
+    held: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -181,6 +195,39 @@ pub fn makespan_lower_bound(jobs: &[JobModel], cores: f64) -> f64 {
     by_job.max(by_work) - first
 }
 
+/// The trials a sweep's verdicts stop, with the daemon's reason.
+fn cuts(outranked: Vec<Outranked<usize>>) -> Vec<(usize, String)> {
+    outranked
+        .into_iter()
+        .map(|o| (o.trial, o.describe()))
+        .collect()
+}
+
+/// What stopping a job touches.
+struct Stopping<'a> {
+    live: &'a mut [Live],
+    deliveries: &'a mut Vec<Delivery>,
+    sweeps: &'a mut Sweeps<usize>,
+    ids: &'a [JobId],
+}
+
+impl Stopping<'_> {
+    /// Stop each job (with its reason) at `t`, and the trials its leaving cuts from its sweep.
+    fn stop(&mut self, t: f64, mut work: Vec<(usize, String)>, policy: &mut dyn NodePolicy) {
+        while let Some((j, why)) = work.pop() {
+            let l = &mut self.live[j];
+            if l.finished.is_some() {
+                continue;
+            }
+            l.finished = Some(t);
+            l.stopped = Some(why);
+            policy.job_removed(t, &self.ids[j]);
+            self.deliveries.retain(|d| d.job != j);
+            work.extend(cuts(self.sweeps.leave(&j)));
+        }
+    }
+}
+
 /// Relative tolerance when deciding that a job reached its work or a log threshold.
 const EPS: f64 = 1e-9;
 
@@ -200,7 +247,7 @@ pub fn run_node(
     let mut live: Vec<Live> = jobs
         .iter()
         .enumerate()
-        .map(|(i, _)| {
+        .map(|(i, job)| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(i as u64 + 1);
             Live {
@@ -216,6 +263,9 @@ pub fn run_node(
                 written: Vec::new(),
                 quiet_until: f64::NEG_INFINITY,
                 next_quiet: 0,
+                early_stop: job.finish.map(|r| EarlyStop::new(r, Direction::Minimise)),
+                stopped: None,
+                held: false,
             }
         })
         .collect();
@@ -232,6 +282,7 @@ pub fn run_node(
     let first_submit = arrivals.first().map_or(0.0, |&i| jobs[i].submit.max(0.0));
     let mut t = first_submit;
     let mut next_usage = t;
+    let mut sweeps: Sweeps<usize> = Sweeps::default();
 
     loop {
         let active: Vec<usize> = (0..jobs.len())
@@ -353,6 +404,15 @@ pub fn run_node(
                 policy.job_removed(t, &ids[i]);
                 deliveries.retain(|d| d.job != i);
                 changed = true;
+                // A rung that waited only for it is judged now.
+                let stops = cuts(sweeps.leave(&i));
+                let mut node = Stopping {
+                    live: &mut live,
+                    deliveries: &mut deliveries,
+                    sweeps: &mut sweeps,
+                    ids: &ids,
+                };
+                node.stop(t, stops, policy);
             }
         }
         for &i in &active {
@@ -437,6 +497,15 @@ pub fn run_node(
                     ..JobSpec::new(job.id.clone())
                 },
             );
+            if let Some(trial) = &job.sweep {
+                sweeps.join(
+                    &trial.sweep,
+                    trial.rule,
+                    Direction::Minimise,
+                    i,
+                    job.declared_epochs(),
+                );
+            }
             changed = true;
         }
         let mut due: Vec<Delivery> = Vec::new();
@@ -449,11 +518,43 @@ pub fn run_node(
             }
         });
         for d in due {
+            if live[d.job].finished.is_some() {
+                continue;
+            }
             policy.progress(t, &ids[d.job], d.point);
             if jobs[d.job].reports_total {
                 policy.work_done(t, &ids[d.job], d.fraction);
             }
             changed = true;
+            // The daemon stops a job as it reads the line that says so (SIGINT); its exit is
+            // taken as immediate: the rest of its work is never done.
+            let mut stops = Vec::new();
+            if live[d.job]
+                .early_stop
+                .as_mut()
+                .is_some_and(|s| s.observe(d.point.value))
+            {
+                stops.push((d.job, "converged".to_owned()));
+            } else if let Some(epochs) = jobs[d.job].epochs_at(d.fraction) {
+                stops = cuts(sweeps.observe(&d.job, epochs, d.point.value));
+            }
+            let mut node = Stopping {
+                live: &mut live,
+                deliveries: &mut deliveries,
+                sweeps: &mut sweeps,
+                ids: &ids,
+            };
+            node.stop(t, stops, policy);
+        }
+        // Trials at a rung waiting for the others are served last, as the daemon holds them.
+        for i in 0..jobs.len() {
+            let held =
+                live[i].started && live[i].finished.is_none() && sweeps.waiting_at(&i).is_some();
+            if held != live[i].held {
+                live[i].held = held;
+                policy.hold(t, &ids[i], held);
+                changed = true;
+            }
         }
         if t >= next_usage - EPS {
             for &i in &active {
@@ -523,6 +624,8 @@ pub fn run_node(
             cpu_seconds: l.cpu,
             migration_requested_at: l.migration_requested_at,
             ttq: time_to_quality(&l.written, Direction::Minimise),
+            best_loss: l.written.iter().map(|w| w.1).reduce(f64::min),
+            stopped: l.stopped.clone(),
             timeline: l.timeline.clone(),
         })
         .collect();
@@ -584,6 +687,8 @@ mod tests {
             priority: 0,
             startup: 0.0,
             quiet: Vec::new(),
+            finish: None,
+            sweep: None,
         }
     }
 
@@ -611,6 +716,120 @@ mod tests {
         assert!((run.jobs[0].ttq.unwrap() - 60.0).abs() < 1e-6, "{run:?}");
         assert!((run.jobs[0].jct.unwrap() - 100.0).abs() < 1e-6);
         assert!((run.avg_ttq - 60.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_job_that_finishes_at_convergence_stops_when_the_daemon_reads_its_plateau() {
+        use governor_policy::quality::FinishRule;
+        let finishing = JobModel {
+            finish: Some(FinishRule {
+                patience: 2,
+                min_delta: 0.001,
+            }),
+            ..job("a", 100.0)
+        };
+        let run = run_node(
+            &[finishing, job("b", 100.0)],
+            &node(1.0),
+            &mut Fair::default(),
+            1,
+        );
+        let (a, b) = (&run.jobs[0], &run.jobs[1]);
+        // Half a core each: its best (0.1) at the line of 50% (t = 100 s), no better at 60% and
+        // 70% (t = 140 s): stopped as the daemon reads that line, 0.2 s later.
+        assert_eq!(a.stopped.as_deref(), Some("converged"), "{a:?}");
+        assert!((a.jct.unwrap() - 140.2).abs() < 1e-6, "{a:?}");
+        assert!((a.best_loss.unwrap() - 0.1).abs() < 1e-9, "{a:?}");
+        assert!(a.cpu_seconds < 71.0, "{a:?}");
+        // b has the core to itself from then: 70.1 done, 29.9 to go.
+        assert_eq!(b.stopped, None);
+        assert!((b.jct.unwrap() - 170.1).abs() < 1e-6, "{b:?}");
+        // Without the rule both take 200 s.
+        let plain = run_node(
+            &[job("a", 100.0), job("b", 100.0)],
+            &node(1.0),
+            &mut Fair::default(),
+            1,
+        );
+        assert!(
+            plain
+                .jobs
+                .iter()
+                .all(|j| (j.jct.unwrap() - 200.0).abs() < 1e-6)
+        );
+    }
+
+    /// Fair sharing that records what it is told to hold.
+    #[derive(Default)]
+    struct Holds {
+        fair: Fair,
+        log: Vec<(f64, String, bool)>,
+    }
+
+    impl NodePolicy for Holds {
+        fn name(&self) -> &'static str {
+            "holds"
+        }
+        fn job_added(&mut self, now: f64, spec: &JobSpec) {
+            self.fair.job_added(now, spec);
+        }
+        fn job_removed(&mut self, now: f64, id: &JobId) {
+            self.fair.job_removed(now, id);
+        }
+        fn progress(&mut self, now: f64, id: &JobId, point: ProgressPoint) {
+            self.fair.progress(now, id, point);
+        }
+        fn usage(&mut self, now: f64, id: &JobId, usage: Usage) {
+            self.fair.usage(now, id, usage);
+        }
+        fn hold(&mut self, now: f64, id: &JobId, held: bool) {
+            self.log.push((now, id.0.clone(), held));
+        }
+        fn decide(&mut self, now: f64, node: &NodeResources) -> governor_policy::Plan {
+            self.fair.decide(now, node)
+        }
+    }
+
+    #[test]
+    fn a_sweep_holds_the_trial_at_its_rung_and_stops_the_outranked_one() {
+        use governor_policy::sweep::{HalvingRule, SweepTrial};
+        let trial = |id: &str, work: f64, floor: f64| JobModel {
+            sweep: Some(SweepTrial {
+                sweep: "lr".into(),
+                rule: HalvingRule {
+                    eta: 2,
+                    first_rung: 3.0,
+                },
+            }),
+            loss: LossCurve::Points {
+                points: vec![(0.0, 1.0), (1.0, floor)],
+            },
+            ..job(id, work)
+        };
+        // a has half b's work: at half a core each it reaches its 3rd epoch line (15 work) at
+        // 30 s, b at 60 s. a waits at the rung, held; b's line judges it: b (the worse loss)
+        // is stopped, a goes on, no longer held.
+        let mut policy = Holds::default();
+        let run = run_node(
+            &[trial("a", 50.0, 0.1), trial("b", 100.0, 0.5)],
+            &node(1.0),
+            &mut policy,
+            1,
+        );
+        assert_eq!(
+            policy.log,
+            [(30.2, "a".to_owned(), true), (60.2, "a".to_owned(), false)]
+        );
+        let (a, b) = (&run.jobs[0], &run.jobs[1]);
+        assert_eq!(a.stopped, None);
+        let why = b.stopped.as_deref().unwrap_or_default();
+        assert!(
+            why.starts_with("outranked in its sweep at 3 epochs") && why.contains("2 of 2"),
+            "{why}"
+        );
+        assert!((b.jct.unwrap() - 60.2).abs() < 1e-6, "{b:?}");
+        // a: 30.1 done at 60.2 s, the 19.9 left alone.
+        assert!((a.jct.unwrap() - 80.1).abs() < 1e-6, "{a:?}");
     }
 
     #[test]

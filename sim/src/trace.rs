@@ -195,6 +195,13 @@ impl Trace {
                      the cluster simulator does not model them",
                 ));
             }
+            if m.finish.is_some() || m.sweep.is_some() {
+                return Err(bad(
+                    "finish at convergence and a sweep's trial budget are simulated on a single \
+                     node only (bench-real's calibration); the cluster simulator does not model \
+                     them",
+                ));
+            }
         }
         Ok(())
     }
@@ -370,6 +377,8 @@ pub fn generate(params: &TraceParams, curves: &[RealCurve]) -> Trace {
                     priority: 0,
                     startup: 0.0,
                     quiet: Vec::new(),
+                    finish: None,
+                    sweep: None,
                 },
                 gpus,
                 checkpoint_bytes: Some(checkpoint_bytes),

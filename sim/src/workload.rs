@@ -109,6 +109,8 @@ pub fn generate(params: &WorkloadParams) -> Vec<JobModel> {
                 priority: 0,
                 startup: 0.0,
                 quiet: Vec::new(),
+                finish: None,
+                sweep: None,
             }
         })
         .collect();

@@ -23,7 +23,11 @@ use serde::Serialize;
 use sim::job::{JobModel, LogEvery, LossCurve, QuietPhase, Speedup};
 use sim::node::{NodeConfig, NodeRun, run_node};
 
-use crate::bench_real::{JobResult, RunResult, Sizes, Workload, job_values, run_dir, spread};
+use crate::bench_real::{
+    JobResult, RunResult, Sizes, Workload, job_values, policy_option, run_dir, spread,
+};
+use governor_policy::quality::FinishRule;
+use governor_policy::sweep::{HalvingRule, SweepTrial};
 
 /// One job's fitted parameters.
 #[derive(Debug, Clone, Serialize)]
@@ -198,6 +202,8 @@ pub(crate) fn fit(
             priority: 0,
             startup,
             quiet: quiet.clone(),
+            finish: None,
+            sweep: None,
         });
         fitted.push(FittedJob {
             name: plan.name.clone(),
@@ -307,15 +313,85 @@ pub(crate) fn fit_enforcement(
     (n > 0 && sxx > 0.0).then(|| ((sxy / sxx).clamp(0.0, 1.0), n))
 }
 
-/// Runs the fitted models under `policy` (a node policy spec, as `--policy` takes it) on a
-/// node of `cores` that delivers `enforcement` of the plans.
+/// The finish rule of a benchmark policy's `+finish=PATIENCE[:MIN_DELTA]` suffix, read as
+/// `run-job --finish` reads it (`MIN_DELTA` 0 when left out).
+fn finish_rule(policy: &str) -> Result<Option<FinishRule>> {
+    let Some(v) = policy_option(policy, "finish") else {
+        return Ok(None);
+    };
+    let (patience, min_delta) = v.split_once(':').unwrap_or((v, "0"));
+    let rule = FinishRule {
+        patience: patience
+            .trim()
+            .parse()
+            .with_context(|| format!("+finish={v}: PATIENCE must be a whole number"))?,
+        min_delta: min_delta
+            .trim()
+            .parse()
+            .with_context(|| format!("+finish={v}: MIN_DELTA must be a number"))?,
+    };
+    anyhow::ensure!(
+        rule.patience > 0 && rule.min_delta.is_finite() && rule.min_delta >= 0.0,
+        "+finish={v}: PATIENCE must be at least 1 and MIN_DELTA at least 0"
+    );
+    Ok(Some(rule))
+}
+
+/// The sweep of a benchmark policy's `+sweep=NAME[:ETA:FIRST_RUNG]` suffix, read as `run-job
+/// --sweep` reads it (η 3 and a first rung at 5 epochs when left out).
+fn sweep_trial(policy: &str) -> Result<Option<SweepTrial>> {
+    let Some(v) = policy_option(policy, "sweep") else {
+        return Ok(None);
+    };
+    let mut parts = v.split(':');
+    let name = parts.next().unwrap_or_default().trim();
+    let rule = match (parts.next(), parts.next(), parts.next()) {
+        (None, None, None) => HalvingRule::default(),
+        (Some(eta), Some(first), None) => HalvingRule {
+            eta: eta
+                .trim()
+                .parse()
+                .with_context(|| format!("+sweep={v}: ETA must be a whole number"))?,
+            first_rung: first
+                .trim()
+                .parse()
+                .with_context(|| format!("+sweep={v}: FIRST_RUNG must be a number"))?,
+        },
+        _ => anyhow::bail!("+sweep={v}: NAME or NAME:ETA:FIRST_RUNG"),
+    };
+    anyhow::ensure!(
+        !name.is_empty() && rule.is_valid(),
+        "+sweep={v}: a name, ETA at least 2 and FIRST_RUNG above 0"
+    );
+    Ok(Some(SweepTrial {
+        sweep: name.to_owned(),
+        rule,
+    }))
+}
+
+/// Runs the fitted models under `policy` (a node policy spec, as `--policy` takes it, with
+/// bench-real's `+finish=` and `+sweep=` suffixes: every job then finishes at convergence, or
+/// is a trial of one sweep with a trial budget) on a node of `cores` that delivers
+/// `enforcement` of the plans.
 pub(crate) fn simulate(
     models: &[JobModel],
     policy: &str,
     cores: f64,
     enforcement: f64,
 ) -> Result<NodeRun> {
-    let mut p = governor_policy::by_spec(policy).with_context(|| format!("policy {policy:?}"))?;
+    let finish = finish_rule(policy)?;
+    let sweep = sweep_trial(policy)?;
+    let models: Vec<JobModel> = models
+        .iter()
+        .map(|m| JobModel {
+            finish: finish.or(m.finish),
+            sweep: sweep.clone().or_else(|| m.sweep.clone()),
+            ..m.clone()
+        })
+        .collect();
+    let models = &models[..];
+    let base = policy.split('+').next().unwrap_or(policy);
+    let mut p = governor_policy::by_spec(base).with_context(|| format!("policy {policy:?}"))?;
     let config = NodeConfig {
         cores,
         usage_interval: 1.0,
@@ -413,11 +489,6 @@ pub(crate) fn report(
     let fair_sim = simulate(&models, "fair", cores, e)?;
     let mut rows = vec![("fair".to_owned(), fair.to_vec(), fair_sim.clone())];
     for (p, runs) in policies {
-        if p.contains('+') {
-            // govsim stops no job: neither at convergence (`+finish`) nor by a sweep's budget
-            // (`+sweep`).
-            continue;
-        }
         rows.push((p.clone(), runs.clone(), simulate(&models, p, cores, e)?));
     }
     let _ = writeln!(
@@ -584,6 +655,93 @@ mod tests {
             curve,
             cpu_timeline,
         }
+    }
+
+    #[test]
+    fn finish_and_sweep_suffixes_stop_the_simulated_jobs_as_the_daemon_would() {
+        let model = JobModel {
+            id: "a".into(),
+            submit: 0.0,
+            work: 100.0,
+            parallelism: 1.0,
+            speedup: Speedup::Linear,
+            // Its best at half the work, flat after: a log line every tenth.
+            loss: LossCurve::Points {
+                points: vec![(0.0, 1.0), (0.5, 0.1), (1.0, 0.1)],
+            },
+            noise: 0.0,
+            log_every: LogEvery::Work { fraction: 0.1 },
+            reports_total: true,
+            memory_bytes: 0,
+            priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
+            finish: None,
+            sweep: None,
+        };
+        let full = simulate(std::slice::from_ref(&model), "fair", 1.0, 1.0).unwrap();
+        assert!((full.jobs[0].jct.unwrap() - 100.0).abs() < 1e-6);
+        let stopped = simulate(
+            std::slice::from_ref(&model),
+            "fair+finish=2:0.001",
+            1.0,
+            1.0,
+        )
+        .unwrap();
+        let j = &stopped.jobs[0];
+        // Two lines without a new best after the one at 50%: stopped as the 70% line is read.
+        assert!(
+            j.stopped.is_some() && (j.jct.unwrap() - 70.2).abs() < 1e-6,
+            "{j:?}"
+        );
+        assert_eq!(
+            finish_rule("governor+finish=3").unwrap().unwrap().min_delta,
+            0.0
+        );
+        for bad in ["fair+finish=0:0.1", "fair+finish=x", "fair+finish=2:-1"] {
+            assert!(
+                simulate(std::slice::from_ref(&model), bad, 1.0, 1.0).is_err(),
+                "{bad}"
+            );
+        }
+        for bad in [
+            "fair+sweep=",
+            "fair+sweep=lr:1:5",
+            "fair+sweep=lr:3",
+            "fair+sweep=lr:3:0",
+        ] {
+            assert!(
+                simulate(std::slice::from_ref(&model), bad, 1.0, 1.0).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            sweep_trial("governor+sweep=lr:2:3").unwrap().unwrap().rule,
+            HalvingRule {
+                eta: 2,
+                first_rung: 3.0
+            }
+        );
+        // Two trials of one sweep, one learning slower: at the first rung (3 epochs) the
+        // slower one is outranked and stopped, and the other has the core to itself.
+        let slow = JobModel {
+            id: "b".into(),
+            loss: LossCurve::Points {
+                points: vec![(0.0, 1.0), (1.0, 0.5)],
+            },
+            ..model.clone()
+        };
+        let run = simulate(&[model, slow], "fair+sweep=lr:2:3", 1.0, 1.0).unwrap();
+        let (a, b) = (&run.jobs[0], &run.jobs[1]);
+        assert_eq!(a.stopped, None);
+        let why = b.stopped.as_deref().unwrap_or_default();
+        assert!(
+            why.starts_with("outranked in its sweep at 3 epochs"),
+            "{why}"
+        );
+        // Both at half a core until b's 3rd epoch line (30 work each, t = 60 s) is read.
+        assert!((b.jct.unwrap() - 60.2).abs() < 1e-6, "{b:?}");
+        assert!((a.jct.unwrap() - 130.1).abs() < 1e-6, "{a:?}");
     }
 
     #[test]
