@@ -127,6 +127,27 @@ pub struct FinishRule {
     pub min_delta: f64,
 }
 
+impl FinishRule {
+    /// Parse `PATIENCE[:MIN_DELTA]`, the one syntax of a finish rule (`GOVERNOR_FINISH`,
+    /// `run-job --finish`, a job file's `finish`, `govctl submit --finish`, bench-real's
+    /// `+finish=`): a whole PATIENCE >= 1 and a MIN_DELTA >= 0 (0 when left out).
+    pub fn parse(s: &str) -> Option<FinishRule> {
+        let (p, d) = match s.trim().split_once(':') {
+            Some((p, d)) => (p, Some(d)),
+            None => (s.trim(), None),
+        };
+        let patience: u32 = p.trim().parse().ok()?;
+        let min_delta: f64 = match d {
+            Some(d) => d.trim().parse().ok()?,
+            None => 0.0,
+        };
+        (patience > 0 && min_delta.is_finite() && min_delta >= 0.0).then_some(FinishRule {
+            patience,
+            min_delta,
+        })
+    }
+}
+
 /// Follows one job's quality signal against its [`FinishRule`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct EarlyStop {

@@ -68,6 +68,37 @@ pub struct SweepTrial {
     pub rule: HalvingRule,
 }
 
+impl SweepTrial {
+    /// Parse `NAME[:ETA:FIRST_RUNG]`, the one syntax of a sweep declaration (`GOVERNOR_SWEEP`,
+    /// `run-job --sweep`, a job file's `sweep`, `govctl submit --sweep`, bench-real's
+    /// `+sweep=`): a name of letters, digits, '.', '_' or '-' (at most 64), a whole ETA >= 2 and
+    /// a first rung in epochs > 0; [`HalvingRule::default`] when only the name is given.
+    pub fn parse(s: &str) -> Option<SweepTrial> {
+        let mut parts = s.trim().split(':');
+        let name = parts.next().unwrap_or_default().trim();
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return None;
+        }
+        let rule = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => HalvingRule::default(),
+            (Some(eta), Some(first), None) => HalvingRule {
+                eta: eta.trim().parse().ok()?,
+                first_rung: first.trim().parse().ok()?,
+            },
+            _ => return None,
+        };
+        rule.is_valid().then(|| SweepTrial {
+            sweep: name.to_owned(),
+            rule,
+        })
+    }
+}
+
 /// A trial to stop: it was not among the best at a rung.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outranked<K> {

@@ -47,33 +47,7 @@ pub struct InvalidSweep(pub String);
 /// Parse `NAME[:ETA:FIRST_RUNG]` (the one syntax of `GOVERNOR_SWEEP`, `run-job --sweep`, a job
 /// file's `sweep` and `govctl submit --sweep`).
 pub fn parse_sweep(s: &str) -> Result<governor_policy::sweep::SweepTrial, InvalidSweep> {
-    use governor_policy::sweep::{HalvingRule, SweepTrial};
-    let bad = || InvalidSweep(s.to_owned());
-    let mut parts = s.trim().split(':');
-    let name = parts.next().unwrap_or_default().trim();
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
-        return Err(bad());
-    }
-    let rule = match (parts.next(), parts.next(), parts.next()) {
-        (None, _, _) => HalvingRule::default(),
-        (Some(eta), Some(first), None) => HalvingRule {
-            eta: eta.trim().parse().map_err(|_| bad())?,
-            first_rung: first.trim().parse().map_err(|_| bad())?,
-        },
-        _ => return Err(bad()),
-    };
-    if !rule.is_valid() {
-        return Err(bad());
-    }
-    Ok(SweepTrial {
-        sweep: name.to_owned(),
-        rule,
-    })
+    governor_policy::sweep::SweepTrial::parse(s).ok_or_else(|| InvalidSweep(s.to_owned()))
 }
 
 /// The one spelling of a sweep declaration (what `run-job` passes on in `GOVERNOR_SWEEP`).
@@ -91,23 +65,7 @@ pub struct InvalidFinish(pub String);
 /// Parse `PATIENCE[:MIN_DELTA]` (the one syntax of `GOVERNOR_FINISH`, `run-job --finish` and a
 /// job file's `finish`).
 pub fn parse_finish(s: &str) -> Result<governor_policy::quality::FinishRule, InvalidFinish> {
-    let bad = || InvalidFinish(s.to_owned());
-    let (p, d) = match s.trim().split_once(':') {
-        Some((p, d)) => (p, Some(d)),
-        None => (s.trim(), None),
-    };
-    let patience: u32 = p.trim().parse().map_err(|_| bad())?;
-    let min_delta: f64 = match d {
-        Some(d) => d.trim().parse().map_err(|_| bad())?,
-        None => 0.0,
-    };
-    if patience == 0 || !min_delta.is_finite() || min_delta < 0.0 {
-        return Err(bad());
-    }
-    Ok(governor_policy::quality::FinishRule {
-        patience,
-        min_delta,
-    })
+    governor_policy::quality::FinishRule::parse(s).ok_or_else(|| InvalidFinish(s.to_owned()))
 }
 
 /// A number of epochs that is not a positive finite number.

@@ -27,7 +27,7 @@ use crate::bench_real::{
     JobResult, RunResult, Sizes, Workload, job_values, policy_option, run_dir, spread,
 };
 use governor_policy::quality::FinishRule;
-use governor_policy::sweep::{HalvingRule, SweepTrial};
+use governor_policy::sweep::SweepTrial;
 
 /// One job's fitted parameters.
 #[derive(Debug, Clone, Serialize)]
@@ -314,59 +314,29 @@ pub(crate) fn fit_enforcement(
 }
 
 /// The finish rule of a benchmark policy's `+finish=PATIENCE[:MIN_DELTA]` suffix, read as
-/// `run-job --finish` reads it (`MIN_DELTA` 0 when left out).
+/// `run-job --finish` reads it.
 fn finish_rule(policy: &str) -> Result<Option<FinishRule>> {
-    let Some(v) = policy_option(policy, "finish") else {
-        return Ok(None);
-    };
-    let (patience, min_delta) = v.split_once(':').unwrap_or((v, "0"));
-    let rule = FinishRule {
-        patience: patience
-            .trim()
-            .parse()
-            .with_context(|| format!("+finish={v}: PATIENCE must be a whole number"))?,
-        min_delta: min_delta
-            .trim()
-            .parse()
-            .with_context(|| format!("+finish={v}: MIN_DELTA must be a number"))?,
-    };
-    anyhow::ensure!(
-        rule.patience > 0 && rule.min_delta.is_finite() && rule.min_delta >= 0.0,
-        "+finish={v}: PATIENCE must be at least 1 and MIN_DELTA at least 0"
-    );
-    Ok(Some(rule))
+    policy_option(policy, "finish")
+        .map(|v| {
+            FinishRule::parse(v).with_context(|| {
+                format!(
+                    "+finish={v}: PATIENCE[:MIN_DELTA], PATIENCE at least 1, MIN_DELTA at least 0"
+                )
+            })
+        })
+        .transpose()
 }
 
 /// The sweep of a benchmark policy's `+sweep=NAME[:ETA:FIRST_RUNG]` suffix, read as `run-job
-/// --sweep` reads it (η 3 and a first rung at 5 epochs when left out).
+/// --sweep` reads it.
 fn sweep_trial(policy: &str) -> Result<Option<SweepTrial>> {
-    let Some(v) = policy_option(policy, "sweep") else {
-        return Ok(None);
-    };
-    let mut parts = v.split(':');
-    let name = parts.next().unwrap_or_default().trim();
-    let rule = match (parts.next(), parts.next(), parts.next()) {
-        (None, None, None) => HalvingRule::default(),
-        (Some(eta), Some(first), None) => HalvingRule {
-            eta: eta
-                .trim()
-                .parse()
-                .with_context(|| format!("+sweep={v}: ETA must be a whole number"))?,
-            first_rung: first
-                .trim()
-                .parse()
-                .with_context(|| format!("+sweep={v}: FIRST_RUNG must be a number"))?,
-        },
-        _ => anyhow::bail!("+sweep={v}: NAME or NAME:ETA:FIRST_RUNG"),
-    };
-    anyhow::ensure!(
-        !name.is_empty() && rule.is_valid(),
-        "+sweep={v}: a name, ETA at least 2 and FIRST_RUNG above 0"
-    );
-    Ok(Some(SweepTrial {
-        sweep: name.to_owned(),
-        rule,
-    }))
+    policy_option(policy, "sweep")
+        .map(|v| {
+            SweepTrial::parse(v).with_context(|| {
+                format!("+sweep={v}: NAME[:ETA:FIRST_RUNG], ETA at least 2, FIRST_RUNG above 0")
+            })
+        })
+        .transpose()
 }
 
 /// Runs the fitted models under `policy` (a node policy spec, as `--policy` takes it, with
@@ -630,6 +600,7 @@ pub(crate) fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor_policy::sweep::HalvingRule;
 
     fn busy_then_quiet() -> JobResult {
         // 0.5 s samples: busy 5 s, quiet 4 s, busy 5 s; a log line every second of work.
