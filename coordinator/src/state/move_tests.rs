@@ -255,6 +255,14 @@ fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns()
     let t = t + 1.0;
     s.report(t, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
+    s.report(t + 11.0, "a", a, j1(RunState::Running, 2, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::RolledBack);
+    let message = &s.job_record("j1").unwrap().moves[0].message;
+    assert!(
+        message.ends_with("did not come back within 300 s"),
+        "{message}"
+    );
     assert_eq!(
         runs_on(&s),
         ("a".into(), RunState::Running, JobStatus::Running)

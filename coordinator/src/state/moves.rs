@@ -407,7 +407,8 @@ impl ClusterState {
                     MovePhase::RolledBack
                 };
                 info!(job = id, node = %job.members[0].node, phase = %done, "a moved job runs again");
-                let came_back = mv.message.starts_with(&lost_after_start(&mv.to_node));
+                let came_back = mv.phase == MovePhase::Restoring
+                    && mv.message.starts_with(&lost_after_start(&mv.to_node));
                 self.set_move(id, |m| {
                     m.phase = done;
                     if came_back {
