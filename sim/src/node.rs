@@ -528,15 +528,18 @@ pub fn run_node(
             changed = true;
             // The daemon stops a job as it reads the line that says so (SIGINT); its exit is
             // taken as immediate: the rest of its work is never done.
-            let mut stops = Vec::new();
+            // Both rules see every value, as in the daemon (its finish rule first).
+            let mut stops = match jobs[d.job].epochs_at(d.fraction) {
+                Some(epochs) => cuts(sweeps.observe(&d.job, epochs, d.point.value)),
+                None => Vec::new(),
+            };
             if live[d.job]
                 .early_stop
                 .as_mut()
                 .is_some_and(|s| s.observe(d.point.value))
             {
+                // Last in, first stopped: its reason is "converged".
                 stops.push((d.job, "converged".to_owned()));
-            } else if let Some(epochs) = jobs[d.job].epochs_at(d.fraction) {
-                stops = cuts(sweeps.observe(&d.job, epochs, d.point.value));
             }
             let mut node = Stopping {
                 live: &mut live,
