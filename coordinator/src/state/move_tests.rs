@@ -296,6 +296,12 @@ fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
         if reported_before {
             s.report(13.0, "b", b, j1(RunState::Running, 1, false))
                 .unwrap();
+            // Its governor dies: the stream closes at once, the node is lost only after
+            // `lost_after_s`. Meanwhile the clock passes `move_confirm_s` since that report.
+            s.disconnected("b", b);
+            s.report(23.0, "a", a, idle()).unwrap();
+            s.tick(23.0);
+            assert_eq!(phase(&s), MovePhase::Restoring);
         }
         for t in [30.0, 60.0] {
             s.report(t, "a", a, idle()).unwrap();

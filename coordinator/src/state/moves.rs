@@ -300,12 +300,17 @@ impl ClusterState {
         let Some(member) = job.members.first() else {
             return;
         };
+        let node = self.nodes.get(&member.node);
         let (state, saved, node_status, node_seen) = (
             member.state,
             member.saved,
-            self.nodes.get(&member.node).map(|n| n.status),
-            self.nodes.get(&member.node).map(|n| n.last_seen),
+            node.map(|n| n.status),
+            node.map(|n| n.last_seen),
         );
+        // Reporting now: ready, its session open and reported on since it (re)connected (a node
+        // whose stream closed is not lost yet, but its last report is all there is).
+        let reporting =
+            node.is_some_and(|n| n.status == NodeStatus::Ready && n.session.is_some() && n.synced);
         // Every report of every job passes here: nothing to do (no clone) unless a move is
         // under way or the job exited saved.
         if job.active_move().is_none() && !(state == RunState::Exited && saved) {
@@ -387,13 +392,13 @@ impl ClusterState {
                 });
             }
             MovePhase::Restoring | MovePhase::RollingBack
-                if state == RunState::Running && node_status == Some(NodeStatus::Ready) =>
+                if state == RunState::Running && reporting =>
             {
                 // Started is not restored: a restore that fails does so in its first seconds
                 // (measured in the VM bed: exit 0.2 s after "running"). The move is over once
                 // the job has run there for `move_confirm_s`; until then a failure rolls back.
-                // Only a node that reports confirms it: the state of a lost (or not yet
-                // re-synced) node is its last report, not what runs there now.
+                // Only a node that reports confirms it: the state of a lost, disconnected or
+                // not yet re-synced node is its last report, not what runs there now.
                 let Some(since) = mv.running_at_unix else {
                     self.set_move(id, |m| m.running_at_unix = Some(now));
                     return;
