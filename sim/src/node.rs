@@ -203,28 +203,26 @@ fn cuts(outranked: Vec<Outranked<usize>>) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// What stopping a job touches.
-struct Stopping<'a> {
-    live: &'a mut [Live],
-    deliveries: &'a mut Vec<Delivery>,
-    sweeps: &'a mut Sweeps<usize>,
-    ids: &'a [JobId],
-}
-
-impl Stopping<'_> {
-    /// Stop each job (with its reason) at `t`, and the trials its leaving cuts from its sweep.
-    fn stop(&mut self, t: f64, mut work: Vec<(usize, String)>, policy: &mut dyn NodePolicy) {
-        while let Some((j, why)) = work.pop() {
-            let l = &mut self.live[j];
-            if l.finished.is_some() {
-                continue;
-            }
-            l.finished = Some(t);
-            l.stopped = Some(why);
-            policy.job_removed(t, &self.ids[j]);
-            self.deliveries.retain(|d| d.job != j);
-            work.extend(cuts(self.sweeps.leave(&j)));
+/// Stop each job (with its reason) at `t`, and the trials its leaving cuts from its sweep.
+fn stop_jobs(
+    t: f64,
+    mut work: Vec<(usize, String)>,
+    live: &mut [Live],
+    deliveries: &mut Vec<Delivery>,
+    sweeps: &mut Sweeps<usize>,
+    ids: &[JobId],
+    policy: &mut dyn NodePolicy,
+) {
+    while let Some((j, why)) = work.pop() {
+        let l = &mut live[j];
+        if l.finished.is_some() {
+            continue;
         }
+        l.finished = Some(t);
+        l.stopped = Some(why);
+        policy.job_removed(t, &ids[j]);
+        deliveries.retain(|d| d.job != j);
+        work.extend(cuts(sweeps.leave(&j)));
     }
 }
 
@@ -406,13 +404,15 @@ pub fn run_node(
                 changed = true;
                 // A rung that waited only for it is judged now.
                 let stops = cuts(sweeps.leave(&i));
-                let mut node = Stopping {
-                    live: &mut live,
-                    deliveries: &mut deliveries,
-                    sweeps: &mut sweeps,
-                    ids: &ids,
-                };
-                node.stop(t, stops, policy);
+                stop_jobs(
+                    t,
+                    stops,
+                    &mut live,
+                    &mut deliveries,
+                    &mut sweeps,
+                    &ids,
+                    policy,
+                );
             }
         }
         for &i in &active {
@@ -541,13 +541,15 @@ pub fn run_node(
                 // Last in, first stopped: its reason is "converged".
                 stops.push((d.job, "converged".to_owned()));
             }
-            let mut node = Stopping {
-                live: &mut live,
-                deliveries: &mut deliveries,
-                sweeps: &mut sweeps,
-                ids: &ids,
-            };
-            node.stop(t, stops, policy);
+            stop_jobs(
+                t,
+                stops,
+                &mut live,
+                &mut deliveries,
+                &mut sweeps,
+                &ids,
+                policy,
+            );
         }
         // Trials at a rung waiting for the others are served last, as the daemon holds them.
         for i in 0..jobs.len() {

@@ -77,6 +77,7 @@ pub(crate) struct BenchRealArgs {
     pub daemon_config: Vec<String>,
     /// Policies only simulated, in govsim calibrated to the runs (design exploration: every
     /// summary has a "govsim calibrated to these runs" section with fair and `--policies`).
+    /// The `+finish=` and `+sweep=` suffixes are simulated too (`fair+finish=5:0.001`).
     #[arg(long, value_delimiter = ',')]
     pub sim_policies: Vec<String>,
 }

@@ -322,20 +322,16 @@ fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
         s.report(102.0, "b", b2, j1(RunState::Running, 1, false))
             .unwrap();
         assert_eq!(phase(&s), MovePhase::Done);
-        check_came_back(&mut s);
+        assert_eq!(
+            s.job_record("j1").unwrap().moves[0].message,
+            "target b was lost after it was sent the start and came back running the job"
+        );
+        assert!(commands(&mut s).is_empty());
+        assert_eq!(
+            runs_on(&s),
+            ("b".into(), RunState::Running, JobStatus::Running)
+        );
     }
-}
-
-fn check_came_back(s: &mut ClusterState) {
-    assert_eq!(
-        s.job_record("j1").unwrap().moves[0].message,
-        "target b was lost after it was sent the start and came back running the job"
-    );
-    assert!(commands(s).is_empty());
-    assert_eq!(
-        runs_on(s),
-        ("b".into(), RunState::Running, JobStatus::Running)
-    );
 }
 
 #[test]
