@@ -1490,8 +1490,8 @@ fn worker_node(me: u32) {
             }
             request if request.starts_with("kill-agent-when-running ") => {
                 // SIGKILL the daemon the moment a job whose command line names `marker` runs
-                // here and is in its journal (written just after the job started; a restarted
-                // daemon takes back what it lists): the job runs on without its governor.
+                // here and is in its journal (written as the job starts; a restarted daemon
+                // takes back what it lists): the job runs on without its governor.
                 let marker = request["kill-agent-when-running ".len()..].to_owned();
                 let pid = daemon.as_ref().map(|d| d.0.id());
                 killed_on_request = true;

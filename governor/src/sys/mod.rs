@@ -159,6 +159,13 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The parent of the process `pid` (`/proc/<pid>/stat`, field 4).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Give the command's process the default action for `signal` (set between fork and exec),
 /// whatever its starter had: a job started from `cmd &` in a script inherits SIGINT ignored,
 /// and would then sit out the daemon's graceful stop (SIGINT) until the SIGTERM after the grace.

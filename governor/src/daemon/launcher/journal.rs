@@ -57,6 +57,14 @@ impl Launcher {
     /// Write the running jobs to the journal (atomically: a crash leaves the old or the new
     /// file). A failure is logged once; the jobs run on, only a restart would not know them.
     pub(super) fn persist(&mut self) {
+        self.persist_with(None);
+    }
+
+    /// [`Self::persist`], with `starting` recorded too: a start about to spawn its process
+    /// (pid 0 in its entry). Written before the spawn, so that a daemon killed between the spawn
+    /// and the journal's next write finds the job in its cgroup on restart
+    /// ([`super::recovery`]) instead of forgetting a job that runs.
+    pub(super) fn persist_with(&mut self, starting: Option<&JournalEntry>) {
         let Some(path) = self.config.journal.clone() else {
             return;
         };
@@ -67,6 +75,7 @@ impl Launcher {
                 .values()
                 .filter(|l| !l.info.state.is_finished())
                 .filter_map(|l| l.record.clone())
+                .chain(starting.cloned())
                 .collect(),
         };
         let write = || -> std::io::Result<()> {

@@ -362,23 +362,7 @@ impl Launcher {
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
                 info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
-                launched.record = Some(JournalEntry {
-                    job_id: s.job_id.clone(),
-                    replica: s.replica,
-                    name: s.name.clone(),
-                    gpu_indices: s.gpu_indices.clone(),
-                    message: launched.info.message.clone(),
-                    adopt: started.adopt.clone(),
-                    maximise: started.maximise,
-                    priority: started.priority,
-                    start_ticks: crate::sys::process_start_ticks(started.adopt.pid),
-                    exit_file: launched.exit_file.clone(),
-                    attempt: s.attempt,
-                    save_signal: launched.save_signal,
-                    bundle: launched.bundle.clone(),
-                    log_dir: launched.log_dir.clone(),
-                    checkpoint_dir: launched.checkpoint_dir.clone(),
-                });
+                launched.record = Some(journal_entry(&s, &launched, &started.adopt));
                 self.jobs.insert(key, launched);
                 self.persist();
                 StartOutcome::Started(Box::new(started))
@@ -399,6 +383,8 @@ impl Launcher {
                 launched.info = info;
                 launched.finished_at = Some(Instant::now());
                 self.jobs.insert(key, launched);
+                // Its entry may have been written before the spawn: it did not start.
+                self.persist();
                 StartOutcome::Failed(reason)
             }
         }
@@ -500,11 +486,45 @@ impl Launcher {
         }
         fs.prepare_command(&group, &mut command)
             .map_err(|e| format!("cannot prepare the job to start in its cgroup: {e}"))?;
+        launched.info.message = if launched.info.message.is_empty() {
+            format!("output in {}", output_path.display())
+        } else {
+            format!(
+                "{}; output in {}",
+                launched.info.message,
+                output_path.display()
+            )
+        };
+        let mut adopt = AdoptJob {
+            name: s.name.clone(),
+            cgroup: group.to_string(),
+            logs: vec![s.log_path.clone()],
+            metric: (!s.metric.is_empty()).then(|| s.metric.clone()),
+            format: None,
+            // Not known until it is spawned.
+            pid: 0,
+            // `govctl submit --epochs N` passes GOVERNOR_EPOCHS, as for any job.
+            epochs: declared_epochs(&s.env),
+            // `govctl submit --env GOVERNOR_FINISH=5:0.001` asks to end it at convergence.
+            finish: s
+                .env
+                .get(job_env::FINISH)
+                .and_then(|v| job_env::parse_finish(v).ok()),
+            // `govctl submit --sweep NAME` passes GOVERNOR_SWEEP: a trial of a sweep.
+            sweep: s
+                .env
+                .get(job_env::SWEEP)
+                .and_then(|v| job_env::parse_sweep(v).ok()),
+        };
+        // Journalled before the spawn: a daemon killed before the entry with the pid is written
+        // still knows the start, and finds its process in the cgroup when it comes back.
+        self.persist_with(Some(&journal_entry(s, launched, &adopt)));
         let mut child = tokio::process::Command::from(command)
             .kill_on_drop(false)
             .spawn()
             .map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))?;
         let pid = child.id().unwrap_or(0);
+        adopt.pid = pid;
         let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<Signal>();
         let exits = self.exits.clone();
         let (job_id, replica) = (s.job_id.clone(), s.replica);
@@ -528,37 +548,9 @@ impl Launcher {
         });
         launched.signals = Some(sig_tx);
         launched.info.state = RunState::Running;
-        launched.info.message = if launched.info.message.is_empty() {
-            format!("output in {}", output_path.display())
-        } else {
-            format!(
-                "{}; output in {}",
-                launched.info.message,
-                output_path.display()
-            )
-        };
         Ok(StartedJob {
             job_id: s.job_id.clone(),
-            adopt: AdoptJob {
-                name: s.name.clone(),
-                cgroup: group.to_string(),
-                logs: vec![s.log_path.clone()],
-                metric: (!s.metric.is_empty()).then(|| s.metric.clone()),
-                format: None,
-                pid,
-                // `govctl submit --epochs N` passes GOVERNOR_EPOCHS, as for any job.
-                epochs: declared_epochs(&s.env),
-                // `govctl submit --env GOVERNOR_FINISH=5:0.001` asks to end it at convergence.
-                finish: s
-                    .env
-                    .get(job_env::FINISH)
-                    .and_then(|v| job_env::parse_finish(v).ok()),
-                // `govctl submit --sweep NAME` passes GOVERNOR_SWEEP: a trial of a sweep.
-                sweep: s
-                    .env
-                    .get(job_env::SWEEP)
-                    .and_then(|v| job_env::parse_sweep(v).ok()),
-            },
+            adopt,
             maximise: s.maximise,
             priority: s.priority,
         })
@@ -895,6 +887,30 @@ fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
 
 /// Signal a job's cgroup and its main process (the main process directly too: on a fake root
 /// or a v1 hierarchy the cgroup may not list it).
+/// What the journal keeps of the start `s` of `launched`, its process as `adopt` says (pid 0:
+/// the start is under way, its process not spawned yet).
+fn journal_entry(s: &StartJob, launched: &Launched, adopt: &AdoptJob) -> JournalEntry {
+    JournalEntry {
+        job_id: s.job_id.clone(),
+        replica: s.replica,
+        name: s.name.clone(),
+        gpu_indices: s.gpu_indices.clone(),
+        message: launched.info.message.clone(),
+        adopt: adopt.clone(),
+        maximise: s.maximise,
+        priority: s.priority,
+        start_ticks: (adopt.pid != 0)
+            .then(|| crate::sys::process_start_ticks(adopt.pid))
+            .flatten(),
+        exit_file: launched.exit_file.clone(),
+        attempt: s.attempt,
+        save_signal: launched.save_signal,
+        bundle: launched.bundle.clone(),
+        log_dir: launched.log_dir.clone(),
+        checkpoint_dir: launched.checkpoint_dir.clone(),
+    }
+}
+
 fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
     if let Some(group) = &l.group
         && let Err(e) = fs.signal_job_group(group, signal)

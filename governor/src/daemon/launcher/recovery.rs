@@ -20,7 +20,11 @@ impl Launcher {
     /// daemon to govern; its end is noticed through a pidfd, and its exit status read from its
     /// supervisor's record (without a supervisor it is lost: the job is not this process's
     /// child). A job that ended meanwhile is reported with the status its supervisor recorded
-    /// (unknown without one) and its cgroup torn down. A missing journal is a first start; an unreadable one is
+    /// (unknown without one) and its cgroup torn down. A start journalled before its spawn and
+    /// not since (the daemon died in between: no pid) is its cgroup's main process if the
+    /// cgroup holds one; if not, and no record says it ended, it never ran and is forgotten, its
+    /// empty cgroup removed, so that the coordinator's resent start (never confirmed: it was not
+    /// reported) runs it once. A missing journal is a first start; an unreadable one is
     /// logged and set aside (`.bad`), never fatal. Must run inside a tokio runtime.
     pub fn recover(&mut self, fs: &CgroupFs, now: Instant) -> Vec<StartedJob> {
         let Some(path) = self.config.journal.clone() else {
@@ -44,12 +48,33 @@ impl Launcher {
             }
         };
         let mut resumed = Vec::new();
-        for entry in journal.jobs {
+        for mut entry in journal.jobs {
             let key = (entry.job_id.clone(), entry.replica);
             if self.jobs.contains_key(&key) {
                 continue;
             }
             let group = JobCgroup::new(&entry.adopt.cgroup).ok();
+            if entry.adopt.pid == 0 {
+                // Its start was under way when the daemon stopped (journalled before the spawn).
+                match group.as_ref().and_then(|g| main_process_in(fs, g)) {
+                    Some((pid, start)) => {
+                        info!(job = %entry.job_id, replica = entry.replica, pid, "a start under way when the governor stopped did run: its process found in its cgroup");
+                        entry.adopt.pid = pid;
+                        entry.start_ticks = Some(start);
+                    }
+                    // It ran and ended: its supervisor's record says how (below).
+                    None if entry.exit_file.as_deref().is_some_and(Path::exists) => {}
+                    None => {
+                        // Never spawned (or gone without a trace): forgotten, so that the
+                        // coordinator's resent start runs it; its empty cgroup goes.
+                        info!(job = %entry.job_id, replica = entry.replica, name = %entry.name, "a start under way when the governor stopped did not run; the coordinator's resent start will run it");
+                        if let Some(group) = &group {
+                            let _ = fs.remove_job_group(group);
+                        }
+                        continue;
+                    }
+                }
+            }
             let mut launched = Launched {
                 info: CoordinatorJob {
                     job_id: entry.job_id.clone(),
@@ -114,6 +139,21 @@ impl Launcher {
         self.poll(fs, now);
         resumed
     }
+}
+
+/// The main process of a job's cgroup: the oldest of its processes whose parent is not in it
+/// (the supervisor, or the job's program without one), with its start. `None` when the cgroup
+/// holds no process.
+fn main_process_in(fs: &CgroupFs, group: &JobCgroup) -> Option<(u32, u64)> {
+    let procs = fs.procs(group);
+    let (pid, start) = procs
+        .iter()
+        .filter(|&&pid| crate::sys::parent_pid(pid).is_none_or(|parent| !procs.contains(&parent)))
+        .filter_map(|&pid| Some((pid, crate::sys::process_start_ticks(pid)?)))
+        .min_by_key(|&(pid, start)| (start, pid))?;
+    // Still in the group after its start was read: the start is this member's, not that of a
+    // process that took over its pid meanwhile.
+    fs.procs(group).contains(&pid).then_some((pid, start))
 }
 
 /// Read a supervisor's record and remove its file. Only a file that is a record is removed: the

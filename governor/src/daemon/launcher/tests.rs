@@ -228,6 +228,10 @@ async fn bad_starts_are_reported_failed_and_leave_nothing_behind() {
             .exists(),
         "the cgroup made for a job that could not start is removed"
     );
+    assert!(
+        bed.journal().jobs.is_empty(),
+        "its entry, written before the spawn, is gone with it"
+    );
 
     let mut s = start_job("j4", "relative", "true");
     s.log_path = "train.log".into();
@@ -716,6 +720,108 @@ async fn a_restarted_daemon_reports_the_exit_status_its_supervisor_recorded() {
     assert_eq!(j3.exit_code, Some(128 + libc::SIGTERM), "{j3:?}");
     assert!(j3.message.contains("signal 15"), "{j3:?}");
     assert!(!running.exists());
+}
+
+#[tokio::test]
+async fn a_start_under_way_when_the_daemon_died_is_found_in_its_cgroup_or_runs_again() {
+    use crate::supervise::ExitRecord;
+    use std::io::BufRead;
+    let mut bed = bed(Duration::from_secs(5));
+    // A started job with a child (its main process, as a supervisor would be, and the program).
+    let mut main = std::process::Command::new("sh")
+        .args(["-c", "sleep 60 & echo $!; wait"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(main.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let child: u32 = line.trim().parse().unwrap();
+    let out = bed.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // Written before their spawns (pid 0): the daemon died before the entries with the pids.
+    let spawned = journal_entry("j1", 0, None, &out.join("job-j1.exit"));
+    let ended = journal_entry("j2", 0, None, &out.join("job-j2.exit"));
+    let never = journal_entry("j3", 0, None, &out.join("job-j3.exit"));
+    for id in ["j1", "j2", "j3"] {
+        bed.prepare_group(&format!("job-{id}"));
+    }
+    // The kernel lists a group's processes; on the fake root the test does (child first).
+    let procs = bed
+        .fake
+        .root()
+        .join("governor.slice/jobs/job-j1/cgroup.procs");
+    std::fs::write(&procs, format!("{child}\n{}\n", main.id())).unwrap();
+    ExitRecord {
+        code: Some(0),
+        ..ExitRecord::default()
+    }
+    .write(&out.join("job-j2.exit"))
+    .unwrap();
+    let path = bed.dir.path().join("run/coordinator-jobs.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let journal = Journal {
+        version: JOURNAL_VERSION,
+        jobs: vec![spawned, ended, never],
+    };
+    std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+
+    let resumed = bed.launcher.recover(&bed.fs, Instant::now());
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0].job_id, "j1");
+    assert_eq!(resumed[0].adopt.pid, main.id(), "the group's main process");
+    assert_eq!(bed.state("j1").state, RunState::Running);
+    let j2 = bed.state("j2");
+    assert_eq!(
+        (j2.state, j2.exit_code),
+        (RunState::Exited, Some(0)),
+        "{j2:?}"
+    );
+    assert!(
+        bed.launcher.jobs().all(|j| j.job_id != "j3"),
+        "a start that never ran is forgotten"
+    );
+    assert!(
+        !bed.fake.root().join("governor.slice/jobs/job-j3").exists(),
+        "with its empty cgroup"
+    );
+    let entries: Vec<(String, u32)> = bed
+        .journal()
+        .jobs
+        .iter()
+        .map(|e| (e.job_id.clone(), e.adopt.pid))
+        .collect();
+    assert_eq!(
+        entries,
+        [("j1".to_owned(), main.id())],
+        "recorded with its pid now"
+    );
+    // The coordinator's resends: j1 runs already, j3 starts.
+    assert!(matches!(
+        bed.launcher
+            .start(&bed.fs, start_job("j1", "job-j1", "true")),
+        StartOutcome::Duplicate
+    ));
+    bed.prepare_group("job-j3-j3");
+    assert!(matches!(
+        bed.launcher
+            .start(&bed.fs, start_job("j3", "job-j3", "sleep 0.1")),
+        StartOutcome::Started(_)
+    ));
+    let exit = bed.next_exit().await;
+    assert_eq!(exit.job_id, "j3");
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+
+    // The job's main process ends: noticed through its pidfd.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    main.kill().unwrap();
+    let _ = main.wait();
+    let exit = bed.next_exit().await;
+    assert_eq!(exit.job_id, "j1");
 }
 
 #[tokio::test]
