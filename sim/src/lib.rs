@@ -8,10 +8,13 @@
 //! - [`evaluate::evaluate`]: policies against `fair` on the same trace (`govsim compare`),
 //!   [`paper`]: the papers' setups (`govsim paper`), [`priority`]: a mixed-priority trace with
 //!   and without preemption (`govsim priority`), [`plot`]: SVG charts;
-//! - [`trace::generate`] with [`curves::load_dir`]: traces from real logs (`govsim trace`).
+//! - [`trace::generate`] with [`curves::load_dir`]: traces from real logs (`govsim trace`);
+//! - [`bound`]: what any order of CPU shares could gain on one node (a fluid model with perfect
+//!   knowledge), beside what the policies reach.
 #![forbid(unsafe_code)]
 
 pub mod baseline;
+pub mod bound;
 pub mod cluster;
 pub mod compare;
 pub mod curves;

@@ -372,6 +372,91 @@ pub(crate) fn simulate(
     Ok(run_node(models, &config, p.as_mut(), 1))
 }
 
+/// What any order of CPU shares could gain on these jobs ([`sim::bound`]): the fitted jobs in
+/// a fluid model on the same `cores`, the whole plan delivered, under fair sharing, the best
+/// order known with perfect knowledge, and the relaxation no order can beat.
+fn order_bound(models: &[JobModel], cores: f64, delivered: f64) -> (String, serde_json::Value) {
+    use sim::bound::{FluidJob, FluidRun, Order, Target, run};
+    let jobs: Vec<FluidJob> = models.iter().map(FluidJob::from_model).collect();
+    let fair = run(&jobs, cores, Order::Fair, 1.0);
+    let worst = |r: &FluidRun, of: fn(&FluidRun) -> &Vec<f64>| {
+        of(r)
+            .iter()
+            .zip(of(&fair))
+            .map(|(a, b)| a / b)
+            .fold(0.0, f64::max)
+    };
+    let change = |x: f64, base: f64| 100.0 * (x / base - 1.0);
+    let mut md = format!(
+        "\nWhat any order of CPU shares could gain on these jobs ([`sim::bound`]: the jobs above \
+         in a fluid model on {cores:.2} cores, each at the cores it is given up to its usable \
+         cores, no cost of contention, every plan delivered whole unless the row says; fair's \
+         averages there: time to quality {:.1} s, JCT {:.1} s, as in govsim's fair above):\n\n\
+         | order | avg TTQ vs fair | avg JCT vs fair | worst job TTQ / fair | worst job JCT / fair |\n\
+         | --- | ---: | ---: | ---: | ---: |\n",
+        fair.avg_ttq(),
+        fair.avg_jct()
+    );
+    let mut json = Vec::new();
+    let as_delivered = format!(
+        "the same, the kernel delivering {:.0}% of the plan as measured",
+        100.0 * delivered
+    );
+    for (label, order, share) in [
+        (
+            "least CPU left to its quality point first, knowing it (best known for TTQ)",
+            Order::Oracle(Target::Quality),
+            None,
+        ),
+        (
+            as_delivered.as_str(),
+            Order::Oracle(Target::Quality),
+            Some(delivered),
+        ),
+        (
+            "least CPU left first, knowing it (best known for JCT)",
+            Order::Oracle(Target::End),
+            None,
+        ),
+        (
+            "no order does better on TTQ (one machine of all the cores)",
+            Order::Relaxed(Target::Quality),
+            None,
+        ),
+        (
+            "no order does better on JCT (one machine of all the cores)",
+            Order::Relaxed(Target::End),
+            None,
+        ),
+    ] {
+        // At a share of 1 the kernel delivered the whole plan: the row would repeat the first.
+        if share.is_some_and(|d| d >= 0.99) {
+            continue;
+        }
+        let share = share.unwrap_or(1.0);
+        let r = run(&jobs, cores, order, share);
+        let ttq = change(r.avg_ttq(), fair.avg_ttq());
+        let jct = change(r.avg_jct(), fair.avg_jct());
+        let (worst_ttq, worst_jct) = (worst(&r, |r| &r.ttq), worst(&r, |r| &r.jct));
+        // A relaxation bounds only the average it orders for.
+        let (ttq_cell, jct_cell, worst_cells) = match order {
+            Order::Relaxed(Target::Quality) => (format!("{ttq:+.1}%"), "-".into(), "- | -".into()),
+            Order::Relaxed(Target::End) => ("-".into(), format!("{jct:+.1}%"), "- | -".into()),
+            _ => (
+                format!("{ttq:+.1}%"),
+                format!("{jct:+.1}%"),
+                format!("{worst_ttq:.2}x | {worst_jct:.2}x"),
+            ),
+        };
+        let _ = writeln!(md, "| {label} | {ttq_cell} | {jct_cell} | {worst_cells} |");
+        json.push(serde_json::json!({
+            "order": format!("{order:?}"), "delivered": share, "ttq": ttq, "jct": jct,
+            "worst_ttq": worst_ttq, "worst_jct": worst_jct,
+        }));
+    }
+    (md, serde_json::Value::Array(json))
+}
+
 fn err(sim: Option<f64>, real: Option<f64>) -> String {
     match (sim, real) {
         (Some(s), Some(r)) if r > 0.0 => format!("{:+.0}%", 100.0 * (s / r - 1.0)),
@@ -584,12 +669,15 @@ pub(crate) fn report(
             "ttq_real": ttq_real, "ttq_sim": ttq_sim, "worst_ttq_sim": worst,
         }));
     }
+    let (bound_md, bound_json) = order_bound(&models, cores, e);
+    md.push_str(&bound_md);
     Ok((
         md,
         serde_json::json!({
             "model": fitted,
             "jobs": json_rows,
             "averages": json_avgs,
+            "order_bound": bound_json,
             "cores": node_cores,
             "effective_cores": cores,
             "enforcement": enforcement.map(|(e, _)| e),
@@ -626,6 +714,43 @@ mod tests {
             curve,
             cpu_timeline,
         }
+    }
+
+    #[test]
+    fn the_order_bound_reports_the_oracle_at_the_delivered_share_and_the_relaxations() {
+        let model = |id: &str| JobModel {
+            id: id.into(),
+            submit: 0.0,
+            work: 100.0,
+            parallelism: 1.0,
+            speedup: Speedup::Linear,
+            // Its quality point at half its work.
+            loss: LossCurve::Points {
+                points: vec![(0.0, 1.0), (0.5, 0.1), (1.0, 0.1)],
+            },
+            noise: 0.0,
+            log_every: LogEvery::Work { fraction: 0.1 },
+            reports_total: true,
+            memory_bytes: 0,
+            priority: 0,
+            startup: 0.0,
+            quiet: Vec::new(),
+            finish: None,
+            sweep: None,
+        };
+        let models = [model("a"), model("b")];
+        // One core: fair brings both to quality at 100 s, the oracle one at 50 s, one at 100 s.
+        let (md, json) = order_bound(&models, 1.0, 0.5);
+        let rows: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.contains("---"))
+            .collect();
+        assert_eq!(rows.len(), 6, "header and five orders:\n{md}");
+        assert!(rows[1].contains("| -25.0% |"), "{}", rows[1]);
+        assert!(rows[2].contains("delivering 50%"), "{}", rows[2]);
+        assert_eq!(json.as_array().unwrap().len(), 5);
+        let (whole, _) = order_bound(&models, 1.0, 1.0);
+        assert!(!whole.contains("delivering"), "{whole}");
     }
 
     #[test]
