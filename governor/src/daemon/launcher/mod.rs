@@ -885,8 +885,6 @@ fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
     epochs
 }
 
-/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
-/// or a v1 hierarchy the cgroup may not list it).
 /// What the journal keeps of the start `s` of `launched`, its process as `adopt` says (pid 0:
 /// the start is under way, its process not spawned yet).
 fn journal_entry(s: &StartJob, launched: &Launched, adopt: &AdoptJob) -> JournalEntry {
@@ -911,6 +909,8 @@ fn journal_entry(s: &StartJob, launched: &Launched, adopt: &AdoptJob) -> Journal
     }
 }
 
+/// Signal a job's cgroup and its main process (the main process directly too: on a fake root
+/// or a v1 hierarchy the cgroup may not list it).
 fn signal_job(fs: &CgroupFs, l: &Launched, signal: Signal) {
     if let Some(group) = &l.group
         && let Err(e) = fs.signal_job_group(group, signal)
