@@ -722,15 +722,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_order_bound_reports_the_oracle_at_the_delivered_share_and_the_relaxations() {
-        let model = |id: &str| JobModel {
+    /// A job of 100 CPU-s on one core, its best (and its quality point) at half its work, flat
+    /// after: a log line every tenth.
+    fn best_half_way(id: &str) -> JobModel {
+        JobModel {
             id: id.into(),
             submit: 0.0,
             work: 100.0,
             parallelism: 1.0,
             speedup: Speedup::Linear,
-            // Its quality point at half its work.
             loss: LossCurve::Points {
                 points: vec![(0.0, 1.0), (0.5, 0.1), (1.0, 0.1)],
             },
@@ -743,8 +743,12 @@ mod tests {
             quiet: Vec::new(),
             finish: None,
             sweep: None,
-        };
-        let models = [model("a"), model("b")];
+        }
+    }
+
+    #[test]
+    fn the_order_bound_reports_the_oracle_at_the_delivered_share_and_the_relaxations() {
+        let models = [best_half_way("a"), best_half_way("b")];
         // One core: fair brings both to quality at 100 s, the oracle one at 50 s, one at 100 s.
         let (md, json) = order_bound(&models, 1.0, 0.5);
         let rows: Vec<&str> = md
@@ -761,26 +765,7 @@ mod tests {
 
     #[test]
     fn finish_and_sweep_suffixes_stop_the_simulated_jobs_as_the_daemon_would() {
-        let model = JobModel {
-            id: "a".into(),
-            submit: 0.0,
-            work: 100.0,
-            parallelism: 1.0,
-            speedup: Speedup::Linear,
-            // Its best at half the work, flat after: a log line every tenth.
-            loss: LossCurve::Points {
-                points: vec![(0.0, 1.0), (0.5, 0.1), (1.0, 0.1)],
-            },
-            noise: 0.0,
-            log_every: LogEvery::Work { fraction: 0.1 },
-            reports_total: true,
-            memory_bytes: 0,
-            priority: 0,
-            startup: 0.0,
-            quiet: Vec::new(),
-            finish: None,
-            sweep: None,
-        };
+        let model = best_half_way("a");
         let full = simulate(std::slice::from_ref(&model), "fair", 1.0, 1.0).unwrap();
         assert!((full.jobs[0].jct.unwrap() - 100.0).abs() < 1e-6);
         let stopped = simulate(
