@@ -23,6 +23,7 @@
 
 use governor_policy::Direction;
 use governor_policy::quality::time_to_quality;
+use governor_policy::share::fair_shares;
 
 use crate::job::{JobModel, LossCurve, QuietPhase};
 
@@ -130,15 +131,11 @@ pub fn run(jobs: &[FluidJob], cores: f64, order: Order, delivered: f64) -> Fluid
             Order::Relaxed(_) => cores,
             _ => jobs[i].cores.min(cores),
         };
-        // Fair sharing: water-filled, the jobs with the smallest caps filled first.
+        // Fair sharing: the kernel's division at equal weights, each job up to its cap.
+        let demands: Vec<f64> = runnable.iter().map(|&i| cap(i)).collect();
         let mut fair = vec![0.0f64; n];
-        let mut by_cap = runnable.clone();
-        by_cap.sort_by(|&a, &b| cap(a).total_cmp(&cap(b)));
-        let mut left = cores;
-        for (k, &i) in by_cap.iter().enumerate() {
-            let share = left / (by_cap.len() - k) as f64;
-            fair[i] = cap(i).min(share);
-            left -= fair[i];
+        for (&i, share) in runnable.iter().zip(fair_shares(cores, &demands)) {
+            fair[i] = share;
         }
         let mut rate = fair.clone();
         match order {
