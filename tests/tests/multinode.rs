@@ -160,6 +160,11 @@ fn govctl_json(certs: &Path, args: &[&str]) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("govctl {args:?}: bad JSON ({e}): {text}"))
 }
 
+/// How often [`wait_for`] looks again, in milliseconds. Scenarios that run together look less
+/// often: each look is often a `govctl` call, seconds of node1's one emulated vCPU, which the
+/// coordinator shares.
+static POLL_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(500);
+
 fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(timeout_s);
     loop {
@@ -170,7 +175,9 @@ fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> 
             Instant::now() < deadline,
             "timed out after {timeout_s} s waiting for {what}"
         );
-        thread::sleep(Duration::from_millis(500));
+        thread::sleep(Duration::from_millis(
+            POLL_MS.load(std::sync::atomic::Ordering::Relaxed),
+        ));
     }
 }
 
@@ -562,29 +569,48 @@ fn coordinator_node(n: u32) {
     if n >= 3 {
         timed("placement, a lost node, a coordinator restart", || ());
         type Scenario = fn(&Path);
-        let scenarios: [(&str, Scenario); 7] = [
+        // Independent jobs, each moved node2 -> node3 (and back), that kill no governor and
+        // not the coordinator: they run together (each job its own name, seed, log and
+        // checkpoint; the coordinator's fault switch corrupts only `tainted`'s copy, node3's
+        // criu refuses only `stranded`, only `homesick`'s wrapper fails on node3). One after
+        // the other they took 400 s here and 660 s on a slow CI day, mostly waiting on the
+        // jobs' epochs and the moves' 10 s confirmations.
+        let together: [(&str, Scenario); 6] = [
             ("criu both ways", move_a_job_by_criu_both_ways),
             (
                 "criu, target cannot restore",
                 move_by_criu_to_a_target_that_cannot_restore_it,
             ),
-            ("criu, upload cut", move_by_criu_with_its_upload_cut),
             ("checkpoint both ways", move_a_job_both_ways),
             ("target cannot run it", move_to_a_target_that_cannot_run_it),
-            ("target dies", move_to_a_target_that_dies),
+            ("carried checkpoint", move_a_job_without_a_shared_path),
             (
-                "carried checkpoint, and one corrupted at rest (together)",
-                |certs| {
-                    // Independent jobs moved node2 -> node3 at once: the coordinator's fault switch
-                    // corrupts only `tainted`'s copy.
-                    thread::scope(|s| {
-                        s.spawn(|| move_a_job_without_a_shared_path(certs));
-                        s.spawn(|| move_with_a_checkpoint_corrupted_at_rest(certs));
-                    });
-                },
+                "checkpoint corrupted at rest",
+                move_with_a_checkpoint_corrupted_at_rest,
             ),
         ];
-        for (name, scenario) in scenarios {
+        POLL_MS.store(1500, std::sync::atomic::Ordering::Relaxed);
+        thread::scope(|s| {
+            for (name, scenario) in together {
+                let certs = &certs;
+                s.spawn(move || {
+                    let started = Instant::now();
+                    scenario(certs);
+                    eprintln!(
+                        "node1: [timing]   {name}: {:.0} s (run together)",
+                        started.elapsed().as_secs_f64()
+                    );
+                });
+            }
+        });
+        POLL_MS.store(500, std::sync::atomic::Ordering::Relaxed);
+        timed("six independent moves, together", || ());
+        // These kill a node's governor mid-move: alone.
+        let alone: [(&str, Scenario); 2] = [
+            ("criu, upload cut", move_by_criu_with_its_upload_cut),
+            ("target dies", move_to_a_target_that_dies),
+        ];
+        for (name, scenario) in alone {
             timed(name, || scenario(&certs));
         }
 
@@ -644,10 +670,18 @@ fn timed(name: &str, f: impl FnOnce()) {
 /// coordinator's `move_confirm_s` (10 s) and what follows it.
 const MOVABLE_EPOCHS: u64 = 40;
 
-/// Epochs of a job moved there and back: two moves, each confirmed after 10 s of running, plus
-/// the test's own polling through `govctl` (seconds a call under TCG). With 40 a local run saw
-/// the job finish on node3 before the return move was asked.
-const BOTH_WAYS_EPOCHS: u64 = 64;
+/// Epochs of a job that must outlive a move and a wait for its target: the target's governor
+/// lost, waited for and started again (`move_to_a_target_that_dies`).
+const OUTLIVING_EPOCHS: u64 = 64;
+
+/// Epochs of a job moved there and back (two moves, each confirmed after 10 s of running, plus
+/// the test's own polling through `govctl`, seconds a call under TCG), while four other moves
+/// run beside it. The moves, not the epochs (a second of sleep each), slow down on a busy
+/// machine: with 40 a local run saw the job finish on node3 before the return move was asked;
+/// alone, a slow CI day asked the return move of a 64-epoch CRIU job 77 s in; run together
+/// they were asked 28-31 s in here (2026-11-27). A job that ended before its return move
+/// would fail the test.
+const RETURN_TRIP_EPOCHS: u64 = 96;
 
 /// How a movable job saves itself.
 #[derive(Clone, Copy, PartialEq)]
@@ -813,7 +847,7 @@ fn move_a_job_both_ways(certs: &Path) {
         None,
         Saves::Shared,
         &[],
-        BOTH_WAYS_EPOCHS,
+        RETURN_TRIP_EPOCHS,
     );
     let mut at = 0;
     for to in ["node3", "node2"] {
@@ -842,7 +876,7 @@ fn move_a_job_by_criu_both_ways(certs: &Path) {
         None,
         Saves::Criu,
         &[],
-        BOTH_WAYS_EPOCHS,
+        RETURN_TRIP_EPOCHS,
     );
     let mut at = 0;
     for to in ["node3", "node2"] {
@@ -1344,7 +1378,7 @@ fn move_to_a_target_that_dies(certs: &Path) {
         None,
         Saves::Shared,
         &[],
-        BOTH_WAYS_EPOCHS,
+        OUTLIVING_EPOCHS,
     );
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())

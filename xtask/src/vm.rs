@@ -290,25 +290,32 @@ pub(crate) fn run_guest_command_with(
     Ok(fs::read_to_string(run_dir.join("out"))?)
 }
 
+/// The project's binaries the guests run (from `target/debug`, shared with them over 9p).
+const GUEST_BINARIES: [&str; 5] = [
+    "governor",
+    "govctl",
+    "coordinator",
+    "demo-trainer",
+    "memhog",
+];
+
 /// Build the integration test binaries and the project's binaries; return the test executables.
+///
+/// The build is `cargo test --workspace --exclude governor-ebpf --no-run`, the very build of
+/// `cargo xtask test`'s unit stage: cargo builds a package's binaries with its integration
+/// tests, so this builds the daemon, the coordinator and the test programs too, and after the
+/// unit stage it builds nothing. (A `cargo build --bins -p ...` of the same packages resolves
+/// other features, `tokio/test-util` among them, and compiled tokio, serde and every crate of
+/// ours again: 150 s of CI's time.)
 pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
     eprintln!("== building the integration tests and binaries (host)");
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--bins",
-        "-p",
-        "governor",
-        "-p",
-        "coordinator",
-        "-p",
-        "governor-integration-tests",
-    ]))?;
     let json = cmd::output(cmd::cargo().args([
         "test",
+        "--workspace",
+        "--exclude",
+        "governor-ebpf",
         "--no-run",
         "--message-format=json",
-        "-p",
-        "governor-integration-tests",
     ]))?;
     let mut exes = Vec::new();
     for line in json.lines() {
@@ -318,6 +325,9 @@ pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
         if v["reason"] == "compiler-artifact"
             && v["profile"]["test"] == true
             && v["target"]["kind"][0] == "test"
+            && v["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains("governor-integration-tests"))
             && let Some(exe) = v["executable"].as_str()
         {
             exes.push(PathBuf::from(exe));
@@ -325,6 +335,17 @@ pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
     }
     if exes.is_empty() {
         bail!("cargo built no integration test executables for governor-integration-tests");
+    }
+    let missing: Vec<&str> = GUEST_BINARIES
+        .into_iter()
+        .filter(|name| !bin_dir().join(name).is_file())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the test build left no {} in {}",
+            missing.join(", "),
+            bin_dir().display()
+        );
     }
     exes.sort();
     Ok(exes)
