@@ -166,14 +166,25 @@ fn govctl_json(certs: &Path, args: &[&str]) -> serde_json::Value {
 static POLL_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(500);
 
 fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_showing(what, timeout_s, |_| f())
+}
+
+/// [`wait_for`], where `f` may leave a note of what it saw last (`seen`), shown on a timeout.
+fn wait_showing<T>(what: &str, timeout_s: u64, mut f: impl FnMut(&mut String) -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    let mut seen = String::new();
     loop {
-        if let Some(v) = f() {
+        if let Some(v) = f(&mut seen) {
             return v;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out after {timeout_s} s waiting for {what}"
+            "timed out after {timeout_s} s waiting for {what}{}",
+            if seen.is_empty() {
+                String::new()
+            } else {
+                format!("; last seen: {seen}")
+            }
         );
         thread::sleep(Duration::from_millis(
             POLL_MS.load(std::sync::atomic::Ordering::Relaxed),
@@ -808,30 +819,18 @@ fn submit_movable_with(
 /// timeout the panic shows the job as last seen (its moves, their phases and messages): the
 /// node daemons' logs are not kept.
 fn wait_move(certs: &Path, id: &str, phase: &str, node: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut last_seen = serde_json::Value::Null;
-    loop {
-        // The coordinator may be restarting: not answering yet is not a failure.
-        let seen = try_govctl(certs, &["job", id, "--json"])
-            .ok()
-            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok());
-        if let Some(d) = seen {
-            if let Some(m) = d["moves"].as_array().and_then(|moves| moves.last())
-                && m["phase"] == phase
-                && d["summary"]["members"][0]["node"] == node
-            {
-                return m.clone();
-            }
-            last_seen = d;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after 240 s waiting for {id}'s move to be {phase} on {node}; the job as last seen: {last_seen}"
-        );
-        thread::sleep(Duration::from_millis(
-            POLL_MS.load(std::sync::atomic::Ordering::Relaxed),
-        ));
-    }
+    wait_showing(
+        &format!("{id}'s move to be {phase} on {node}"),
+        240,
+        |seen| {
+            // The coordinator may be restarting: not answering yet is not a failure.
+            let text = try_govctl(certs, &["job", id, "--json"]).ok()?;
+            let d: serde_json::Value = serde_json::from_str(&text).ok()?;
+            *seen = d.to_string();
+            let m = d["moves"].as_array()?.last()?.clone();
+            (m["phase"] == phase && d["summary"]["members"][0]["node"] == node).then_some(m)
+        },
+    )
 }
 
 /// The job completed, and its log holds every epoch once, in order, with the losses of the run
