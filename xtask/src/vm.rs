@@ -299,16 +299,17 @@ const GUEST_BINARIES: [&str; 5] = [
     "memhog",
 ];
 
-/// Build the integration test binaries and the project's binaries; return the test executables.
+/// Build every test of the workspace (`cargo test --workspace --exclude governor-ebpf
+/// --no-run`, the very build of `cargo xtask test`'s unit stage, so that after it nothing is
+/// built again) and return the test executables cargo reports, each with its `target.kind`
+/// and package id, sorted by path.
 ///
-/// The build is `cargo test --workspace --exclude governor-ebpf --no-run`, the very build of
-/// `cargo xtask test`'s unit stage: cargo builds a package's binaries with its integration
-/// tests, so this builds the daemon, the coordinator and the test programs too, and after the
-/// unit stage it builds nothing. (A `cargo build --bins -p ...` of the same packages resolves
-/// other features, `tokio/test-util` among them, and compiled tokio, serde and every crate of
-/// ours again: 150 s of CI's time.)
-pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
-    eprintln!("== building the integration tests and binaries (host)");
+/// Cargo builds a package's binaries with its integration tests, so this builds the daemon,
+/// govctl, the coordinator and the test programs too. (A `cargo build --bins -p ...` of the
+/// same packages resolves other features, `tokio/test-util` among them, and compiled tokio,
+/// tonic and every crate of ours again: 153 s here.)
+fn build_workspace_tests(what: &str) -> Result<Vec<(PathBuf, serde_json::Value)>> {
+    eprintln!("== building {what} (host)");
     let json = cmd::output(cmd::cargo().args([
         "test",
         "--workspace",
@@ -317,22 +318,29 @@ pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
         "--no-run",
         "--message-format=json",
     ]))?;
-    let mut exes = Vec::new();
-    for line in json.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["reason"] == "compiler-artifact"
-            && v["profile"]["test"] == true
-            && v["target"]["kind"][0] == "test"
-            && v["package_id"]
-                .as_str()
-                .is_some_and(|id| id.contains("governor-integration-tests"))
-            && let Some(exe) = v["executable"].as_str()
-        {
-            exes.push(PathBuf::from(exe));
-        }
-    }
+    let mut exes: Vec<(PathBuf, serde_json::Value)> = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["profile"]["test"] == true)
+        .filter_map(|v| Some((PathBuf::from(v["executable"].as_str()?), v)))
+        .collect();
+    exes.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(exes)
+}
+
+/// Build the integration test binaries and the project's binaries; return the integration
+/// test executables of `governor-integration-tests`.
+pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
+    let exes: Vec<PathBuf> = build_workspace_tests("the integration tests and binaries")?
+        .into_iter()
+        .filter(|(_, v)| {
+            v["target"]["kind"][0] == "test"
+                && v["package_id"]
+                    .as_str()
+                    .is_some_and(|id| id.contains("governor-integration-tests"))
+        })
+        .map(|(exe, _)| exe)
+        .collect();
     if exes.is_empty() {
         bail!("cargo built no integration test executables for governor-integration-tests");
     }
@@ -347,29 +355,15 @@ pub(crate) fn build_test_binaries() -> Result<Vec<PathBuf>> {
             bin_dir().display()
         );
     }
-    exes.sort();
     Ok(exes)
 }
 
 /// Every test executable of the workspace (unit, integration and doc-less), built on the host.
 fn build_workspace_test_binaries() -> Result<Vec<PathBuf>> {
-    eprintln!("== building every test of the workspace (host)");
-    let json = cmd::output(cmd::cargo().args([
-        "test",
-        "--workspace",
-        "--exclude",
-        "governor-ebpf",
-        "--no-run",
-        "--message-format=json",
-    ]))?;
-    let mut exes: Vec<PathBuf> = json
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["profile"]["test"] == true)
-        .filter_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .collect();
-    exes.sort();
-    Ok(exes)
+    Ok(build_workspace_tests("every test of the workspace")?
+        .into_iter()
+        .map(|(exe, _)| exe)
+        .collect())
 }
 
 /// Runs each executable as uid/gid 65534 with no capabilities, from /tmp.
