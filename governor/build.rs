@@ -4,12 +4,20 @@
 //! Why not `aya-build`: it builds into a target directory inside `OUT_DIR`, which differs between
 //! `cargo build`, `cargo clippy` and `cargo test`, so every one of them would rebuild `core` and
 //! the programs from scratch (~40 s each on a 2-core machine). This script builds into one shared
-//! `target/ebpf` directory instead (incremental: ~1 s), finds the `bpf-linker` that
+//! `target/ebpf` directory instead (incremental: ~1 s), and finds the `bpf-linker` that
 //! `cargo xtask setup` installs in `target/tools/bin` by itself (a plain `cargo build` does not
-//! have it on PATH), and fails with a message that says what to run when a tool is missing.
+//! have it on PATH).
 //!
-//! `GOVERNOR_EBPF_BUILD=skip` builds the daemon without the programs (an empty object): loading
-//! then fails at run time and the daemon falls back to cgroupfs accounting, saying why.
+//! `GOVERNOR_EBPF_BUILD` chooses what happens when a tool is missing:
+//! - unset (a plain `cargo build`): the daemon is built without the programs, with one warning
+//!   that names the missing tool and how to get it. Why not stop: an operator who only wants the
+//!   daemon gets a working one; without the programs it accounts CPU from cgroupfs (`cpu.stat`,
+//!   `cpuacct`), which every kernel has, and `governor status` says so and why.
+//! - `require` (`cargo xtask test`, CI): a missing tool or a failed build stops the build.
+//! - `skip`: build without the programs even where the tools are present.
+//!
+//! Once the programs are built, a failure to build them (a compile error) always stops the build:
+//! that is a bug to see, not a tool to install.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -17,7 +25,9 @@ use std::process::Command;
 
 const EBPF_PACKAGE: &str = "governor-ebpf";
 const EBPF_TARGET: &str = "bpfel-unknown-none";
-const SKIP_ENV: &str = "GOVERNOR_EBPF_BUILD";
+const MODE_ENV: &str = "GOVERNOR_EBPF_BUILD";
+/// Why the binary has no programs, compiled into it for `governor status` (empty: it has them).
+const MISSING_ENV: &str = "GOVERNOR_EBPF_MISSING";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
@@ -28,7 +38,7 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
     let object = out_dir.join(EBPF_PACKAGE);
 
-    println!("cargo:rerun-if-env-changed={SKIP_ENV}");
+    println!("cargo:rerun-if-env-changed={MODE_ENV}");
     for path in [
         "governor-ebpf/src",
         "governor-ebpf/Cargo.toml",
@@ -38,28 +48,40 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
-
-    if env::var(SKIP_ENV).is_ok_and(|v| v == "skip") {
-        println!(
-            "cargo:warning={SKIP_ENV}=skip: building without the eBPF programs; the daemon will use cgroupfs CPU accounting"
-        );
-        std::fs::write(&object, b"").expect("cannot write the empty eBPF object");
-        return;
+    // `cargo xtask setup` installing bpf-linker later must rebuild with the programs: watch the
+    // directory it installs into (made here, empty, so that cargo has something to watch; a
+    // missing path would rerun this script on every build).
+    for dir in bpf_linker_dirs(&workspace) {
+        if std::fs::create_dir_all(&dir).is_ok() {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
     }
 
-    let target_dir = target_dir(&workspace).join("ebpf");
+    let mode = env::var(MODE_ENV).unwrap_or_default();
+    if mode == "skip" {
+        build_without(&object, &format!("it was built with {MODE_ENV}=skip"), None);
+        return;
+    }
+    let required = mode == "require";
+
     // bpf-linker: where `cargo xtask setup` installs it, then PATH.
     let search: Vec<PathBuf> = bpf_linker_dirs(&workspace)
         .into_iter()
         .chain(env::split_paths(&env::var_os("PATH").unwrap_or_default()))
         .collect();
-    if !search.iter().any(|d| d.join("bpf-linker").is_file()) {
-        fail(
-            "bpf-linker not found in target/tools/bin or on PATH; run `cargo xtask setup` once \
-             (it builds bpf-linker against nightly's LLVM into target/tools/bin)",
+    if let Err(missing) = tools_present(&search) {
+        if required {
+            fail(&format!("{missing}; run `cargo xtask setup` once"));
+        }
+        build_without(
+            &object,
+            &missing,
+            Some("run `cargo xtask setup` once to build with it"),
         );
+        return;
     }
     let path = env::join_paths(&search).expect("PATH entries contain no separator");
+    let target_dir = target_dir(&workspace).join("ebpf");
 
     // `rustup run nightly cargo`: the workspace's rust-toolchain.toml pins stable, the eBPF
     // target needs nightly (`-Z build-std=core`).
@@ -123,6 +145,41 @@ fn main() {
             object.display()
         ));
     }
+    println!("cargo:rustc-env={MISSING_ENV}=");
+}
+
+/// What is missing to build the programs (`Err`: one sentence for the operator), checked before
+/// anything is built: nightly with `rust-src` (`-Z build-std=core`) and bpf-linker.
+fn tools_present(search: &[PathBuf]) -> Result<(), String> {
+    if !search.iter().any(|d| d.join("bpf-linker").is_file()) {
+        return Err("bpf-linker is not installed (looked in target/tools/bin and on PATH)".into());
+    }
+    let sysroot = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .output();
+    let sysroot = match sysroot {
+        Ok(out) if out.status.success() => {
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+        _ => return Err("the nightly Rust toolchain is not installed (rustup)".into()),
+    };
+    if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Err("nightly's rust-src component is not installed".into());
+    }
+    Ok(())
+}
+
+/// Build the daemon without the programs: an empty object (the daemon then accounts CPU from
+/// cgroupfs) and the reason compiled in, said once in cargo's output.
+fn build_without(object: &Path, why: &str, remedy: Option<&str>) {
+    let remedy = remedy.map(|r| format!("; {r}")).unwrap_or_default();
+    println!(
+        "cargo:warning=building the daemon without its eBPF CPU accounting: {why}{remedy} (it accounts CPU from cgroupfs instead)"
+    );
+    println!("cargo:rustc-env={MISSING_ENV}={why}");
+    std::fs::write(object, b"").expect("cannot write the empty eBPF object");
 }
 
 /// Cargo's target directory for this workspace (honours CARGO_TARGET_DIR).
@@ -145,8 +202,9 @@ fn bpf_linker_dirs(workspace: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// Stop the build with one line (a warning, which cargo shows in its summary) and no backtrace.
 fn fail(message: &str) -> ! {
-    // Printed both as a warning (visible in cargo's summary) and as the panic message.
     println!("cargo:warning=governor eBPF build: {message}");
-    panic!("governor eBPF build: {message}");
+    eprintln!("governor eBPF build: {message}");
+    std::process::exit(1);
 }

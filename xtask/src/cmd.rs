@@ -79,7 +79,23 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// How `governor/build.rs` treats missing eBPF tools in the builds xtask runs (its
+/// `GOVERNOR_EBPF_BUILD`), set once by a command that could not install them.
+static EBPF_BUILD: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Build the daemon without its eBPF programs in every later cargo command of this run (the
+/// demo, when the eBPF tools could not be installed: it still shows the policies).
+pub(crate) fn build_without_ebpf() {
+    let _ = EBPF_BUILD.set("skip");
+}
+
 /// A `cargo` command using the same cargo that runs xtask.
+///
+/// Every xtask command installs the eBPF tools before it builds, so its builds require the
+/// programs (`GOVERNOR_EBPF_BUILD=require`): a daemon built without them fails the build here
+/// instead of passing the tests on the cgroupfs fallback. The caller's own `GOVERNOR_EBPF_BUILD`
+/// wins. The value must be the same in every stage of a run: changing it reruns the build script
+/// and rebuilds the daemon and everything above it.
 pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
@@ -89,6 +105,12 @@ pub(crate) fn cargo() -> Command {
         "PATH",
         format!("{}:{path}", tools_dir().join("bin").display()),
     );
+    if std::env::var_os("GOVERNOR_EBPF_BUILD").is_none() {
+        c.env(
+            "GOVERNOR_EBPF_BUILD",
+            EBPF_BUILD.get().copied().unwrap_or("require"),
+        );
+    }
     c
 }
 

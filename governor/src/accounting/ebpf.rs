@@ -23,7 +23,7 @@ use super::sys;
 /// one line an operator reads (the error, its sources and the likely cause).
 #[derive(Debug, thiserror::Error)]
 pub enum EbpfError {
-    #[error("this governor binary was built without the eBPF programs (GOVERNOR_EBPF_BUILD=skip)")]
+    #[error("this governor binary was built without the eBPF programs: {}", env!("GOVERNOR_EBPF_MISSING"))]
     NotBuilt,
     #[error("eBPF disabled by {0}")]
     Disabled(String),
@@ -91,7 +91,8 @@ pub(super) fn describe(e: &EbpfError) -> String {
     explain(&error_chain(e))
 }
 
-/// The programs, built by `build.rs` (empty when built with `GOVERNOR_EBPF_BUILD=skip`).
+/// The programs, built by `build.rs` (empty when it built without them; `GOVERNOR_EBPF_MISSING`
+/// says why).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/governor-ebpf"));
 
 /// Which flavour of the program is attached.
