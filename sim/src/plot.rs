@@ -226,56 +226,83 @@ fn fit(values: impl Iterator<Item = f64>, pad: bool) -> (f64, f64) {
 
 /// Panels of line series with markers, sharing the x axis.
 pub fn lines(title: &str, x_label: &str, panels: &[Panel]) -> String {
-    let mut svg = String::new();
-    header(&mut svg, title, panels.len());
-    let x = fit(
-        panels
-            .iter()
-            .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|p| p.0))),
-        false,
-    );
-    for (i, p) in panels.iter().enumerate() {
-        let y = p.y_range.unwrap_or_else(|| {
-            fit(
-                p.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
-                true,
-            )
-        });
-        let f = Frame {
-            top: MARGIN_TOP + i as f64 * (PANEL_HEIGHT + GAP),
-            x,
-            y,
+    let charts: Vec<Chart<'_>> = panels.iter().map(Chart::Lines).collect();
+    charts_svg(title, x_label, &charts)
+}
+
+/// One panel of a figure that mixes kinds of panel.
+#[derive(Clone, Copy, Debug)]
+pub enum Chart<'a> {
+    /// Line series with markers.
+    Lines(&'a Panel),
+    /// Every job's cores stacked as step areas.
+    Stacked(&'a StepPanel),
+}
+
+impl Chart<'_> {
+    fn xs(&self) -> Vec<f64> {
+        let series = match self {
+            Chart::Lines(p) => &p.series,
+            Chart::Stacked(p) => &p.jobs,
         };
-        axes(&mut svg, &f, &p.title, x_label, &p.y_label);
-        for (k, s) in p.series.iter().enumerate() {
-            let color = COLORS[k % COLORS.len()];
-            let pts: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .filter(|(x, y)| x.is_finite() && y.is_finite())
-                .map(|&(x, y)| (f.sx(x), f.sy(y)))
-                .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            let text: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-            let _ = writeln!(
-                svg,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
-                text.join(" ")
-            );
-            for (x, y) in pts {
-                let _ = writeln!(
-                    svg,
-                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.5" fill="{color}"/>"#
-                );
-            }
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .collect()
+    }
+}
+
+/// Panels of any kind, one above the other, sharing the x axis.
+pub fn charts_svg(title: &str, x_label: &str, charts: &[Chart<'_>]) -> String {
+    let mut svg = String::new();
+    header(&mut svg, title, charts.len());
+    let x = fit(charts.iter().flat_map(Chart::xs), false);
+    for (i, chart) in charts.iter().enumerate() {
+        let top = MARGIN_TOP + i as f64 * (PANEL_HEIGHT + GAP);
+        match chart {
+            Chart::Lines(p) => lines_panel(&mut svg, top, x, x_label, p),
+            Chart::Stacked(p) => stacked_panel(&mut svg, top, x, x_label, p),
         }
-        let labels: Vec<String> = p.series.iter().map(|s| s.label.clone()).collect();
-        legend(&mut svg, f.top, &labels);
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+fn lines_panel(svg: &mut String, top: f64, x: (f64, f64), x_label: &str, p: &Panel) {
+    let y = p.y_range.unwrap_or_else(|| {
+        fit(
+            p.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+            true,
+        )
+    });
+    let f = Frame { top, x, y };
+    axes(svg, &f, &p.title, x_label, &p.y_label);
+    for (k, s) in p.series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|&(x, y)| (f.sx(x), f.sy(y)))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let text: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+            text.join(" ")
+        );
+        for (x, y) in pts {
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.5" fill="{color}"/>"#
+            );
+        }
+    }
+    let labels: Vec<String> = p.series.iter().map(|s| s.label.clone()).collect();
+    legend(svg, f.top, &labels);
 }
 
 /// One worker's step functions: per job, `(time, cores)` at each change (held until the next).
@@ -289,74 +316,67 @@ pub struct StepPanel {
 
 /// Per panel, every job's cores stacked as step areas over time, sharing the x axis.
 pub fn stacked_steps(title: &str, x_label: &str, panels: &[StepPanel]) -> String {
-    let mut svg = String::new();
-    header(&mut svg, title, panels.len());
-    let x = fit(
-        panels
-            .iter()
-            .flat_map(|p| p.jobs.iter().flat_map(|s| s.points.iter().map(|p| p.0))),
-        false,
-    );
-    for (i, p) in panels.iter().enumerate() {
-        let f = Frame {
-            top: MARGIN_TOP + i as f64 * (PANEL_HEIGHT + GAP),
-            x,
-            y: (0.0, p.capacity.max(1e-9)),
+    let charts: Vec<Chart<'_>> = panels.iter().map(Chart::Stacked).collect();
+    charts_svg(title, x_label, &charts)
+}
+
+fn stacked_panel(svg: &mut String, top: f64, x: (f64, f64), x_label: &str, p: &StepPanel) {
+    let f = Frame {
+        top,
+        x,
+        y: (0.0, p.capacity.max(1e-9)),
+    };
+    axes(svg, &f, &p.title, x_label, "cores");
+    let mut times: Vec<f64> = p
+        .jobs
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|t| t.is_finite())
+        .collect();
+    times.push(x.1);
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    let mut below = vec![0.0; times.len()];
+    for (k, s) in p.jobs.iter().enumerate() {
+        let value_at = |t: f64| {
+            s.points
+                .iter()
+                .take_while(|p| p.0 <= t)
+                .last()
+                .map_or(0.0, |p| p.1)
         };
-        axes(&mut svg, &f, &p.title, x_label, "cores");
-        let mut times: Vec<f64> = p
-            .jobs
+        let above: Vec<f64> = times
             .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0))
-            .filter(|t| t.is_finite())
+            .zip(&below)
+            .map(|(&t, &b)| b + value_at(t))
             .collect();
-        times.push(x.1);
-        times.sort_by(f64::total_cmp);
-        times.dedup();
-        let mut below = vec![0.0; times.len()];
-        for (k, s) in p.jobs.iter().enumerate() {
-            let value_at = |t: f64| {
-                s.points
-                    .iter()
-                    .take_while(|p| p.0 <= t)
-                    .last()
-                    .map_or(0.0, |p| p.1)
-            };
-            let above: Vec<f64> = times
-                .iter()
-                .zip(&below)
-                .map(|(&t, &b)| b + value_at(t))
-                .collect();
-            if above.iter().zip(&below).all(|(a, b)| a - b <= 1e-12) {
-                below = above;
-                continue;
-            }
-            let mut pts = Vec::new();
-            for w in 0..times.len().saturating_sub(1) {
-                pts.push((times[w], above[w]));
-                pts.push((times[w + 1], above[w]));
-            }
-            for w in (0..times.len().saturating_sub(1)).rev() {
-                pts.push((times[w + 1], below[w]));
-                pts.push((times[w], below[w]));
-            }
-            let text: Vec<String> = pts
-                .iter()
-                .map(|&(x, y)| format!("{:.1},{:.1}", f.sx(x), f.sy(y)))
-                .collect();
-            let _ = writeln!(
-                svg,
-                r#"<polygon fill="{}" fill-opacity="0.85" stroke="none" points="{}"/>"#,
-                COLORS[k % COLORS.len()],
-                text.join(" ")
-            );
+        if above.iter().zip(&below).all(|(a, b)| a - b <= 1e-12) {
             below = above;
+            continue;
         }
-        let labels: Vec<String> = p.jobs.iter().map(|s| s.label.clone()).collect();
-        legend(&mut svg, f.top, &labels);
+        let mut pts = Vec::new();
+        for w in 0..times.len().saturating_sub(1) {
+            pts.push((times[w], above[w]));
+            pts.push((times[w + 1], above[w]));
+        }
+        for w in (0..times.len().saturating_sub(1)).rev() {
+            pts.push((times[w + 1], below[w]));
+            pts.push((times[w], below[w]));
+        }
+        let text: Vec<String> = pts
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", f.sx(x), f.sy(y)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polygon fill="{}" fill-opacity="0.85" stroke="none" points="{}"/>"#,
+            COLORS[k % COLORS.len()],
+            text.join(" ")
+        );
+        below = above;
     }
-    svg.push_str("</svg>\n");
-    svg
+    let labels: Vec<String> = p.jobs.iter().map(|s| s.label.clone()).collect();
+    legend(svg, f.top, &labels);
 }
 
 /// Most workers drawn in the CPU-share plot.

@@ -15,6 +15,9 @@ Quiet phases, as real jobs have them: ``--quiet-start S`` sleeps before the data
 (waiting for a data set or a node), ``--pause EPOCH:S`` sleeps S seconds after that epoch
 (a checkpoint upload, a shard fetch). SIGINT ends training at the end of the current batch and
 the job exits 0 with its log complete (what Governor's finish-at-convergence sends).
+
+``--probe TASK[,TASK...]`` trains nothing to the end: it times a few epochs of each task alone and
+prints ``{"TASK": seconds_per_epoch, ...}``, so that the demo sizes its jobs to this machine.
 """
 import argparse
 import json
@@ -34,12 +37,15 @@ parser.add_argument("--width", type=int, default=256)
 parser.add_argument("--samples", type=int, default=6000)
 parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF default)")
 parser.add_argument("--seed", type=int, default=1)
-parser.add_argument("--log", required=True)
+parser.add_argument("--log", default="")
+parser.add_argument("--probe", default="", help="TASK[,TASK...]: time epochs of each task alone, print JSON")
 parser.add_argument("--summary", default="")
 parser.add_argument("--times", default="", help="side file: 'epoch unix_time loss val_loss' per epoch")
 parser.add_argument("--quiet-start", type=float, default=0.0)
 parser.add_argument("--pause", default="", help="EPOCH:SECONDS")
 args = parser.parse_args()
+if not args.log and not args.probe:
+    parser.error("--log is required")
 
 if args.quiet_start > 0:
     time.sleep(args.quiet_start)
@@ -79,40 +85,58 @@ def teacher():
     return x, y
 
 
-if args.task == "digits":
-    x, y = digits(False)
-    model = keras.Sequential([
-        keras.Input((64,)),
-        keras.layers.Dense(args.width, activation="relu"),
-        keras.layers.Dense(args.width, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-    loss = "categorical_crossentropy"
-elif args.task == "digits_cnn":
-    x, y = digits(True)
-    model = keras.Sequential([
-        keras.Input((16, 16, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(args.width, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-    loss = "categorical_crossentropy"
-elif args.task == "teacher":
-    x, y = teacher()
-    model = keras.Sequential([
-        keras.Input((x.shape[1],)),
-        keras.layers.Dense(args.width, activation="tanh"),
-        keras.layers.Dense(args.width, activation="tanh"),
-        keras.layers.Dense(1),
-    ])
-    loss = "mse"
-else:
-    sys.exit(f"unknown task {args.task}")
+def make(task):
+    """The data and the compiled model of a task."""
+    if task == "digits":
+        x, y = digits(False)
+        model = keras.Sequential([
+            keras.Input((64,)),
+            keras.layers.Dense(args.width, activation="relu"),
+            keras.layers.Dense(args.width, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ])
+        loss = "categorical_crossentropy"
+    elif task == "digits_cnn":
+        x, y = digits(True)
+        model = keras.Sequential([
+            keras.Input((16, 16, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(args.width, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ])
+        loss = "categorical_crossentropy"
+    elif task == "teacher":
+        x, y = teacher()
+        model = keras.Sequential([
+            keras.Input((x.shape[1],)),
+            keras.layers.Dense(args.width, activation="tanh"),
+            keras.layers.Dense(args.width, activation="tanh"),
+            keras.layers.Dense(1),
+        ])
+        loss = "mse"
+    else:
+        sys.exit(f"unknown task {task}")
 
-model.compile(optimizer=keras.optimizers.Adam(args.lr), loss=loss)
+    model.compile(optimizer=keras.optimizers.Adam(args.lr), loss=loss)
+    return x, y, model
+
+
+if args.probe:
+    per_epoch = {}
+    for task in args.probe.split(","):
+        x, y, model = make(task)
+        # The first epoch traces the graph: not what an epoch costs.
+        model.fit(x, y, epochs=1, batch_size=args.batch, validation_split=0.2, verbose=0)
+        t0 = time.time()
+        model.fit(x, y, epochs=3, batch_size=args.batch, validation_split=0.2, verbose=0)
+        per_epoch[task] = (time.time() - t0) / 3
+    print(json.dumps(per_epoch))
+    sys.exit(0)
+
+x, y, model = make(args.task)
 
 stop = {"asked": False}
 

@@ -117,7 +117,13 @@ pub(crate) struct Workload {
     pub jobs: Vec<JobPlan>,
 }
 
-fn job(name: &str, at: f64, framework: Framework, epochs: u32, args: &[&str]) -> JobPlan {
+pub(crate) fn job(
+    name: &str,
+    at: f64,
+    framework: Framework,
+    epochs: u32,
+    args: &[&str],
+) -> JobPlan {
     JobPlan {
         name: name.into(),
         at,
@@ -418,9 +424,19 @@ pub(crate) enum CgroupLayout {
 }
 
 impl RealEnv {
+    /// The benchmark's environment: the Python environment and the release daemon.
     pub(crate) fn prepare() -> Result<RealEnv> {
+        let python = python_env()?;
+        eprintln!("== building the release daemon");
+        cmd::run(cmd::cargo().args(["build", "--release", "-p", "governor"]))?;
+        RealEnv::new(python, cmd::target_dir().join("release/governor"))
+    }
+
+    /// Real jobs run with `python` under the daemon binary `governor`; fails where this host
+    /// cannot govern them (not root, no cgroup CPU controller).
+    pub(crate) fn new(python: PathBuf, governor: PathBuf) -> Result<RealEnv> {
         if !cmd::is_root() {
-            bail!("bench-real runs a root daemon that writes cgroups: run it as root");
+            bail!("real jobs run under a root daemon that writes cgroups: run it as root");
         }
         let cgroup = if Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists() {
             CgroupLayout::V1
@@ -429,12 +445,9 @@ impl RealEnv {
         } else {
             bail!("no usable cgroup CPU controller under /sys/fs/cgroup");
         };
-        let python = python_env()?;
-        eprintln!("== building the release daemon");
-        cmd::run(cmd::cargo().args(["build", "--release", "-p", "governor"]))?;
         Ok(RealEnv {
             python,
-            governor: cmd::target_dir().join("release/governor"),
+            governor,
             scripts: cmd::workspace_root().join("xtask/realjobs"),
             cgroup,
         })
@@ -786,7 +799,7 @@ fn stop(child: &mut Child) {
 
 /// The benchmark's Python environment: created and filled once, then reused (a stamp names the
 /// packages installed).
-fn python_env() -> Result<PathBuf> {
+pub(crate) fn python_env() -> Result<PathBuf> {
     let venv = cmd::target_dir().join("bench/venv");
     let python = venv.join("bin/python");
     let stamp = venv.join("governor-packages");

@@ -38,7 +38,9 @@ enum Command {
     Fuzz(fuzz::FuzzArgs),
     /// Run the integration tests inside the VM (real cgroup v2 kernel), or a multi-node scenario.
     VmTest(vm::VmTestArgs),
-    /// The main job: a live local demo of governed training jobs in the VM.
+    /// The main job: real training jobs on this machine's cores, sized to it, under fair and
+    /// under Governor, then a sweep with and without its trial budget (`--short`: CI's version;
+    /// in the VM bed where this host does not let it govern).
     Demo(demo::DemoArgs),
     /// CPU and RSS of the release daemon governing 1,000 simulated jobs (fake cgroup root on tmpfs).
     BenchDaemon(bench_daemon::BenchDaemonArgs),

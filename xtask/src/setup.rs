@@ -64,8 +64,7 @@ pub(crate) fn run() -> Result<Bed> {
         "== setup (idempotent; tools under {})",
         cmd::target_dir().display()
     );
-    step("nightly rust-src", nightly_rust_src)?;
-    step("bpf-linker", bpf_linker)?;
+    ebpf_tools()?;
     step("cargo-fuzz", cargo_fuzz)?;
     step("Debian packages", debian_packages)?;
     let vng = step("virtme-ng", virtme_ng)?;
@@ -80,6 +79,13 @@ pub(crate) fn run() -> Result<Bed> {
     step("VM boots", || verify_boot(&bed))?;
     eprintln!("== setup complete");
     Ok(bed)
+}
+
+/// The steps the daemon's eBPF programs need (nightly `rust-src`, `bpf-linker`): all that the
+/// host demo needs of the set-up.
+pub(crate) fn ebpf_tools() -> Result<()> {
+    step("nightly rust-src", nightly_rust_src)?;
+    step("bpf-linker", bpf_linker)
 }
 
 pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {

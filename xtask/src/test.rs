@@ -1,6 +1,7 @@
 //! `cargo xtask test`: everything CI runs, in order, stopping at the first failure: fmt, clippy,
-//! unit and host tests, the privileged host tests this machine allows, about a minute of fuzzing
-//! (`cargo xtask fuzz`), then the VM tests.
+//! unit and host tests, the privileged host tests this machine allows, the demo's short version
+//! (`cargo xtask demo --short`), about a minute of fuzzing (`cargo xtask fuzz`), then the VM
+//! tests.
 
 use std::path::Path;
 
@@ -120,6 +121,16 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     })?;
     timed("privileged host tests", privileged_host_tests)?;
     cmd::report_free_disk("after host tests");
+    // The README's first command, small: it must not break unnoticed again.
+    eprintln!("== the demo, short (`cargo xtask demo --short`)");
+    timed("demo (short)", || {
+        crate::demo::run(&crate::demo::DemoArgs {
+            short: true,
+            policy: "governor".into(),
+            ..Default::default()
+        })
+    })?;
+    cmd::report_free_disk("after the demo");
     timed("fuzzing", || crate::fuzz::run(&FuzzArgs::default()))?;
     cmd::report_free_disk("after fuzzing");
     if args.no_vm {

@@ -1,19 +1,9 @@
-//! `cargo xtask demo`: the README's main command.
-//!
-//! **On this machine's real cores** (the default where it can: root and a cgroup CPU
-//! controller, v1 or v2): four real TensorFlow/Keras training processes of mixed convergence
-//! speeds and sizes, 8 s apart (the `mixed` workload of `cargo xtask bench-real`), first under
-//! `fair` (the kernel's sharing), then under the governor, on the same arrivals. It prints a
-//! table of each job's completion time (JCT) and time to quality under both, and writes
-//! `target/demo/demo-host.svg`: each job's CPU share and validation loss over time, fair above
-//! the governor. About 2.5 minutes once the Python environment is installed.
-//!
-//! **In the VM** (`--vm`, or where the host does not allow it): boots the VM bed, starts the
+//! The demo in the VM bed: boots the VM (a real cgroup v2 kernel, emulated cores), starts the
 //! governor daemon and three CPU-bound `demo-trainer` jobs a few seconds apart (a real
 //! gradient-descent loop writing a real framework's log format, launched with
 //! `governor run-job`), prints the daemon's live status table while they run, then each job's
-//! completion time and a plot of each job's CPU share and loss over time. `--policy fair` runs
-//! them unmanaged; after runs with two policies the summary compares them.
+//! completion time and a plot of each job's CPU share and loss over time; first under `fair`,
+//! then under the chosen policy, and compares them where the jobs ran together.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -23,193 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use super::DemoArgs;
 use crate::cmd;
 use crate::setup;
 use crate::vm::{self, GuestSpec};
 use sim::plot::{self, Panel, Series};
-
-/// Arguments of `cargo xtask demo`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct DemoArgs {
-    /// Node policy to run the jobs under (`fair` runs them unmanaged, for comparison).
-    #[arg(long, default_value = "governor")]
-    pub policy: String,
-    /// Epochs each training job runs (scale the demo's length; ~4 s per epoch per core in the VM).
-    #[arg(long, default_value_t = 48)]
-    pub epochs: u32,
-    /// Seconds between job starts.
-    #[arg(long, default_value_t = 5)]
-    pub stagger: u32,
-    /// Run `fair` and then the chosen policy, and compare them (the host demo always does).
-    #[arg(long)]
-    pub compare: bool,
-    /// Run the demo in the VM bed (emulated cores) instead of on this machine's real cores.
-    #[arg(long)]
-    pub vm: bool,
-    /// Host demo: no coordinator and no live cluster page beside the daemon.
-    #[arg(long)]
-    pub no_page: bool,
-}
-
-/// A free TCP port on localhost (bound and released: a race with another program is possible
-/// but harmless here, the start then fails loudly).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// A coordinator serving the live cluster page, stopped when dropped.
-struct PageCoordinator {
-    child: std::process::Child,
-    /// Where the node daemon connects.
-    address: String,
-}
-
-impl PageCoordinator {
-    /// Start the release coordinator (plain text on localhost: the demo's own node only) with
-    /// its page and `/metrics` on a free port, and say where they are.
-    fn start(dir: &Path) -> Result<PageCoordinator> {
-        eprintln!("== building the release coordinator (for the live cluster page)");
-        cmd::run(cmd::cargo().args([
-            "build",
-            "--release",
-            "-p",
-            "coordinator",
-            "--bin",
-            "coordinator",
-        ]))?;
-        fs::create_dir_all(dir)?;
-        let store = dir.join("coordinator.redb");
-        let _ = fs::remove_file(&store);
-        let (listen, web) = (free_port()?, free_port()?);
-        let log = fs::File::create(dir.join("coordinator.log"))?;
-        let child = std::process::Command::new(cmd::target_dir().join("release/coordinator"))
-            .args(["--insecure", "--lost-after", "5"])
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{listen}"))
-            .arg("--web")
-            .arg(format!("127.0.0.1:{web}"))
-            .arg("--store")
-            .arg(&store)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("cannot start the coordinator")?;
-        eprintln!(
-            "   cluster page: http://127.0.0.1:{web}/ (this node and the demo's jobs, their loss, CPU share and \
-             the node's decisions; coordinator metrics at /metrics; log {})",
-            dir.join("coordinator.log").display()
-        );
-        Ok(PageCoordinator {
-            child,
-            address: format!("127.0.0.1:{listen}"),
-        })
-    }
-
-    /// The daemon's configuration that joins it to this coordinator.
-    fn node_config(&self, dir: &Path) -> String {
-        format!(
-            "[node]\nname = \"demo\"\n[coordinator]\naddress = \"{}\"\ninsecure = true\njob_output_dir = \"{}\"",
-            self.address,
-            dir.join("job-output").display()
-        )
-    }
-}
-
-impl Drop for PageCoordinator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether the host lets the demo govern real processes on its own cores.
-fn host_can_govern() -> bool {
-    cmd::is_root()
-        && (Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists()
-            || Path::new("/sys/fs/cgroup/cgroup.controllers").exists())
-}
-
-/// The demo on the host's real cores: fair, then the policy, on the same real jobs.
-fn run_host(args: &DemoArgs) -> Result<()> {
-    use crate::bench_real::{self, RealEnv, Sizes};
-    let env = RealEnv::prepare()?;
-    let w = bench_real::workloads()
-        .into_iter()
-        .find(|w| w.name == "mixed")
-        .context("the mixed workload")?;
-    let out = cmd::target_dir().join("demo");
-    let policy = if args.policy == "fair" {
-        "governor"
-    } else {
-        args.policy.as_str()
-    };
-    let page = if args.no_page {
-        None
-    } else {
-        Some(PageCoordinator::start(&out.join("coordinator"))?)
-    };
-    let mut runs = Vec::new();
-    for p in ["fair", policy] {
-        eprintln!(
-            "== {} real Keras jobs under `{p}` (8 s apart; ~70 s)",
-            w.jobs.len()
-        );
-        let dir = out.join("host").join(bench_real::policy_dir_name(p));
-        // The daemon's /metrics while it runs (a free port, so a second demo cannot collide).
-        let port = free_port()?;
-        eprintln!(
-            "   metrics: http://127.0.0.1:{port}/metrics while it runs (Prometheus scrape target; \
-             dashboard: deploy/grafana/governor-dashboard.json)"
-        );
-        let mut extra = vec![format!("[metrics]\nlisten = \"127.0.0.1:{port}\"")];
-        extra.extend(page.as_ref().map(|c| c.node_config(&dir)));
-        runs.push(env.run_once(&w, p, Sizes::Known, 1, &dir, &extra)?);
-    }
-    drop(page);
-    let (fair, gov) = (&runs[0], &runs[1]);
-    let svg = bench_real::plot_pair(&w, fair, gov);
-    let svg_path = out.join("demo-host.svg");
-    fs::write(&svg_path, svg)?;
-    println!(
-        "\n{:<14} {:>9} {:>9} {:>8}   {:>9} {:>9} {:>8}",
-        "job", "JCT fair", policy, "change", "TTQ fair", policy, "change"
-    );
-    let fmt = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) => (
-            format!("{a:.1} s"),
-            format!("{b:.1} s"),
-            format!("{:+.0}%", 100.0 * (b / a - 1.0)),
-        ),
-        _ => ("-".into(), "-".into(), "-".into()),
-    };
-    for j in &fair.jobs {
-        let g = gov.jobs.iter().find(|g| g.name == j.name);
-        let (a, b, c) = fmt(Some(j.jct), g.map(|g| g.jct));
-        let (d, e, f) = fmt(j.ttq, g.and_then(|g| g.ttq));
-        println!("{:<14} {a:>9} {b:>9} {c:>8}   {d:>9} {e:>9} {f:>8}", j.name);
-    }
-    let avg = |r: &bench_real::RunResult, f: &dyn Fn(&bench_real::JobResult) -> Option<f64>| {
-        let v: Vec<f64> = r.jobs.iter().filter_map(f).collect();
-        (v.len() == r.jobs.len()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let (a, b, c) = fmt(avg(fair, &|j| Some(j.jct)), avg(gov, &|j| Some(j.jct)));
-    let (d, e, f) = fmt(avg(fair, &|j| j.ttq), avg(gov, &|j| j.ttq));
-    println!(
-        "{:<14} {a:>9} {b:>9} {c:>8}   {d:>9} {e:>9} {f:>8}",
-        "average"
-    );
-    println!(
-        "makespan: fair {:.1} s, {policy} {:.1} s\nplot: {}  (CPU share and validation loss over time per job, fair above {policy})\n\
-         One run on a shared machine varies by several percent: `cargo xtask bench-real` repeats and pairs them.",
-        fair.makespan,
-        gov.makespan,
-        svg_path.display()
-    );
-    Ok(())
-}
 
 /// The demo's jobs: name, log format, log file name, learning rate (how fast it learns).
 const JOBS: [(&str, &str, &str, &str); 3] = [
@@ -219,14 +27,6 @@ const JOBS: [(&str, &str, &str, &str); 3] = [
 ];
 
 pub(crate) fn run(args: &DemoArgs) -> Result<()> {
-    if !args.vm && host_can_govern() {
-        return run_host(args);
-    }
-    if !args.vm {
-        eprintln!(
-            "== the host does not allow governing real processes here (needs root and a cgroup CPU controller): running the demo in the VM"
-        );
-    }
     let bed = setup::run()?;
     eprintln!("== building the governor and the demo training job");
     cmd::run(cmd::cargo().args(["build", "-p", "governor", "--bin", "governor"]))?;
@@ -238,10 +38,10 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         "--bin",
         "demo-trainer",
     ]))?;
-    let policies: Vec<&str> = if args.compare && args.policy != "fair" {
-        vec!["fair", args.policy.as_str()]
+    let policies: Vec<&str> = if args.policy == "fair" {
+        vec!["fair"]
     } else {
-        vec![args.policy.as_str()]
+        vec!["fair", args.policy.as_str()]
     };
     let out_dir = cmd::target_dir().join("demo");
     fs::create_dir_all(&out_dir)?;
@@ -250,6 +50,11 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     }
     print_comparison(&out_dir)?;
     Ok(())
+}
+
+/// Epochs each trainer runs: `--short` keeps the CI version to a few minutes under emulation.
+fn epochs(args: &DemoArgs) -> u32 {
+    if args.short { 8 } else { args.epochs }
 }
 
 fn guest_script(args: &DemoArgs, policy: &str, run_dir: &Path) -> String {
@@ -264,7 +69,7 @@ fn guest_script(args: &DemoArgs, policy: &str, run_dir: &Path) -> String {
         jobs.push_str(&format!(
             "( s=$(now); $G run-job --name {name} --log /tmp/demo/{name}/{file} --epochs {epochs} -- {trainer} --log /tmp/demo/{name}/{file} --format {format} --epochs {epochs} --lr {lr} --seed {seed} --threads 2 > $RUN/{name}.out 2>&1; rc=$?; echo \"{name} $s $(now) $rc\" >> $RUN/jobs.txt ) &\n",
             trainer = trainer.display(),
-            epochs = args.epochs,
+            epochs = epochs(args),
             seed = i + 1,
         ));
     }
@@ -520,6 +325,21 @@ fn print_comparison(out_dir: &Path) -> Result<()> {
         }
     }
     if rows.is_empty() {
+        return Ok(());
+    }
+    let intervals: Vec<(f64, f64)> = fair["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| Some((j["start"].as_f64()?, j["end"].as_f64()?)))
+        .collect();
+    let together = super::together_fraction(&intervals);
+    if together < super::MIN_TOGETHER {
+        println!(
+            "\n== no comparison: under fair the trainers ran together for only {:.0}% of the run \
+             (emulated cores are slow to start them); more epochs (--epochs) make them overlap",
+            100.0 * together
+        );
         return Ok(());
     }
     let f_avg = fair["avg_jct"].as_f64().unwrap_or(f64::NAN);
