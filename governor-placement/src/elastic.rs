@@ -15,7 +15,7 @@
 //!   residual resources (its `ScaleUp`, run at the end of each scheduling pass), and scale down
 //!   jobs of lower weight (priority) to admit a higher-priority job (its `ScaleDown`). The
 //!   write-up scales worker replicas of a fixed size; we scale the cores of one member, a
-//!   worker's worth at a time (whole cores), on its node: documented in the README.
+//!   worker's worth at a time (whole cores), on its node: documented in docs/cluster.md.
 //! - **Schedulearn's elastic FIFO**: "whenever a job completes, determine the slowest job that
 //!   is still running … scale out the job by adding more GPUs to the job, or possibly migrate
 //!   the job to another server with more GPUs". The slowest job is read as the one that has

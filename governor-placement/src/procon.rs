@@ -24,10 +24,8 @@
 //!   longest known indicator among the candidate workers, since a job that has not finished an epoch has
 //!   (nearly) all its work ahead. Empty workers have c = 0. When no job is known yet, every
 //!   worker ties and the tie rule (fewest containers) makes ProCon "act like a round-robin"
-//!   while jobs are young, as the paper observes. An earlier reading counted such a job as 0:
-//!   a worker whose jobs had all just started then looked idle and drew every new job. In
-//!   govsim's ProCon scenarios (15 identical jobs on 4 workers) that piled jobs up: +38% average
-//!   JCT and +64% makespan against fair (docs/evaluation.md).
+//!   while jobs are young, as the paper observes. Counted as 0 instead, a worker whose jobs had
+//!   all just started would look idle and draw every new job.
 //! - When no job on the worker uses CPU (or memory), Σ is 0 and that term of u is the equal
 //!   share 1/|W| instead of 0/0.
 //! - u is floored at 1%: a job measured at 0% share would otherwise make i infinite and every

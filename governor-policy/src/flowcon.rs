@@ -46,7 +46,7 @@
 //!   and CL") averages NL and *CL*. We take the prose by default: the threshold is then the
 //!   midpoint between the fast and the slow group, which is what a threshold separating them
 //!   should be. [`ThresholdLists::NewAndWatching`] selects the pseudocode's reading; the
-//!   single-node comparison in docs/evaluation.md measures both.
+//!   single-node comparison in docs/evaluation/simulator.md measures both.
 //! - **Algorithm 3 uses per-second progress `P`, Algorithm 1 compares growth efficiency `G = P/R`
 //!   with the result.** The two have different units (they differ by the cores a job uses), so we
 //!   compute `α` from `G`, the quantity it is compared with.

@@ -2,7 +2,7 @@
 //! speed they can use; no job is let fall more than `slack` (10%) behind where the kernel's fair
 //! sharing would have it; every job always keeps its floor.
 //!
-//! # What the measurements say (docs/evaluation.md, "Real jobs on real cores")
+//! # What the measurements say (docs/evaluation/real-jobs.md)
 //!
 //! On this machine's cores, a TensorFlow/Keras or scikit-learn training process keeps about one
 //! core busy however many it is offered (its steps are small; more threads wait on each other),
@@ -16,12 +16,10 @@
 //! job in the order and not back to everyone, and (3) a guard so that jobs that arrive later or
 //! are larger are not pushed back without bound.
 //!
-//! The first version of this policy (a virtual-fair-share projection with a "makespan guard"
-//! and Amdahl speed-up fits, see git history) did none of this on real jobs: its guard marked
-//! every job of a sweep as late (the job the fair makespan hangs on gets no slack, and six alike
-//! jobs all end at the makespan) and fell back to equal weights; measured, -4% JCT and +7% time
-//! to quality on the sweep. This version keeps the idea of the guard but projects completions
-//! in CPU-seconds with the measured usable parallelism, and lets equal jobs be ordered.
+//! The guard projects completions in CPU-seconds with each job's measured usable parallelism,
+//! and lets equal jobs be ordered: a guard that marks as late every job the fair makespan hangs
+//! on would mark every job of a sweep (six alike jobs all end at the makespan) and fall back to
+//! equal weights.
 //!
 //! # The algorithm
 //!
@@ -59,7 +57,7 @@
 //! projected: it is promoted while it has had less than `1 - slack` of its fair twin's CPU
 //! (with a grace of `lag_grace` CPU-seconds), so it is never much more than 10% behind fair
 //! sharing at any moment. Projections cannot see future arrivals: the bound is a target, and
-//! docs/evaluation.md reports how often it held.
+//! docs/evaluation/real-jobs.md reports how often it held.
 //!
 //! # Parameters (`--policy governor:KEY=VALUE`)
 //!

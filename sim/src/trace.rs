@@ -521,7 +521,7 @@ mod tests {
         let t = Trace::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let ids: Vec<&str> = t.jobs.iter().map(|j| j.model.id.as_str()).collect();
         assert_eq!(ids, ["resnet-keras", "bert-hf", "gpt-lightning"]);
-        // Calibrated on a VM run (docs/evaluation.md): 17 CPU-s each at 0.6 cores, 5.2 s apart.
+        // Calibrated on a VM run (docs/evaluation/simulator.md): 17 CPU-s each at 0.6 cores, 5.2 s apart.
         assert!(
             t.jobs
                 .iter()
