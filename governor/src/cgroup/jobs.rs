@@ -89,7 +89,12 @@ impl CgroupFs {
                     }
                     debug!(path = %dir.display(), "reusing an empty job cgroup left by a previous run");
                 }
-                Err(source) => return Err(CgroupError::CreateFailed { path: dir, source }),
+                Err(source) => {
+                    return Err(CgroupError::CreateFailed {
+                        path: dir,
+                        error: source,
+                    });
+                }
             }
         }
         info!(job = %job, "job cgroup created");
@@ -122,7 +127,7 @@ impl CgroupFs {
         write_file(&path, &value).map_err(|source| CgroupError::WriteFailed {
             path: path.clone(),
             value: value.clone(),
-            source,
+            error: source,
         })?;
         info!(path = %path.display(), controllers = %value, "controllers enabled for child cgroups");
         Ok(())
@@ -143,7 +148,7 @@ impl CgroupFs {
                     CgroupError::WriteFailed {
                         path: path.clone(),
                         value,
-                        source,
+                        error: source,
                     }
                 }
             })?;
@@ -176,7 +181,7 @@ impl CgroupFs {
                         CgroupError::WriteFailed {
                             path: path.clone(),
                             value: "0".into(),
-                            source,
+                            error: source,
                         }
                     }
                 })?;
@@ -224,7 +229,7 @@ impl CgroupFs {
                     return Err(CgroupError::SignalFailed {
                         job: job.clone(),
                         pid,
-                        source,
+                        error: source,
                     });
                 }
             }
@@ -246,7 +251,10 @@ impl CgroupFs {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(source) => {
                     warn!(path = %dir.display(), error = %source, "cannot remove job cgroup");
-                    first_error.get_or_insert(CgroupError::RemoveFailed { path: dir, source });
+                    first_error.get_or_insert(CgroupError::RemoveFailed {
+                        path: dir,
+                        error: source,
+                    });
                 }
             }
         }
@@ -277,7 +285,7 @@ impl CgroupFs {
 fn create_dir_all(dir: &PathBuf) -> Result<(), CgroupError> {
     std::fs::create_dir_all(dir).map_err(|source| CgroupError::CreateFailed {
         path: dir.clone(),
-        source,
+        error: source,
     })
 }
 
