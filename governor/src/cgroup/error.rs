@@ -104,6 +104,14 @@ pub enum CgroupError {
     #[error("cannot remove cgroup {path}: {error}")]
     RemoveFailed { path: PathBuf, error: io::Error },
 
+    /// Handing a job group to the user it was created for (`chown`) failed.
+    #[error("cannot delegate {path} to uid {uid}: {error}")]
+    DelegateFailed {
+        path: PathBuf,
+        uid: u32,
+        error: io::Error,
+    },
+
     /// Sending a signal to a process of a job group failed.
     #[error("cannot signal process {pid} of cgroup {job}: {error}")]
     SignalFailed {
@@ -150,6 +158,11 @@ mod tests {
             },
             CgroupError::RemoveFailed {
                 path: path.clone(),
+                error: denied(),
+            },
+            CgroupError::DelegateFailed {
+                path: path.clone(),
+                uid: 1000,
                 error: denied(),
             },
             CgroupError::SignalFailed {

@@ -199,15 +199,18 @@ impl CgroupFs {
             .unwrap_or_default()
     }
 
-    /// Send `signal` to every process of `job`'s cgroup; returns how many were signalled. On v2
-    /// SIGKILL goes through `cgroup.kill` (Linux 5.14+) when available, which also catches
-    /// processes forked meanwhile. Processes that exit meanwhile are not an error.
+    /// Send `signal` to every process of `job`'s cgroup and of the groups below it (a delegated
+    /// group's user may have made some); returns how many were signalled. On v2 SIGKILL goes
+    /// through `cgroup.kill` (Linux 5.14+) when available (and writable: not for the job's
+    /// user), which also catches processes forked meanwhile. Processes that exit meanwhile are
+    /// not an error, nor are processes the caller may not signal (another user's, for a user's
+    /// `run-job`): those are left to the daemon.
     pub fn signal_job_group(&self, job: &JobCgroup, signal: Signal) -> Result<usize, CgroupError> {
         let dirs = self.job_dirs(job);
         let Some(dir) = dirs.first() else {
             return Ok(0);
         };
-        let pids = read_procs(dir);
+        let pids = subtree_procs(dir);
         if signal == Signal::SIGKILL
             && self.kind().is_v2()
             && self.hierarchy().on_cgroupfs()
@@ -225,6 +228,7 @@ impl CgroupFs {
             match kill(Pid::from_raw(raw), signal) {
                 Ok(()) => signalled += 1,
                 Err(nix::errno::Errno::ESRCH) => {}
+                Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {}
                 Err(source) => {
                     return Err(CgroupError::SignalFailed {
                         job: job.clone(),
@@ -238,14 +242,25 @@ impl CgroupFs {
         Ok(signalled)
     }
 
-    /// Remove `job`'s cgroup from every hierarchy (best effort: call after its processes have
-    /// exited). A group that is already gone is not an error; one that still holds processes is
+    /// Remove `job`'s cgroup from every hierarchy, with the empty groups below it (made by the
+    /// user of a delegated group) first (best effort: call after its processes have exited). A
+    /// group that is already gone is not an error; one that still holds processes is
     /// [`CgroupError::RemoveFailed`] (EBUSY).
     pub fn remove_job_group(&self, job: &JobCgroup) -> Result<(), CgroupError> {
         let mut dirs = self.job_dirs(job);
         dirs.reverse();
         let mut first_error = None;
         for dir in dirs {
+            let mut below = subtree_dirs(&dir);
+            // Deepest first: a cgroup is removed only once it has no children.
+            below.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            for sub in below.iter().filter(|d| **d != dir) {
+                if let Err(e) = self.remove_group_dir(sub)
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    debug!(path = %sub.display(), error = %e, "cannot remove a group below a job cgroup");
+                }
+            }
             match self.remove_group_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -298,6 +313,39 @@ pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .filter(|&pid: &u32| pid != 0)
+        .collect()
+}
+
+/// Most cgroups looked at below one job group (its user may make sub-groups of a delegated
+/// group; the daemon limits them to [`super::delegation::DELEGATED_MAX_DESCENDANTS`], this
+/// bounds any walk).
+const MAX_WALK: usize = 4096;
+
+/// `dir` and every directory below it (breadth first, at most [`MAX_WALK`]): on cgroupfs, the
+/// group and its descendants. Symbolic links are not followed.
+pub(crate) fn subtree_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while next < out.len() && out.len() < MAX_WALK {
+        let Ok(entries) = std::fs::read_dir(&out[next]) else {
+            next += 1;
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && out.len() < MAX_WALK {
+                out.push(entry.path());
+            }
+        }
+        next += 1;
+    }
+    out
+}
+
+/// The pids of `dir` and of every group below it.
+pub(crate) fn subtree_procs(dir: &Path) -> Vec<u32> {
+    subtree_dirs(dir)
+        .iter()
+        .flat_map(|d| read_procs(d))
         .collect()
 }
 
