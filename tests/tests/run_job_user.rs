@@ -19,7 +19,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -134,6 +134,60 @@ fn run_job_as_nobody(d: &Daemon, in_group: bool, name: &str, log: &Path, script:
     c
 }
 
+/// A running `run-job`. Dropped before it ended (a failed assertion), it lets the job end
+/// (`stop`), then kills what is left in the job's group and `run-job` itself: nothing the test
+/// started outlives it, and the daemon (dropped after) removes the group.
+struct RunJob {
+    child: Option<Child>,
+    stop: Option<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl RunJob {
+    fn wait_for_end(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            match self.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(None)) => sleep(Duration::from_millis(50)),
+                _ => return true,
+            }
+        }
+        false
+    }
+
+    /// Its output once it has ended.
+    fn output(mut self) -> Output {
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for RunJob {
+    fn drop(&mut self) {
+        if self.child.is_none() || self.wait_for_end(Duration::ZERO) {
+            return;
+        }
+        if let Some(stop) = &self.stop {
+            let _ = fs::write(stop, "");
+            if self.wait_for_end(Duration::from_secs(5)) {
+                return;
+            }
+        }
+        for dir in &self.dirs {
+            for pid in pids_in(dir).into_iter().chain(pids_in(&dir.join("sub"))) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if !self.wait_for_end(Duration::from_secs(10)) {
+            let c = self.child.as_mut().unwrap();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A `try WHAT COMMAND` shell function that records whether COMMAND, run by the job itself
 /// (as nobody), was allowed or denied.
 fn try_fn(results: &Path) -> String {
@@ -232,11 +286,17 @@ fn a_user_runs_a_governed_job_in_its_own_group(layout: Layout, prefix: &str) {
         results = results.display(),
         wait_stop = wait_for_file(&stop),
     );
-    let run = run_job_as_nobody(&d, true, &name, &log, &script)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("setpriv ... governor run-job");
+    let run = RunJob {
+        child: Some(
+            run_job_as_nobody(&d, true, &name, &log, &script)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("setpriv ... governor run-job"),
+        ),
+        stop: Some(stop.clone()),
+        dirs: layout.job_dirs(&name),
+    };
     let job = d.wait_job(
         &name,
         Duration::from_secs(60),
@@ -324,7 +384,7 @@ fn a_user_runs_a_governed_job_in_its_own_group(layout: Layout, prefix: &str) {
         );
     }
     fs::write(&stop, "").unwrap();
-    let out = run.wait_with_output().unwrap();
+    let out = run.output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -399,17 +459,23 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
 
     // A name held by another user's (root's) running job.
     let taken = format!("{prefix}-taken");
-    let mut roots = Command::new(bin("governor"))
-        .args(["run-job", "--name", &taken, "--socket"])
-        .arg(&d.socket)
-        .arg("--log")
-        .arg(user_dir.join("root.csv"))
-        .args(["--", "sleep", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("root's run-job");
+    let mut roots = RunJob {
+        child: Some(
+            Command::new(bin("governor"))
+                .args(["run-job", "--name", &taken, "--socket"])
+                .arg(&d.socket)
+                .arg("--log")
+                .arg(user_dir.join("root.csv"))
+                .args(["--", "sleep", "60"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("root's run-job"),
+        ),
+        stop: None,
+        dirs: layout.job_dirs(&taken),
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while pids_in(&layout.main_dir(&taken)).is_empty() {
         assert!(Instant::now() < deadline, "root's job never started");
@@ -439,7 +505,10 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let _ = roots.wait();
+    assert!(
+        roots.wait_for_end(Duration::from_secs(10)),
+        "root's run-job did not end"
+    );
 
     // The operator allows no user.
     let mut config = fs::read_to_string(&d.config).unwrap();
