@@ -102,5 +102,8 @@ fuzz_target!(|data: &[u8]| {
             })));
         }
         Request::Reload => {}
+        Request::JoinJob { name } => round_trip_response(&Response::Ok {
+            message: format!("joined /governor.slice/jobs/{name}"),
+        }),
     }
 });

@@ -82,6 +82,8 @@ pub struct DaemonConfig {
     pub node: NodeConfig,
     pub discovery: DiscoveryConfig,
     pub actuation: ActuationConfig,
+    /// Who besides root may start jobs with `governor run-job`.
+    pub run_job: RunJobConfig,
     /// Cluster coordinator; absent: the node governs on its own.
     pub coordinator: Option<CoordinatorConfig>,
     /// GPUs: who uses which, their energy, and (opt-in) power by training progress.
@@ -150,6 +152,7 @@ impl Default for DaemonConfig {
             node: NodeConfig::default(),
             discovery: DiscoveryConfig::default(),
             actuation: ActuationConfig::default(),
+            run_job: RunJobConfig::default(),
             coordinator: None,
             gpu: GpuConfig::default(),
             metrics: MetricsConfig::default(),
@@ -200,6 +203,28 @@ impl Default for DiscoveryConfig {
             rescan_interval: Duration::from_secs(30),
             finished_grace: Duration::from_millis(0),
             adopt: crate::discovery::adopt::DEFAULT_ADOPT.to_owned(),
+        }
+    }
+}
+
+/// `[run_job]`: jobs started by users who are not root. Such a user's `governor run-job` asks
+/// the daemon (`join_job` on the control socket) to create the job's cgroup, move the job's
+/// process into it and delegate it to the user (cgroup v2; see `governor::cgroup::delegation`
+/// for what that gives); root's `run-job` creates the group itself.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunJobConfig {
+    /// Who besides root may: `"any"`, `"none"`, or a comma-separated list of `user:NAME` and
+    /// `group:NAME` (the grammar of `[discovery] adopt`; numeric ids work too). Only those who
+    /// can connect to the control socket can ask at all (root and the members of
+    /// `socket_group`), so the default `"any"` means: every member of `socket_group`.
+    pub users: String,
+}
+
+impl Default for RunJobConfig {
+    fn default() -> Self {
+        RunJobConfig {
+            users: "any".to_owned(),
         }
     }
 }
@@ -462,6 +487,12 @@ impl DaemonConfig {
         }
         crate::discovery::adopt::AdoptRule::parse(&self.discovery.adopt)
             .map_err(|e| invalid(format!("discovery.{e}")))?;
+        crate::discovery::adopt::AdoptRule::parse(&self.run_job.users).map_err(|e| {
+            invalid(format!(
+                "run_job.users: {:?} is not understood (use \"any\", \"none\", or a comma-separated list of \"user:NAME\", \"group:NAME\")",
+                e.0
+            ))
+        })?;
         let f = self.actuation.memory_headroom_fraction;
         if !(f.is_finite() && (0.0..=10.0).contains(&f)) {
             return Err(invalid(format!(
@@ -651,7 +682,8 @@ cgroup_root = "/sys/fs/cgroup"
 # shutdown, on SIGTERM and on the next start after a crash.
 state_file = "/run/governor/state.json"
 
-# Control socket used by `governor status` (mode 0660).
+# Control socket used by `governor status` and `governor run-job` (mode 0660, owned by root and
+# socket_group: only they can connect; a group name or a numeric gid).
 socket = "/run/governor/governor.sock"
 # socket_group = "governor"
 
@@ -698,6 +730,14 @@ finished_grace = "0s"
 # one of the governor's: "none", "any", or a list of root, user:NAME, group:NAME. Never out of a
 # cgroup with a CPU, memory or pids limit; moved processes go back when released or stopped.
 adopt = "root,group:governor"
+
+[run_job]
+# Who besides root may start jobs with `governor run-job`: the daemon then creates the job's
+# cgroup (governor.slice/jobs/<name>), moves the job's process into it and, on cgroup v2,
+# delegates it to the user (sub-groups of its own, never its own limits). "any": everyone who
+# can connect to the control socket, i.e. the members of socket_group (without socket_group,
+# root only); "none": root only; or a list of user:NAME, group:NAME.
+users = "any"
 
 [actuation]
 # Compute and log decisions without writing (also: governor daemon --dry-run).
@@ -817,6 +857,24 @@ mod tests {
         // A `[coordinator]` table is checked only with the command line applied (below).
         assert!(
             DaemonConfig::parse("[coordinator]\naddress = \"a:1\"", Path::new("g.toml")).is_ok()
+        );
+    }
+
+    #[test]
+    fn who_may_start_jobs_is_checked_when_the_configuration_loads() {
+        let c = DaemonConfig::parse(
+            "[run_job]\nusers = \"group:ml, user:alice\"\n",
+            Path::new("g.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.run_job.users, "group:ml, user:alice");
+        assert_eq!(DaemonConfig::default().run_job.users, "any");
+        let e = DaemonConfig::parse("[run_job]\nusers = \"everyone\"\n", Path::new("g.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("g.toml") && e.contains("run_job.users") && e.contains("everyone"),
+            "{e}"
         );
     }
 

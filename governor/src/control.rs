@@ -19,45 +19,90 @@ const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// and fuzzed without the daemon.
 pub use governor_proto::control_socket::{AdoptJob, Request, Response};
 
-/// Errors talking to the daemon, written for the operator.
+/// Errors talking to the daemon, written for the operator (or the user) who reads them. Each
+/// message carries its cause, which is therefore not also its `source()` (a reporter walking
+/// the chain would print it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error(
-        "cannot reach the governor daemon at {path}: {source} (is `governor daemon` running? is the socket path right?)"
+        "cannot reach the governor daemon at {path}: {error} (is `governor daemon` running? is the socket path right?)"
     )]
     Connect {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("talking to the governor daemon at {path}: {source}")]
+    /// The caller may not connect: the socket is mode 0660, root's and `socket_group`'s.
+    #[error("{}", not_allowed(path, group.as_deref()))]
+    NotAllowed {
+        path: PathBuf,
+        /// The socket's group (`None`: root's, or it cannot be told).
+        group: Option<String>,
+    },
+    #[error("talking to the governor daemon at {path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("the governor daemon at {path} sent an unreadable answer: {message}")]
     Protocol { path: PathBuf, message: String },
-    #[error("cannot create the control socket {path}: {source}")]
+    #[error("cannot create the control socket {path}: {error}")]
     Bind {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("control socket {path}: another governor daemon is already listening there")]
     InUse { path: PathBuf },
 }
 
+/// Where an operator sets who may use the socket (the packaged default).
+const CONFIG_HINT: &str = "socket_group in /etc/governor/governor.toml";
+
+fn not_allowed(path: &Path, group: Option<&str>) -> String {
+    match group {
+        Some(g) => format!(
+            "you may not use the governor's control socket {}: ask the operator to add you to group `{g}` ({CONFIG_HINT})",
+            path.display()
+        ),
+        None => format!(
+            "you may not use the governor's control socket {} (only root may): ask the operator to set {CONFIG_HINT} and add you to that group",
+            path.display()
+        ),
+    }
+}
+
+/// The error for a failed `connect` to the socket at `path`: a refusal by its permissions is
+/// told apart (with the group to ask for) from a daemon that is not there.
+pub fn connect_error(path: &Path, error: std::io::Error) -> ControlError {
+    use std::os::unix::fs::MetadataExt;
+    if error.kind() != std::io::ErrorKind::PermissionDenied {
+        return ControlError::Connect {
+            path: path.to_owned(),
+            error,
+        };
+    }
+    let group = std::fs::metadata(path)
+        .ok()
+        .map(|m| m.gid())
+        .filter(|&gid| gid != 0)
+        .map(|gid| {
+            nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+                .ok()
+                .flatten()
+                .map_or_else(|| gid.to_string(), |g| g.name)
+        });
+    ControlError::NotAllowed {
+        path: path.to_owned(),
+        group,
+    }
+}
+
 /// Send one request and wait for the answer (blocking; for the CLI).
 pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ControlError> {
-    let io_err = |source| ControlError::Io {
+    let io_err = |error| ControlError::Io {
         path: path.to_owned(),
-        source,
+        error,
     };
-    let mut stream = StdUnixStream::connect(path).map_err(|source| ControlError::Connect {
-        path: path.to_owned(),
-        source,
-    })?;
+    let mut stream = StdUnixStream::connect(path).map_err(|e| connect_error(path, e))?;
     stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
     stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
     let mut line = serde_json::to_string(req).expect("requests always serialise");
@@ -91,11 +136,11 @@ pub struct Peer {
 }
 
 /// Bind the control socket: create its directory, replace a stale socket file, set mode 0660 and
-/// the configured group. Refuses to steal the socket of a live daemon.
+/// the configured group (a name, or a numeric gid). Refuses to steal the socket of a live daemon.
 pub fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, ControlError> {
-    let bind_err = |source| ControlError::Bind {
+    let bind_err = |error| ControlError::Bind {
         path: path.to_owned(),
-        source,
+        error,
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(bind_err)?;
@@ -111,14 +156,19 @@ pub fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, ControlErr
     let listener = UnixListener::bind(path).map_err(bind_err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(bind_err)?;
     if let Some(group) = group {
-        let gid = nix::unistd::Group::from_name(group)
-            .map_err(|e| bind_err(std::io::Error::from(e)))?
-            .ok_or_else(|| {
-                bind_err(std::io::Error::other(format!(
-                    "group {group:?} does not exist"
-                )))
-            })?
-            .gid;
+        let gid = match group.parse::<u32>() {
+            Ok(id) => nix::unistd::Gid::from_raw(id),
+            Err(_) => {
+                nix::unistd::Group::from_name(group)
+                    .map_err(|e| bind_err(std::io::Error::from(e)))?
+                    .ok_or_else(|| {
+                        bind_err(std::io::Error::other(format!(
+                            "group {group:?} does not exist"
+                        )))
+                    })?
+                    .gid
+            }
+        };
         nix::unistd::chown(path, None, Some(gid)).map_err(|e| bind_err(std::io::Error::from(e)))?;
     }
     Ok(listener)
@@ -300,5 +350,47 @@ mod tests {
             e.to_string().contains("is `governor daemon` running"),
             "{e}"
         );
+        // Its cause once, through a chain as the CLI prints it.
+        let chain = format!("{:#}", anyhow::Error::new(e).context("governor status"));
+        assert_eq!(chain.matches("os error").count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn a_caller_the_socket_refuses_is_told_which_group_to_ask_for() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("governor.sock");
+        std::fs::write(&path, "").unwrap();
+        if nix::unistd::geteuid().is_root() {
+            // A gid no group on this machine is likely to have: named by its number.
+            std::os::unix::fs::chown(&path, None, Some(4_000_123)).unwrap();
+        }
+        let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+        let e = connect_error(&path, denied);
+        assert!(matches!(e, ControlError::NotAllowed { .. }), "{e:?}");
+        let line = format!("{:#}", anyhow::Error::new(e).context("governor run-job"));
+        assert!(!line.contains('\n') && !line.contains("os error"), "{line}");
+        let gid = std::fs::metadata(&path).unwrap().gid();
+        if gid == 0 {
+            assert!(line.contains("only root may"), "{line}");
+        } else {
+            assert!(
+                line.contains("ask the operator to add you to group `"),
+                "{line}"
+            );
+            assert!(
+                line.contains("(socket_group in /etc/governor/governor.toml)"),
+                "{line}"
+            );
+        }
+        if nix::unistd::geteuid().is_root() {
+            assert!(line.contains("group `4000123`"), "{line}");
+        }
+        // Anything else is a daemon that is not there.
+        let gone = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert!(matches!(
+            connect_error(&path, gone),
+            ControlError::Connect { .. }
+        ));
     }
 }

@@ -23,6 +23,11 @@ pub enum Request {
     Adopt(AdoptJob),
     /// A job started by `governor run-job` has ended: restore and forget it.
     Release { cgroup: String },
+    /// Put the calling process into the cgroup of job `name` under the governor's job subtree,
+    /// which the daemon creates for the caller: `governor run-job` run by a user who is not
+    /// root sends it from the job's own process, between fork and exec. The process moved is
+    /// the one the kernel names as the caller (`SO_PEERCRED`), never one named in the request.
+    JoinJob { name: String },
 }
 
 /// A job handed to the daemon by `governor run-job`.
@@ -53,6 +58,12 @@ pub enum Response {
     Status(Box<NodeStatus>),
     Ok { message: String },
     Error { message: String },
+}
+
+impl Response {
+    /// How an [`Response::Ok`] line starts (the tag comes first): a client that may not parse
+    /// JSON (a process between fork and exec) tells a yes from these bytes.
+    pub const OK_PREFIX: &'static str = r#"{"response":"ok""#;
 }
 
 /// The daemon's view of the node at one instant.
@@ -228,6 +239,15 @@ mod tests {
             })
         ));
         assert!(serde_json::from_str::<Request>(r#"{"request":"rm -rf /"}"#).is_err());
+        // What run-job's child sends between fork and exec (its bytes are made before the fork).
+        let join = Request::JoinJob {
+            name: "probe".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&join).unwrap(),
+            r#"{"request":"join_job","name":"probe"}"#
+        );
+        assert_eq!(round_trip(&join), join);
     }
 
     #[test]
@@ -265,6 +285,17 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&err).unwrap(),
             r#"{"response":"error","message":"no"}"#
+        );
+        // run-job's child tells a yes from these first bytes alone (no parsing before exec).
+        let ok = serde_json::to_string(&Response::Ok {
+            message: "joined".into(),
+        })
+        .unwrap();
+        assert!(ok.starts_with(Response::OK_PREFIX), "{ok}");
+        assert!(
+            !serde_json::to_string(&err)
+                .unwrap()
+                .starts_with(Response::OK_PREFIX)
         );
     }
 }

@@ -1366,7 +1366,7 @@ impl Core {
                 let e = CgroupError::WriteFailed {
                     path: entry.path.clone(),
                     value: entry.original.clone(),
-                    source,
+                    error: source,
                 };
                 warn!(job = %entry.job, error = %e, "cannot restore original value; kept in the state file");
                 report.errors.push(e);

@@ -52,15 +52,16 @@ impl CgroupFs {
             .collect()
     }
 
-    /// The first limit found on `dirs` or their ancestors within their mounts, as
-    /// `"<dir>/<file> = <value>"`; `None` when moving out of `dirs` escapes nothing.
-    pub fn limit_on(&self, dirs: &[PathBuf]) -> Option<String> {
+    /// `dirs` and their ancestors, each up to (not including) the mount it is in: the groups
+    /// whose limits a process in `dirs` is under.
+    pub(crate) fn ancestry(&self, dirs: &[PathBuf]) -> Vec<PathBuf> {
         let mounts: Vec<PathBuf> = self
             .hierarchy()
             .group_mounts(self.job_controllers())
             .into_iter()
             .map(|(m, _)| m)
             .collect();
+        let mut out = Vec::new();
         for dir in dirs {
             let Some(mount) = mounts.iter().find(|m| dir.starts_with(m)) else {
                 continue;
@@ -71,25 +72,45 @@ impl CgroupFs {
                 if d == mount.as_path() {
                     break;
                 }
-                for (file, unlimited) in LIMIT_FILES {
-                    if let Ok(v) = fs::read_to_string(d.join(file)) {
-                        let v = v.trim();
-                        let quota = v.split_whitespace().next().unwrap_or("");
-                        if quota != *unlimited {
-                            return Some(format!("{}/{file} = {v}", d.display()));
-                        }
-                    }
-                }
-                for (file, default) in [("cpu.weight", 100u64), ("cpu.shares", 1024)] {
-                    if let Some(w) = fs::read_to_string(d.join(file))
-                        .ok()
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        && w < default
-                    {
-                        return Some(format!("{}/{file} = {w}", d.display()));
-                    }
-                }
+                out.push(d.to_path_buf());
                 level = d.parent();
+            }
+        }
+        out
+    }
+
+    /// The first limit found on `dirs` or their ancestors within their mounts, as
+    /// `"<dir>/<file> = <value>"`; `None` when moving out of `dirs` escapes nothing.
+    pub fn limit_on(&self, dirs: &[PathBuf]) -> Option<String> {
+        self.first_limit(dirs, |_| true)
+    }
+
+    /// [`CgroupFs::limit_on`] without `pids.max`: the CPU and memory limits a process must not
+    /// leave when the daemon makes a job group for it at its user's request (its task bound is
+    /// carried onto the job's group instead: [`CgroupFs::pids_ceiling`]).
+    pub fn cpu_or_memory_limit_on(&self, dirs: &[PathBuf]) -> Option<String> {
+        self.first_limit(dirs, |file| file != "pids.max")
+    }
+
+    fn first_limit(&self, dirs: &[PathBuf], counts: impl Fn(&str) -> bool) -> Option<String> {
+        for d in self.ancestry(dirs) {
+            for (file, unlimited) in LIMIT_FILES.iter().filter(|(f, _)| counts(f)) {
+                if let Ok(v) = fs::read_to_string(d.join(file)) {
+                    let v = v.trim();
+                    let quota = v.split_whitespace().next().unwrap_or("");
+                    if quota != *unlimited {
+                        return Some(format!("{}/{file} = {v}", d.display()));
+                    }
+                }
+            }
+            for (file, default) in [("cpu.weight", 100u64), ("cpu.shares", 1024)] {
+                if let Some(w) = fs::read_to_string(d.join(file))
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    && w < default
+                {
+                    return Some(format!("{}/{file} = {w}", d.display()));
+                }
             }
         }
         None

@@ -223,11 +223,11 @@ impl CgroupFs {
             Some(v) => CgroupError::WriteFailed {
                 path: path.to_owned(),
                 value: v.to_owned(),
-                source: error,
+                error,
             },
             None => CgroupError::ReadFailed {
                 path: path.to_owned(),
-                source: error,
+                error,
             },
         }
     }

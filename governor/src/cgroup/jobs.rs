@@ -89,7 +89,12 @@ impl CgroupFs {
                     }
                     debug!(path = %dir.display(), "reusing an empty job cgroup left by a previous run");
                 }
-                Err(source) => return Err(CgroupError::CreateFailed { path: dir, source }),
+                Err(source) => {
+                    return Err(CgroupError::CreateFailed {
+                        path: dir,
+                        error: source,
+                    });
+                }
             }
         }
         info!(job = %job, "job cgroup created");
@@ -122,7 +127,7 @@ impl CgroupFs {
         write_file(&path, &value).map_err(|source| CgroupError::WriteFailed {
             path: path.clone(),
             value: value.clone(),
-            source,
+            error: source,
         })?;
         info!(path = %path.display(), controllers = %value, "controllers enabled for child cgroups");
         Ok(())
@@ -143,7 +148,7 @@ impl CgroupFs {
                     CgroupError::WriteFailed {
                         path: path.clone(),
                         value,
-                        source,
+                        error: source,
                     }
                 }
             })?;
@@ -176,7 +181,7 @@ impl CgroupFs {
                         CgroupError::WriteFailed {
                             path: path.clone(),
                             value: "0".into(),
-                            source,
+                            error: source,
                         }
                     }
                 })?;
@@ -194,15 +199,18 @@ impl CgroupFs {
             .unwrap_or_default()
     }
 
-    /// Send `signal` to every process of `job`'s cgroup; returns how many were signalled. On v2
-    /// SIGKILL goes through `cgroup.kill` (Linux 5.14+) when available, which also catches
-    /// processes forked meanwhile. Processes that exit meanwhile are not an error.
+    /// Send `signal` to every process of `job`'s cgroup and of the groups below it (a delegated
+    /// group's user may have made some); returns how many were signalled. On v2 SIGKILL goes
+    /// through `cgroup.kill` (Linux 5.14+) when available (and writable: not for the job's
+    /// user), which also catches processes forked meanwhile. Processes that exit meanwhile are
+    /// not an error, nor are processes the caller may not signal (another user's, for a user's
+    /// `run-job`): those are left to the daemon.
     pub fn signal_job_group(&self, job: &JobCgroup, signal: Signal) -> Result<usize, CgroupError> {
         let dirs = self.job_dirs(job);
         let Some(dir) = dirs.first() else {
             return Ok(0);
         };
-        let pids = read_procs(dir);
+        let pids = subtree_procs(dir);
         if signal == Signal::SIGKILL
             && self.kind().is_v2()
             && self.hierarchy().on_cgroupfs()
@@ -220,11 +228,12 @@ impl CgroupFs {
             match kill(Pid::from_raw(raw), signal) {
                 Ok(()) => signalled += 1,
                 Err(nix::errno::Errno::ESRCH) => {}
+                Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {}
                 Err(source) => {
                     return Err(CgroupError::SignalFailed {
                         job: job.clone(),
                         pid,
-                        source,
+                        error: source,
                     });
                 }
             }
@@ -233,20 +242,34 @@ impl CgroupFs {
         Ok(signalled)
     }
 
-    /// Remove `job`'s cgroup from every hierarchy (best effort: call after its processes have
-    /// exited). A group that is already gone is not an error; one that still holds processes is
+    /// Remove `job`'s cgroup from every hierarchy, with the empty groups below it (made by the
+    /// user of a delegated group) first (best effort: call after its processes have exited). A
+    /// group that is already gone is not an error; one that still holds processes is
     /// [`CgroupError::RemoveFailed`] (EBUSY).
     pub fn remove_job_group(&self, job: &JobCgroup) -> Result<(), CgroupError> {
         let mut dirs = self.job_dirs(job);
         dirs.reverse();
         let mut first_error = None;
         for dir in dirs {
+            let mut below = subtree_dirs(&dir);
+            // Deepest first: a cgroup is removed only once it has no children.
+            below.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            for sub in below.iter().filter(|d| **d != dir) {
+                if let Err(e) = self.remove_group_dir(sub)
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    debug!(path = %sub.display(), error = %e, "cannot remove a group below a job cgroup");
+                }
+            }
             match self.remove_group_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(source) => {
                     warn!(path = %dir.display(), error = %source, "cannot remove job cgroup");
-                    first_error.get_or_insert(CgroupError::RemoveFailed { path: dir, source });
+                    first_error.get_or_insert(CgroupError::RemoveFailed {
+                        path: dir,
+                        error: source,
+                    });
                 }
             }
         }
@@ -277,7 +300,7 @@ impl CgroupFs {
 fn create_dir_all(dir: &PathBuf) -> Result<(), CgroupError> {
     std::fs::create_dir_all(dir).map_err(|source| CgroupError::CreateFailed {
         path: dir.clone(),
-        source,
+        error: source,
     })
 }
 
@@ -290,6 +313,39 @@ pub(crate) fn read_procs(dir: &Path) -> Vec<u32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .filter(|&pid: &u32| pid != 0)
+        .collect()
+}
+
+/// Most cgroups looked at below one job group (its user may make sub-groups of a delegated
+/// group; the daemon limits them to [`super::delegation::DELEGATED_MAX_DESCENDANTS`], this
+/// bounds any walk).
+const MAX_WALK: usize = 4096;
+
+/// `dir` and every directory below it (breadth first, at most [`MAX_WALK`]): on cgroupfs, the
+/// group and its descendants. Symbolic links are not followed.
+pub(crate) fn subtree_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while next < out.len() && out.len() < MAX_WALK {
+        let Ok(entries) = std::fs::read_dir(&out[next]) else {
+            next += 1;
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && out.len() < MAX_WALK {
+                out.push(entry.path());
+            }
+        }
+        next += 1;
+    }
+    out
+}
+
+/// The pids of `dir` and of every group below it.
+pub(crate) fn subtree_procs(dir: &Path) -> Vec<u32> {
+    subtree_dirs(dir)
+        .iter()
+        .flat_map(|d| read_procs(d))
         .collect()
 }
 

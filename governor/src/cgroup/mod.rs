@@ -19,6 +19,8 @@
 //! - [`jobs`]: cgroups for jobs the governor starts itself (`run-job`).
 //! - [`adoption`]: moving a job out of a shared cgroup (never out of a limit) and back, with
 //!   its journal.
+//! - [`delegation`]: job groups the daemon makes for a user's `run-job`: what the user is
+//!   given (cgroup v2 delegation) and why it is no more than its job.
 //! - [`fake`]: a fake cgroup root for tests and benchmarks.
 //!
 //! # Daemon integration
@@ -62,6 +64,7 @@
 
 pub mod actuator;
 pub mod adoption;
+pub mod delegation;
 pub mod error;
 pub mod fake;
 pub mod fs;

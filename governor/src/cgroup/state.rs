@@ -90,7 +90,7 @@ pub fn read_entries(path: &Path) -> Result<Vec<StateEntry>, CgroupError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(source) => Err(CgroupError::StateIo {
             path: path.to_owned(),
-            source,
+            error: source,
         }),
         Ok(bytes) => parse(&bytes).map_err(|reason| CgroupError::StateCorrupt {
             path: path.to_owned(),
@@ -140,7 +140,7 @@ impl StateStore {
     pub fn open(path: &Path) -> Result<(StateStore, LoadedState), CgroupError> {
         let io_err = |source| CgroupError::StateIo {
             path: path.to_owned(),
-            source,
+            error: source,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::DirBuilder::new()
@@ -196,7 +196,7 @@ impl StateStore {
         let set_aside = with_suffix(&self.path, ".corrupt");
         fs::rename(&self.path, &set_aside).map_err(|source| CgroupError::StateIo {
             path: self.path.clone(),
-            source,
+            error: source,
         })?;
         Ok(LoadedState {
             entries: Vec::new(),
@@ -216,7 +216,7 @@ impl StateStore {
     fn io_err(&self, source: std::io::Error) -> CgroupError {
         CgroupError::StateIo {
             path: self.path.clone(),
-            source,
+            error: source,
         }
     }
 
@@ -243,7 +243,7 @@ impl StateStore {
                 .map_err(|e| std::io::Error::other(e.to_string()))
                 .map_err(|e| CgroupError::StateIo {
                     path: self.path.clone(),
-                    source: e,
+                    error: e,
                 })?;
             buf.push(b'\n');
         }
@@ -252,7 +252,7 @@ impl StateStore {
                 .map_err(|e| std::io::Error::other(e.to_string()))
                 .map_err(|e| CgroupError::StateIo {
                     path: self.path.clone(),
-                    source: e,
+                    error: e,
                 })?;
             buf.push(b'\n');
         }

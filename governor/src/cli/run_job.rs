@@ -3,9 +3,17 @@
 //! it to the daemon, forward signals to it, and exit with its status. The cgroup (needed later
 //! for checkpoint/migration) is removed when the job ends.
 //!
-//! The command joins its cgroup between fork and exec, so it never runs outside it. It also
-//! gets `GOVERNOR_LOG`/`GOVERNOR_JOB`/`GOVERNOR_METRIC` in its environment, so a daemon that is
-//! not running yet, or restarts, still finds it.
+//! The command joins its cgroup between fork and exec, so it never runs outside it:
+//! - run by root, `run-job` creates the group itself and the child writes itself into the
+//!   group's `cgroup.procs`;
+//! - run by another user (who may not create cgroups there), the child asks the daemon on the
+//!   control socket (`join_job`) to create the group and move it in, and execs only after the
+//!   daemon's yes (see `governor::daemon::join`); the daemon removes the group when the job
+//!   has ended. Where the user may not (no access to the socket, or `[run_job] users`), one
+//!   line says what to ask the operator for.
+//!
+//! The command also gets `GOVERNOR_LOG`/`GOVERNOR_JOB`/`GOVERNOR_METRIC` in its environment, so
+//! a daemon that is not running yet, or restarts, still finds it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,8 +25,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::cgroup::jobs::validate_job_name;
 use crate::cgroup::{ActuatorConfig, CgroupFs, JobCgroup};
 use crate::control::{self, AdoptJob, Request, Response};
+use crate::sys::{ExecGate, GateRefusal};
 
 /// Arguments of `governor run-job`.
 #[derive(Debug, clap::Args)]
@@ -98,46 +108,49 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     let subtree = ActuatorConfig::default().jobs_subtree;
-    let job = fs.create_job_group(&subtree, &args.name).with_context(|| {
-        format!(
-            "cannot create the job's cgroup {}/{}",
-            subtree.display(),
-            args.name
-        )
-    })?;
-
-    let mut command = std::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env(job_env::LOG, logs.join(":"))
-        .env(job_env::JOB, &args.name);
-    if let Some(m) = &args.metric {
-        command.env(job_env::METRIC, m);
-    }
-    if let Some(e) = args.epochs {
-        command.env(job_env::EPOCHS, e.to_string());
-    }
-    if let Some(f) = args.finish {
-        command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
-    }
-    if let Some(t) = &args.sweep {
-        command.env(job_env::SWEEP, job_env::format_sweep(t));
-    }
-    if args.finish.is_some() || args.sweep.is_some() {
-        // The daemon stops it with SIGINT once converged or outranked: it must not have
-        // inherited SIGINT ignored (a job started from `governor run-job ... &` in a script
-        // would).
-        crate::sys::default_action_for(&mut command, Signal::SIGINT);
-    }
-    fs.prepare_command(&job, &mut command)
-        .context("cannot prepare the job to start in its cgroup")?;
+    let as_root = nix::unistd::geteuid().is_root();
+    let mut command = job_command(&args, &logs);
+    let (job, gate) = if as_root {
+        let job = fs.create_job_group(&subtree, &args.name).with_context(|| {
+            format!(
+                "cannot create the job's cgroup {}/{}",
+                subtree.display(),
+                args.name
+            )
+        })?;
+        fs.prepare_command(&job, &mut command)
+            .context("cannot prepare the job to start in its cgroup")?;
+        (job, None)
+    } else {
+        validate_job_name(&args.name)?;
+        let job = JobCgroup::new(subtree.join(&args.name))?;
+        let mut request = serde_json::to_vec(&Request::JoinJob {
+            name: args.name.clone(),
+        })?;
+        request.push(b'\n');
+        let gate = crate::sys::ask_before_exec(
+            &mut command,
+            &args.socket,
+            request,
+            Response::OK_PREFIX.as_bytes(),
+            JOIN_TIMEOUT,
+        )?;
+        (job, Some(gate))
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let code = rt.block_on(async {
-        let mut child = tokio::process::Command::from(command)
-            .spawn()
-            .with_context(|| format!("cannot start {:?}", args.command[0]))?;
+        let mut child = match tokio::process::Command::from(command).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(why) = gate.as_ref().and_then(ExecGate::refusal) {
+                    return Err(not_joined(&args.socket, why, e));
+                }
+                return Err(anyhow::Error::new(e))
+                    .with_context(|| format!("cannot start {:?}", args.command[0]));
+            }
+        };
         let pid = child.id().unwrap_or(0);
         let adopt = Request::Adopt(AdoptJob {
             name: args.name.clone(),
@@ -184,8 +197,21 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     let release = Request::Release {
         cgroup: format!("/{job}"),
     };
-    let _ = control::request(&args.socket, &release, Duration::from_secs(5));
-    cleanup_group(&fs, &job);
+    if as_root {
+        let _ = control::request(&args.socket, &release, Duration::from_secs(5));
+        stop_leftovers(&fs, &job);
+        if let Err(e) = fs.remove_job_group(&job) {
+            eprintln!("governor run-job: cannot remove the job's cgroup: {e}");
+        }
+    } else {
+        // The group is root's to remove: the daemon does, once nothing is left in it.
+        stop_leftovers(&fs, &job);
+        if let Err(e) = control::request(&args.socket, &release, Duration::from_secs(5)) {
+            eprintln!(
+                "governor run-job: {e}; the job's cgroup {job} is removed when the daemon next starts"
+            );
+        }
+    }
     use std::os::unix::process::ExitStatusExt;
     Ok(match (code.code(), code.signal()) {
         (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
@@ -194,25 +220,83 @@ fn run_inner(args: RunJobArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The job's main process ended: stop what it left behind and remove its cgroup.
-fn cleanup_group(fs: &CgroupFs, job: &JobCgroup) {
-    if !fs.procs(job).is_empty() {
-        let _ = fs.signal_job_group(job, Signal::SIGTERM);
-        for _ in 0..50 {
-            if fs.procs(job).is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = fs.signal_job_group(job, Signal::SIGKILL);
-        for _ in 0..50 {
-            if fs.procs(job).is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+/// How long the job's process waits for the daemon to place it (each of send and answer).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The command to run, with the job's environment.
+fn job_command(args: &RunJobArgs, logs: &[String]) -> std::process::Command {
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env(job_env::LOG, logs.join(":"))
+        .env(job_env::JOB, &args.name);
+    if let Some(m) = &args.metric {
+        command.env(job_env::METRIC, m);
     }
-    if let Err(e) = fs.remove_job_group(job) {
-        eprintln!("governor run-job: cannot remove the job's cgroup: {e}");
+    if let Some(e) = args.epochs {
+        command.env(job_env::EPOCHS, e.to_string());
+    }
+    if let Some(f) = args.finish {
+        command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
+    }
+    if let Some(t) = &args.sweep {
+        command.env(job_env::SWEEP, job_env::format_sweep(t));
+    }
+    if args.finish.is_some() || args.sweep.is_some() {
+        // The daemon stops it with SIGINT once converged or outranked: it must not have
+        // inherited SIGINT ignored (a job started from `governor run-job ... &` in a script
+        // would).
+        crate::sys::default_action_for(&mut command, Signal::SIGINT);
+    }
+    command
+}
+
+/// Why a user's job did not start: the daemon could not be asked, or said no (one line, with
+/// what to ask the operator for where that is the way on).
+fn not_joined(socket: &Path, why: GateRefusal, error: std::io::Error) -> anyhow::Error {
+    match why {
+        GateRefusal::Connect => match control::connect_error(socket, error) {
+            e @ control::ControlError::NotAllowed { .. } => e.into(),
+            e => anyhow::Error::new(e).context(
+                "the job of a user who is not root needs the governor daemon to create its cgroup",
+            ),
+        },
+        GateRefusal::Exchange => control::ControlError::Io {
+            path: socket.to_owned(),
+            error,
+        }
+        .into(),
+        GateRefusal::Answer(line) => match serde_json::from_slice::<Response>(&line) {
+            Ok(Response::Error { message }) => {
+                anyhow::anyhow!("the governor daemon did not start the job: {message}")
+            }
+            _ => control::ControlError::Protocol {
+                path: socket.to_owned(),
+                message: String::from_utf8_lossy(&line).chars().take(200).collect(),
+            }
+            .into(),
+        },
+    }
+}
+
+/// The job's main process ended: stop what it left behind in its cgroup (and the groups below
+/// it), SIGTERM then SIGKILL, until none is left or ~6 s have passed.
+fn stop_leftovers(fs: &CgroupFs, job: &JobCgroup) {
+    if !fs.populated(job) {
+        return;
+    }
+    let _ = fs.signal_job_group(job, Signal::SIGTERM);
+    for _ in 0..50 {
+        if !fs.populated(job) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = fs.signal_job_group(job, Signal::SIGKILL);
+    for _ in 0..50 {
+        if !fs.populated(job) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -3,11 +3,12 @@
 //! over by `governor run-job`. Produces [`Found`] jobs for the core and notices finished ones.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use tracing::{info, warn};
 
+use super::access::RunJobGrant;
 use super::core::{JobSource, NewJob, NodeCore};
 use crate::cgroup::adoption::AdoptionJournal;
 use crate::cgroup::{Controller, HierarchyKind, JobCgroup};
@@ -73,6 +74,13 @@ pub(super) struct Discovery {
     grant: AdoptGrant,
     /// Where adopted processes came from, to put them back.
     journal: AdoptionJournal,
+    /// Who besides root may start jobs with `run-job` (`[run_job] users`).
+    run_job: RunJobGrant,
+    /// Job groups the daemon made for `join_job`, with the uid of the user they are for:
+    /// removed once their job has ended (the user cannot remove them).
+    joined: BTreeMap<JobCgroup, u32>,
+    /// Joined groups whose removal failed (each is logged once).
+    stuck: BTreeSet<JobCgroup>,
 }
 
 fn job_cgroup(path: &str) -> Option<JobCgroup> {
@@ -94,9 +102,19 @@ fn spec_for(
     spec
 }
 
-/// The `adopt` setting with names resolved on this node (checked when the configuration
-/// loads; a name unknown here grants nothing and is reported once).
-fn resolve_grant(text: &str) -> AdoptGrant {
+/// `[run_job] users` resolved on this node, with where it is set.
+fn resolve_run_job(config: &DaemonConfig, config_file: &Path) -> RunJobGrant {
+    RunJobGrant {
+        grant: resolve_grant(&config.run_job.users, "run_job.users"),
+        setting: config.run_job.users.clone(),
+        config_file: config_file.display().to_string(),
+    }
+}
+
+/// An `adopt`-like setting (`setting` names it in the log) with names resolved on this node
+/// (checked when the configuration loads; a name unknown here grants nothing and is reported
+/// once).
+fn resolve_grant(text: &str, setting: &str) -> AdoptGrant {
     let rule = AdoptRule::parse(text).unwrap_or(AdoptRule::None);
     let (grant, unknown) = rule.resolve(
         |n| {
@@ -113,7 +131,7 @@ fn resolve_grant(text: &str) -> AdoptGrant {
         },
     );
     for u in unknown {
-        info!(grantee = %u, "discovery.adopt names a user or group this node does not have; it grants nothing");
+        info!(grantee = %u, setting, "the setting names a user or group this node does not have; it grants nothing");
     }
     grant
 }
@@ -139,7 +157,7 @@ fn sanitize(name: &str) -> String {
 }
 
 impl Discovery {
-    pub(super) fn new(config: DaemonConfig, kind: HierarchyKind) -> Discovery {
+    pub(super) fn new(config: DaemonConfig, kind: HierarchyKind, config_file: &Path) -> Discovery {
         Discovery {
             line: if kind.is_v2() {
                 CgroupLine::Unified
@@ -151,8 +169,11 @@ impl Discovery {
             process_jobs: BTreeMap::new(),
             pid_index: HashMap::new(),
             reported: HashSet::new(),
-            grant: resolve_grant(&config.discovery.adopt),
+            grant: resolve_grant(&config.discovery.adopt, "discovery.adopt"),
             journal: AdoptionJournal::open(&config.state_file),
+            run_job: resolve_run_job(&config, config_file),
+            joined: BTreeMap::new(),
+            stuck: BTreeSet::new(),
             config,
         }
     }
@@ -309,7 +330,7 @@ impl Discovery {
                         && let Some(job) = self.process_jobs.get_mut(&cgroup)
                     {
                         job.pids.remove(&pid);
-                        if core.actuator().fs().procs(&cgroup).is_empty() {
+                        if self.no_process_left(core, &cgroup) {
                             finished.insert(cgroup);
                         }
                     }
@@ -329,7 +350,7 @@ impl Discovery {
         let mut out: Vec<JobCgroup> = self
             .process_jobs
             .keys()
-            .filter(|c| core.contains(c) && core.actuator().fs().procs(c).is_empty())
+            .filter(|c| core.contains(c) && self.no_process_left(core, c))
             .cloned()
             .collect();
         // Declared jobs whose cgroup vanished (container removed): stop governing until it
@@ -575,7 +596,86 @@ impl Discovery {
 
     /// The uid of the user whose job `cgroup` is, if discovery or run-job told.
     pub(super) fn job_owner(&self, cgroup: &str) -> Option<u32> {
-        self.process_jobs.get(&job_cgroup(cgroup)?)?.owner
+        let group = job_cgroup(cgroup)?;
+        self.process_jobs
+            .get(&group)
+            .and_then(|j| j.owner)
+            .or_else(|| self.joined.get(&group).copied())
+    }
+
+    /// Supplementary groups of a live process.
+    pub(super) fn process_groups(&self, pid: u32) -> Vec<u32> {
+        self.proc
+            .credentials(pid)
+            .map(|c| c.groups)
+            .unwrap_or_default()
+    }
+
+    /// `[run_job] users`, resolved.
+    pub(super) fn run_job_grant(&self) -> &RunJobGrant {
+        &self.run_job
+    }
+
+    /// Whether `cgroup` has no process left. A group made for `join_job` is delegated: its
+    /// user may have moved the job's processes into groups below it, which count.
+    fn no_process_left(&self, core: &NodeCore, cgroup: &JobCgroup) -> bool {
+        let fs = core.actuator().fs();
+        if self.joined.contains_key(cgroup) {
+            !fs.populated(cgroup)
+        } else {
+            fs.procs(cgroup).is_empty()
+        }
+    }
+
+    /// The daemon made `group` for user `uid` (`join_job`): it is removed once its job ended.
+    pub(super) fn note_joined(&mut self, group: JobCgroup, uid: u32) {
+        self.stuck.remove(&group);
+        self.joined.insert(group, uid);
+    }
+
+    /// Groups a previous run made for users (their directory is theirs), so that those whose
+    /// job has ended are removed.
+    pub(super) fn find_joined(&mut self, core: &NodeCore) {
+        let subtree = core.actuator().config().jobs_subtree.clone();
+        for (group, uid) in core.actuator().fs().delegated_job_groups(&subtree) {
+            self.joined.entry(group).or_insert(uid);
+        }
+    }
+
+    /// Remove the groups made for `join_job` whose job has ended (no process left, and no
+    /// longer governed: a governed job is stopped first, its original values put back); `only`
+    /// limits it to one group. Returns the groups removed.
+    pub(super) fn remove_ended_groups(
+        &mut self,
+        core: &NodeCore,
+        only: Option<&JobCgroup>,
+    ) -> Vec<JobCgroup> {
+        let fs = core.actuator().fs();
+        let ended: Vec<JobCgroup> = self
+            .joined
+            .keys()
+            .filter(|g| only.is_none_or(|o| o == *g))
+            .filter(|g| !core.contains(g))
+            .filter(|g| !fs.populated(g))
+            .cloned()
+            .collect();
+        let mut removed = Vec::new();
+        for group in ended {
+            match fs.remove_job_group(&group) {
+                Ok(()) => {
+                    let uid = self.joined.remove(&group);
+                    self.stuck.remove(&group);
+                    info!(group = %group, uid, "the job ended: its cgroup removed");
+                    removed.push(group);
+                }
+                Err(e) => {
+                    if self.stuck.insert(group.clone()) {
+                        warn!(group = %group, error = %e, "cannot remove the cgroup of an ended job; retried on every tick");
+                    }
+                }
+            }
+        }
+        removed
     }
 
     /// A job started by `governor run-job` in a cgroup it created. Discovery follows its
@@ -652,7 +752,8 @@ impl Discovery {
         config: DaemonConfig,
         core: &NodeCore,
     ) -> (Vec<Found>, Vec<JobCgroup>) {
-        self.grant = resolve_grant(&config.discovery.adopt);
+        self.grant = resolve_grant(&config.discovery.adopt, "discovery.adopt");
+        self.run_job = resolve_run_job(&config, Path::new(&self.run_job.config_file));
         self.config = config;
         let before: BTreeSet<JobCgroup> = self
             .declared

@@ -10,6 +10,7 @@ mod access;
 mod carry;
 pub mod core;
 mod job_sources;
+mod join;
 pub mod launcher;
 pub mod node_report;
 
@@ -26,7 +27,7 @@ use self::job_sources::Discovery;
 use crate::accounting::{AccountingOptions, CpuAccounting};
 use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup, MemoryGuardConfig};
 use crate::config::{CoordinatorConfig, DaemonConfig};
-use crate::control::{self, PendingRequest, Request, Response};
+use crate::control::{self, Peer, PendingRequest, Request, Response};
 use crate::coordinator_client::{
     AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles,
 };
@@ -342,7 +343,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
             None => (None, (None, None, None, None)),
         };
 
-    let discovery = Discovery::new(config.clone(), kind);
+    let discovery = Discovery::new(config.clone(), kind, &opts.config_path);
     let mut shell = Shell {
         core,
         policy_spec: config.policy.clone(),
@@ -444,6 +445,9 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         info!(restored, "GPU power limits restored");
     }
     shell.discovery.cleanup_adopted_groups(&shell.core);
+    // Users' job groups whose job has ended; those still running are found again at the next
+    // start.
+    shell.discovery.remove_ended_groups(&shell.core, None);
     let _ = std::fs::remove_file(&config.socket);
     if report.errors.is_empty() {
         info!(
@@ -949,6 +953,7 @@ impl Shell {
     }
 
     async fn initial_discovery(&mut self, now: Instant) {
+        self.discovery.find_joined(&self.core);
         let found = self.discovery.initial(&self.core);
         self.start_jobs(now, found).await;
         self.core.decide_and_apply(now);
@@ -999,6 +1004,7 @@ impl Shell {
             self.stop_job(now, &cgroup, "its cgroup has no process left")
                 .await;
         }
+        self.discovery.remove_ended_groups(&self.core, None);
         let pending = self.discovery.pending_declared(&self.core);
         self.start_jobs(now, pending).await;
         self.core.sample(now, cpu);
@@ -1064,7 +1070,8 @@ impl Shell {
     async fn on_request(&mut self, now: Instant, req: PendingRequest) {
         let facts = RequestFacts {
             discovery: &self.discovery,
-            subtree: format!("/{}", self.core.actuator().config().jobs_subtree.display()),
+            fs: self.core.actuator().fs(),
+            subtree: &self.core.actuator().config().jobs_subtree,
         };
         if let Err(message) = access::check(&req.request, req.peer.as_ref(), &facts) {
             warn!(peer = ?req.peer, request = ?req.request, reason = %message, "control request refused");
@@ -1095,17 +1102,32 @@ impl Shell {
                 Err(e) => Response::Error { message: e },
             },
             Request::Release { cgroup } => match JobCgroup::new(cgroup.trim_start_matches('/')) {
-                Ok(c) if self.core.contains(&c) => {
-                    self.stop_job(now, &c, "run-job reported its end").await;
-                    Response::Ok {
-                        message: format!("released {cgroup}"),
+                Ok(c) => {
+                    self.note_users_group(req.peer.as_ref(), &c);
+                    let governed = self.core.contains(&c);
+                    if governed {
+                        self.stop_job(now, &c, "run-job reported its end").await;
                     }
+                    let removed = !self
+                        .discovery
+                        .remove_ended_groups(&self.core, Some(&c))
+                        .is_empty();
+                    let message = match (governed, removed) {
+                        (true, false) => format!("released {cgroup}"),
+                        (true, true) => format!("released {cgroup}; its cgroup removed"),
+                        (false, false) => format!("{cgroup} was not governed"),
+                        (false, true) => format!("{cgroup} was not governed; its cgroup removed"),
+                    };
+                    Response::Ok { message }
                 }
-                Ok(_) => Response::Ok {
-                    message: format!("{cgroup} was not governed"),
-                },
                 Err(e) => Response::Error {
                     message: e.to_string(),
+                },
+            },
+            Request::JoinJob { name } => match req.peer.as_ref() {
+                Some(peer) => self.join_job(peer, &name),
+                None => Response::Error {
+                    message: "the caller's credentials are unknown".into(),
                 },
             },
         };
@@ -1113,10 +1135,29 @@ impl Shell {
     }
 }
 
-/// What [`access::check`] needs, from discovery.
+impl Shell {
+    /// A non-root user reports the end of a job of theirs in the governor's job subtree: the
+    /// group is theirs to have removed (also one a previous run of the daemon made for them on a
+    /// node without a cgroup v2 tree, where nothing on disk tells).
+    fn note_users_group(&mut self, peer: Option<&Peer>, group: &JobCgroup) {
+        let Some(peer) = peer.filter(|p| p.uid != 0) else {
+            return;
+        };
+        let subtree = &self.core.actuator().config().jobs_subtree;
+        if group.relative().parent() == Some(subtree.as_path())
+            && self.discovery.job_owner(&group.to_string()) == Some(peer.uid)
+        {
+            self.discovery.note_joined(group.clone(), peer.uid);
+        }
+    }
+}
+
+/// What [`access::check`] needs, from discovery and the cgroup filesystem.
 struct RequestFacts<'a> {
     discovery: &'a Discovery,
-    subtree: String,
+    fs: &'a crate::cgroup::CgroupFs,
+    /// The job subtree, relative to the cgroup root (`governor.slice/jobs`).
+    subtree: &'a Path,
 }
 
 impl access::Facts for RequestFacts<'_> {
@@ -1130,7 +1171,32 @@ impl access::Facts for RequestFacts<'_> {
         self.discovery.job_owner(cgroup)
     }
     fn job_subtree(&self) -> String {
-        self.subtree.clone()
+        format!("/{}", self.subtree.display())
+    }
+    fn process_groups(&self, pid: u32) -> Vec<u32> {
+        self.discovery.process_groups(pid)
+    }
+    fn process_limit(&self, pid: u32) -> Option<String> {
+        let dirs = self.fs.process_dirs(pid)?;
+        self.fs.cpu_or_memory_limit_on(&dirs)
+    }
+    fn job_group(&self, name: &str) -> Option<access::JobGroup> {
+        let group = JobCgroup::new(self.subtree.join(name)).ok()?;
+        if !self.fs.job_dirs(&group).first().is_some_and(|d| d.is_dir()) {
+            return None;
+        }
+        let owner = self
+            .discovery
+            .job_owner(&group.to_string())
+            .or_else(|| self.fs.delegated_to(&group))
+            .unwrap_or(0);
+        Some(access::JobGroup {
+            owner,
+            populated: self.fs.populated(&group),
+        })
+    }
+    fn run_job_grant(&self) -> &access::RunJobGrant {
+        self.discovery.run_job_grant()
     }
 }
 

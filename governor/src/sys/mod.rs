@@ -126,6 +126,180 @@ pub fn write_before_exec(
     }
 }
 
+/// Why a command prepared with [`ask_before_exec`] did not start.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GateRefusal {
+    /// The child could not connect to the socket (the error `spawn` returned says why).
+    Connect,
+    /// The request could not be sent, or no whole answer came back in time (ditto).
+    Exchange,
+    /// The answer, which did not start with the expected bytes (up to its end of line).
+    Answer(Vec<u8>),
+}
+
+/// The parent's end of what the child of [`ask_before_exec`] reports about its request.
+#[derive(Debug)]
+pub struct ExecGate {
+    report: std::os::fd::OwnedFd,
+}
+
+impl ExecGate {
+    /// After `spawn` failed: why, if the request was the reason (`None`: the command itself
+    /// could not start). The child wrote its report before it ended, so it is all there when
+    /// `spawn` returns; nothing here waits.
+    pub fn refusal(&self) -> Option<GateRefusal> {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = nix::unistd::read(&self.report, &mut chunk) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&chunk[..n]);
+        }
+        match got.split_first() {
+            Some((b'c', _)) => Some(GateRefusal::Connect),
+            Some((b'x', _)) => Some(GateRefusal::Exchange),
+            Some((b'a', answer)) => Some(GateRefusal::Answer(answer.to_vec())),
+            _ => None,
+        }
+    }
+}
+
+/// Largest answer line read before exec (a control-socket answer to a small request).
+const GATE_ANSWER_BYTES: usize = 8192;
+
+/// Make `command`'s child, between fork and exec, connect to the Unix stream socket at
+/// `socket`, send `request` (one line), read one answer line, and go on to exec only when the
+/// answer starts with `ok`; otherwise the child ends, `spawn` fails and [`ExecGate::refusal`]
+/// tells why. The peer sees the child itself as the caller (`SO_PEERCRED`): this is how a
+/// user's `governor run-job` has the daemon move the job's own process into its cgroup
+/// before it runs (see `governor::daemon::join`). Send and receive each give up after
+/// `timeout`.
+///
+/// Everything the child needs is made here, before the fork: the socket address, the request
+/// bytes, the answer buffer and the report pipe. The child only calls `socket`, `setsockopt`,
+/// `connect`, `write`, `read` and `close`, which are async-signal-safe, and allocates nothing.
+pub fn ask_before_exec(
+    command: &mut std::process::Command,
+    socket: &std::path::Path,
+    request: Vec<u8>,
+    ok: &'static [u8],
+    timeout: std::time::Duration,
+) -> std::io::Result<ExecGate> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let path = socket.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if path.is_empty() || path.len() >= addr.sun_path.len() || path.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the socket path {} cannot be connected to (empty, longer than {} bytes, or with a NUL)",
+                socket.display(),
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(path) {
+        *dst = *src as libc::c_char;
+    }
+    let addr_len = (std::mem::size_of::<libc::sa_family_t>() + path.len() + 1) as libc::socklen_t;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+    };
+    let (report_read, report_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    nix::fcntl::fcntl(
+        &report_read,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .map_err(std::io::Error::from)?;
+    let mut answer = vec![0u8; GATE_ANSWER_BYTES];
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: socket, setsockopt, connect, write, read and close on memory prepared
+    // before the fork (the address, the request, the answer buffer, the report pipe), and
+    // `io::Error`s built from an errno, which do not allocate.
+    unsafe {
+        command.pre_exec(move || {
+            let report = report_write.as_raw_fd();
+            let tell = |what: &[u8]| {
+                libc::write(report, what.as_ptr().cast(), what.len());
+            };
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                let e = std::io::Error::last_os_error();
+                tell(b"c");
+                return Err(e);
+            }
+            for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    option,
+                    (&raw const tv).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                );
+            }
+            let failed = |stage: &[u8]| {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                tell(stage);
+                Err(e)
+            };
+            if libc::connect(fd, (&raw const addr).cast(), addr_len) != 0 {
+                return failed(b"c");
+            }
+            let mut sent = 0;
+            while sent < request.len() {
+                let n = libc::write(fd, request[sent..].as_ptr().cast(), request.len() - sent);
+                if n < 0 {
+                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    return failed(b"x");
+                }
+                sent += n as usize;
+            }
+            let mut got = 0;
+            while got < answer.len() && !answer[..got].contains(&b'\n') {
+                let n = libc::read(fd, answer[got..].as_mut_ptr().cast(), answer.len() - got);
+                if n < 0 {
+                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    return failed(b"x");
+                }
+                if n == 0 {
+                    break;
+                }
+                got += n as usize;
+            }
+            libc::close(fd);
+            if answer[..got].starts_with(ok) {
+                return Ok(());
+            }
+            if got == 0 {
+                tell(b"x");
+                return Err(std::io::Error::from_raw_os_error(libc::ECONNRESET));
+            }
+            let line = answer[..got]
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(got);
+            tell(b"a");
+            tell(&answer[..line]);
+            Err(std::io::Error::from_raw_os_error(libc::EPERM))
+        });
+    }
+    Ok(ExecGate {
+        report: report_read,
+    })
+}
+
 /// Sends `signal` to the process of a pidfd (`pidfd_send_signal`): never to a process that
 /// reused its pid.
 pub fn pidfd_send_signal(
@@ -452,6 +626,123 @@ mod tests {
             assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
         }
         assert_eq!(thread_fsuid(), before, "the thread's own rights are back");
+    }
+
+    /// A one-connection server at `path` answering `answer`; returns the request line it got
+    /// and the pid the kernel named as its caller.
+    fn answer_once(
+        path: &std::path::Path,
+        answer: &'static str,
+    ) -> std::thread::JoinHandle<(String, Option<i32>)> {
+        use std::io::{BufRead, Write};
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let pid = {
+                use std::os::fd::AsRawFd;
+                let mut cred = libc::ucred {
+                    pid: 0,
+                    uid: 0,
+                    gid: 0,
+                };
+                let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+                // SAFETY: a valid socket and a ucred-sized buffer with its length.
+                let rc = unsafe {
+                    libc::getsockopt(
+                        stream.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_PEERCRED,
+                        (&raw mut cred).cast(),
+                        &mut len,
+                    )
+                };
+                (rc == 0).then_some(cred.pid)
+            };
+            let mut line = String::new();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut line)
+                .unwrap();
+            (&stream).write_all(answer.as_bytes()).unwrap();
+            (line, pid)
+        })
+    }
+
+    #[test]
+    fn a_command_runs_only_after_the_socket_says_yes_and_the_caller_is_its_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s.sock");
+        let timeout = std::time::Duration::from_secs(5);
+        // Yes: the command runs; the server saw the child (not this process) as its caller.
+        let server = answer_once(&socket, "{\"response\":\"ok\",\"message\":\"joined\"}\n");
+        let mut cmd = std::process::Command::new("true");
+        let _gate = ask_before_exec(
+            &mut cmd,
+            &socket,
+            b"hello\n".to_vec(),
+            br#"{"response":"ok""#,
+            timeout,
+        )
+        .unwrap();
+        let mut child = cmd.spawn().expect("runs after a yes");
+        let (line, caller) = server.join().unwrap();
+        assert_eq!(line, "hello\n");
+        assert_eq!(
+            caller,
+            Some(child.id() as i32),
+            "the caller is the job's own process"
+        );
+        assert!(child.wait().unwrap().success());
+        std::fs::remove_file(&socket).unwrap();
+
+        // No: the command never runs, and the answer comes back.
+        let marker = dir.path().join("ran");
+        let server = answer_once(
+            &socket,
+            "{\"response\":\"error\",\"message\":\"not you\"}\n",
+        );
+        let mut cmd = std::process::Command::new("touch");
+        cmd.arg(&marker);
+        let gate = ask_before_exec(
+            &mut cmd,
+            &socket,
+            b"hello\n".to_vec(),
+            br#"{"response":"ok""#,
+            timeout,
+        )
+        .unwrap();
+        assert!(cmd.spawn().is_err());
+        server.join().unwrap();
+        assert!(!marker.exists(), "the command ran after a no");
+        assert_eq!(
+            gate.refusal(),
+            Some(GateRefusal::Answer(
+                br#"{"response":"error","message":"not you"}"#.to_vec()
+            ))
+        );
+
+        // Nobody there: a connect failure, told apart from a command that cannot start.
+        let mut cmd = std::process::Command::new("touch");
+        cmd.arg(&marker);
+        let gate = ask_before_exec(
+            &mut cmd,
+            &dir.path().join("none.sock"),
+            b"x\n".to_vec(),
+            b"ok",
+            timeout,
+        )
+        .unwrap();
+        let e = cmd.spawn().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        assert_eq!(gate.refusal(), Some(GateRefusal::Connect));
+        assert!(!marker.exists());
+        // A yes, then a command that cannot start: not the gate's doing.
+        std::fs::remove_file(&socket).unwrap();
+        let server = answer_once(&socket, "ok\n");
+        let mut cmd = std::process::Command::new("/nonexistent/program");
+        let gate = ask_before_exec(&mut cmd, &socket, b"x\n".to_vec(), b"ok", timeout).unwrap();
+        assert!(cmd.spawn().is_err());
+        server.join().unwrap();
+        assert_eq!(gate.refusal(), None);
     }
 
     #[test]
