@@ -4,11 +4,21 @@
 # CSVLogger, and a plain PyTorch loop printing `Epoch [e/N], Step [s/M], Loss: x`) run on the
 # GPU while `governor gpus` reads the inventory, each compute process with its cgroup and the
 # energy counter; then `governor parse --summary` reads both logs. It changes no device
-# setting: the only NVML calls are reads, and nvidia-smi's power limit and clocks are recorded
-# before and after to show it.
+# setting: the only NVML calls are reads, every nvidia-smi call is a query, and nvidia-smi's
+# power limit, clocks, persistence and MIG modes are recorded before and after to show it.
+#
+# It records what it saw in OUT, then judges it (gpu_read_verdict.py beside this script): PASS
+# or FAIL for each check (both processes found, their memory within 5% of nvidia-smi's, their
+# cgroups, energy counted over two intervals, both logs parsed with a loss, both trainings
+# ended well, settings unchanged) and exits non-zero when any fails.
 #
 #   GOVERNOR_BIN=target/release/governor OUT=/tmp/check tests/device/gpu-read-check.sh
+#   tests/device/gpu-read-check.sh --verdict /tmp/check    # judge a recorded OUT again
 set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = "--verdict" ]; then
+    exec python3 "$HERE/gpu_read_verdict.py" "${2:?usage: $0 --verdict OUT_DIR}"
+fi
 GOV=${GOVERNOR_BIN:-target/release/governor}
 OUT=${OUT:-/tmp/gpu-read-check}
 WORK=$(mktemp -d)
@@ -52,28 +62,30 @@ PY
 LIT=$!
 ( exec python3 "$WORK/plain.py" 300 > "$OUT/plain.log" 2> "$OUT/plain.err" ) &
 PLAIN=$!
-# Both on the GPU (CUDA start-up takes seconds), then read twice.
+printf 'lightning %s\nplain %s\n' "$LIT" "$PLAIN" > "$OUT/pids.txt"
+# Both on the GPU (CUDA start-up takes seconds), then read.
 for _ in $(seq 60); do
     n=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
     [ "$n" -ge 2 ] && break
     sleep 1
 done
-echo "training pids: lightning $LIT, plain $PLAIN" > "$OUT/pids.txt"
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$OUT/pids.txt"
+cat "/proc/$LIT/cgroup" > "$OUT/cgroup-lightning.txt"
+cat "/proc/$PLAIN/cgroup" > "$OUT/cgroup-plain.txt"
 "$GOV" gpus --interval 3s > "$OUT/gpus.txt" 2>&1; echo "rc=$?" >> "$OUT/gpus.txt"
-"$GOV" gpus --interval 5s --json > "$OUT/gpus.json" 2> "$OUT/gpus-json.err"; echo "rc=$?" >> "$OUT/gpus-json.err"
-wait "$LIT"; echo "lightning rc=$?" >> "$OUT/pids.txt"
-wait "$PLAIN"; echo "plain rc=$?" >> "$OUT/pids.txt"
+# Two reads one after the other: the energy counter must grow over each interval. nvidia-smi's
+# per-process memory is read right after the first, to compare with governor's.
+"$GOV" gpus --interval 5s --json > "$OUT/gpus-1.json" 2> "$OUT/gpus-1.err"; echo $? > "$OUT/gpus-1.rc"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$OUT/apps-1.csv"
+"$GOV" gpus --interval 2s --json > "$OUT/gpus-2.json" 2> "$OUT/gpus-2.err"; echo $? > "$OUT/gpus-2.rc"
+wait "$LIT"; echo "lightning $?" > "$OUT/trained.txt"
+wait "$PLAIN"; echo "plain $?" >> "$OUT/trained.txt"
 cp "$WORK"/lightning/run/version_0/metrics.csv "$OUT/lightning-metrics.csv" 2>/dev/null
-{
-    echo "== lightning metrics.csv"; "$GOV" parse --summary "$OUT/lightning-metrics.csv"; echo "rc=$?"
-    echo "== plain PyTorch prints"; "$GOV" parse --summary "$OUT/plain.log"; echo "rc=$?"
-} > "$OUT/parse.txt" 2>&1
+"$GOV" parse --summary "$OUT/lightning-metrics.csv" > "$OUT/parse-lightning.json" 2> "$OUT/parse-lightning.err"
+echo $? > "$OUT/parse-lightning.rc"
+"$GOV" parse --summary "$OUT/plain.log" > "$OUT/parse-plain.json" 2> "$OUT/parse-plain.err"
+echo $? > "$OUT/parse-plain.rc"
 "$GOV" gpus --interval 1s > "$OUT/gpus-idle.txt" 2>&1
 settings > "$OUT/settings-after.csv"
-if cmp -s "$OUT/settings-before.csv" "$OUT/settings-after.csv"; then
-    echo "device settings unchanged" > "$OUT/verdict.txt"
-else
-    echo "DEVICE SETTINGS DIFFER" > "$OUT/verdict.txt"
-fi
-cat "$OUT/verdict.txt" "$OUT/pids.txt" "$OUT/gpus.txt" "$OUT/parse.txt"
+rm -rf "$WORK"
+cat "$OUT/gpus.txt"
+exec python3 "$HERE/gpu_read_verdict.py" "$OUT"

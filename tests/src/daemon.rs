@@ -54,6 +54,20 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The stand-in NVML library (`nvml-standin`) cargo built beside the test binaries.
+pub fn nvml_standin_library() -> PathBuf {
+    let deps = bin("governor").parent().unwrap().join("deps");
+    for p in [
+        bin("governor").with_file_name("libnvml_standin.so"),
+        deps.join("libnvml_standin.so"),
+    ] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libnvml_standin.so was not built (`cargo build -p nvml-standin`)");
+}
+
 /// A governor daemon started with its own configuration, socket and state file.
 pub struct Daemon {
     pub dir: tempfile::TempDir,

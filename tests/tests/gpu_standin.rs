@@ -12,23 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::daemon::{Daemon, bin, nvml_standin_library};
 use governor_integration_tests::{free_port, require_v1_cpu_host, require_vm};
 use nvml_standin::state::{self, Process, STATE_ENV, State};
-
-/// The stand-in library cargo built beside the test binaries.
-fn standin_library() -> PathBuf {
-    let deps = bin("governor").parent().unwrap().join("deps");
-    for p in [
-        bin("governor").with_file_name("libnvml_standin.so"),
-        deps.join("libnvml_standin.so"),
-    ] {
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libnvml_standin.so was not built (`cargo build -p nvml-standin`)");
-}
 
 /// A job that learns for 4 s (a falling loss every 200 ms), then logs a flat loss (converged)
 /// until it is stopped.
@@ -165,7 +151,7 @@ struct GpuBed {
 }
 
 fn gpu_bed(layout: Layout, prefix: &str, extra: &str, gpu_memory: u64) -> GpuBed {
-    let library = standin_library();
+    let library = nvml_standin_library();
     let mut d = Daemon::configure(
         "governor",
         &format!(
@@ -347,7 +333,7 @@ fn clocks_follow_progress(layout: Layout) {
 /// and NVML's error codes map to the governor's (a plain host test: no root needed).
 #[test]
 fn the_standin_library_loads_through_nvml_wrapper_and_maps_errors() {
-    let library = standin_library();
+    let library = nvml_standin_library();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let mut s = State::h100s(2);

@@ -1,11 +1,17 @@
 //! `cargo xtask test`: everything CI runs, in order, stopping at the first failure: fmt, clippy,
-//! unit and host tests, the privileged host tests this machine allows, the demo's short version
+//! unit and host tests, the privileged host tests (`root_host_*`), the demo's short version
 //! (`cargo xtask demo --short`), about a minute of fuzzing (`cargo xtask fuzz`), then the VM
 //! tests.
+//!
+//! A privileged group runs where its precondition holds (root, kernel BTF, the v1 cpu
+//! controller). Where it does not, a developer's machine says so and goes on; in CI (`CI` set)
+//! or under `GOVERNOR_REQUIRE_PRIVILEGED=1` the command fails at once, naming the group and what
+//! is missing, unless the machine opts out of that group by saying why:
+//! `GOVERNOR_SKIP_ROOT_HOST_EBPF="this runner's kernel has no BTF"` (the log shows the reason).
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::cmd;
 use crate::fuzz::FuzzArgs;
@@ -31,47 +37,195 @@ fn ebpf_clippy() -> std::process::Command {
     c
 }
 
-/// The host tests that need root and the host's own kernel (`#[ignore = "root-host: ..."]`,
-/// named `root_host_*`): each group runs where its precondition holds, and the output says which
-/// ran and which could not.
-fn privileged_host_tests() -> Result<()> {
-    let root = cmd::is_root();
-    let v1_cpu = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists();
-    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
-    let groups = [
-        (
-            "root_host_ebpf_",
-            "eBPF programs loaded into the host kernel",
-            root && btf,
-            "needs root and /sys/kernel/btf/vmlinux",
-        ),
-        (
-            "root_host_proc_",
-            "the kernel's process connector (netlink)",
-            root,
-            "needs root (CAP_NET_ADMIN)",
-        ),
-        (
-            "root_host_v1_",
-            "the host's cgroup v1 cpu controller",
-            root && v1_cpu,
-            "needs root and a cgroup v1 cpu controller at /sys/fs/cgroup/cpu (a hybrid host)",
-        ),
-    ];
-    for (prefix, what, can, why_not) in groups {
-        if can {
-            eprintln!("== privileged host tests: {what} ({prefix}*)");
-            cmd::run(cmd::cargo().args([
-                "test",
-                "--workspace",
-                "--exclude",
-                "governor-ebpf",
-                "--",
-                "--ignored",
-                prefix,
-            ]))?;
-        } else {
-            eprintln!("== privileged host tests NOT RUN: {what} ({prefix}*): {why_not}");
+/// What a privileged group needs of the machine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Need {
+    Root,
+    Btf,
+    V1Cpu,
+}
+
+impl Need {
+    fn present(self) -> bool {
+        match self {
+            Need::Root => cmd::is_root(),
+            Need::Btf => Path::new("/sys/kernel/btf/vmlinux").exists(),
+            Need::V1Cpu => Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Need::Root => "root",
+            Need::Btf => "kernel BTF (/sys/kernel/btf/vmlinux)",
+            Need::V1Cpu => "a cgroup v1 cpu controller at /sys/fs/cgroup/cpu (a hybrid host)",
+        }
+    }
+}
+
+/// A group of host tests that need root and the host's own kernel (`#[ignore = "root-host:
+/// ..."]`, named `root_host_<group>_*`).
+struct Group {
+    prefix: &'static str,
+    what: &'static str,
+    needs: &'static [Need],
+}
+
+const GROUPS: [Group; 3] = [
+    Group {
+        prefix: "root_host_ebpf_",
+        what: "eBPF programs loaded into the host kernel",
+        needs: &[Need::Root, Need::Btf],
+    },
+    Group {
+        prefix: "root_host_proc_",
+        what: "the kernel's process connector (netlink, CAP_NET_ADMIN)",
+        needs: &[Need::Root],
+    },
+    Group {
+        prefix: "root_host_v1_",
+        what: "the host's cgroup v1 cpu controller",
+        needs: &[Need::Root, Need::V1Cpu],
+    },
+];
+
+/// Set (to anything but `0`) to make a privileged group that cannot run fail `cargo xtask test`,
+/// as CI (`CI` set) does.
+const REQUIRE_ENV: &str = "GOVERNOR_REQUIRE_PRIVILEGED";
+
+/// The variable through which a machine opts out of a group, its value saying why:
+/// `GOVERNOR_SKIP_ROOT_HOST_V1="this runner is an unprivileged container"`.
+fn opt_out_var(prefix: &str) -> String {
+    format!(
+        "GOVERNOR_SKIP_{}",
+        prefix.trim_end_matches('_').to_ascii_uppercase()
+    )
+}
+
+/// Whether every privileged group must run: in CI (`CI` set, as `.ci/run` and most CI services
+/// do, and not `false`/`0`) or when `GOVERNOR_REQUIRE_PRIVILEGED` is set (not `0`).
+fn privileged_required(ci: Option<&str>, require: Option<&str>) -> bool {
+    let on = |v: Option<&str>| {
+        v.map(str::trim)
+            .is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+    };
+    on(ci) || on(require)
+}
+
+/// What `cargo xtask test` does with one privileged group.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Run,
+    /// The machine opted out, saying why (logged).
+    OptedOut(String),
+    /// It cannot run here and nothing requires it (a developer's machine): said, not failed.
+    NotRun(String),
+    /// The command fails with this line.
+    Fail(String),
+}
+
+/// The decision for group `prefix` given what it lacks on this machine (`missing`, described),
+/// whether groups are required to run, and the machine's opt-out statement (its variable's
+/// value), if any. Pure, so that every case is unit-tested.
+fn decide(prefix: &str, missing: &[&str], required: bool, opt_out: Option<&str>) -> Decision {
+    let var = opt_out_var(prefix);
+    match opt_out.map(str::trim) {
+        Some("") => {
+            return Decision::Fail(format!(
+                "{prefix}*: {var} is set but says no reason; set it to why this machine cannot run the group"
+            ));
+        }
+        Some(reason) => return Decision::OptedOut(format!("{var} says: {reason}")),
+        None => {}
+    }
+    if missing.is_empty() {
+        return Decision::Run;
+    }
+    let missing = format!("missing {}", missing.join(", "));
+    if required {
+        Decision::Fail(format!(
+            "{prefix}* cannot run on this machine: {missing} (CI or {REQUIRE_ENV} requires it; \
+             to skip it here, set {var} to the reason, which the log then shows)"
+        ))
+    } else {
+        Decision::NotRun(missing)
+    }
+}
+
+/// Each privileged group's decision on this machine; fails, one line per group, when one is
+/// required and cannot run (checked before anything is built, so CI fails at once).
+fn privileged_plan() -> Result<Vec<(&'static Group, Decision)>> {
+    let required = privileged_required(
+        std::env::var("CI").ok().as_deref(),
+        std::env::var(REQUIRE_ENV).ok().as_deref(),
+    );
+    let plan: Vec<_> = GROUPS
+        .iter()
+        .map(|g| {
+            let missing: Vec<&str> = g
+                .needs
+                .iter()
+                .filter(|n| !n.present())
+                .map(|n| n.describe())
+                .collect();
+            let opt_out = std::env::var(opt_out_var(g.prefix)).ok();
+            (g, decide(g.prefix, &missing, required, opt_out.as_deref()))
+        })
+        .collect();
+    let failures: Vec<&str> = plan
+        .iter()
+        .filter_map(|(_, d)| match d {
+            Decision::Fail(line) => Some(line.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !failures.is_empty() {
+        bail!(
+            "privileged host tests cannot run:\n  {}",
+            failures.join("\n  ")
+        );
+    }
+    // Said at the start too, so that a log that ends before the stage still shows it.
+    for (g, d) in &plan {
+        if let Decision::OptedOut(why) = d {
+            eprintln!(
+                "== privileged host tests {}* will be skipped: {why}",
+                g.prefix
+            );
+        }
+    }
+    Ok(plan)
+}
+
+/// Runs the groups the plan allows, saying for each of the others why it did not run.
+fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
+    for (g, d) in plan {
+        match d {
+            Decision::Run => {
+                eprintln!("== privileged host tests: {} ({}*)", g.what, g.prefix);
+                cmd::run(cmd::cargo().args([
+                    "test",
+                    "--workspace",
+                    "--exclude",
+                    "governor-ebpf",
+                    "--",
+                    "--ignored",
+                    g.prefix,
+                ]))?;
+            }
+            Decision::OptedOut(why) => {
+                eprintln!(
+                    "== privileged host tests SKIPPED: {} ({}*): {why}",
+                    g.what, g.prefix
+                )
+            }
+            Decision::NotRun(missing) => {
+                eprintln!(
+                    "== privileged host tests NOT RUN: {} ({}*): {missing} (CI would fail here)",
+                    g.what, g.prefix
+                )
+            }
+            Decision::Fail(line) => bail!("{line}"),
         }
     }
     Ok(())
@@ -92,6 +246,8 @@ fn timed<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
+    // Before anything is built: a privileged group that must run here and cannot fails at once.
+    let privileged = privileged_plan()?;
     timed("setup", crate::setup::run)?;
     cmd::report_free_disk("after setup");
     eprintln!("== cargo fmt --check");
@@ -119,7 +275,9 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
                 .env("GOVERNOR_REQUIRE_TOOLS", "1"),
         )
     })?;
-    timed("privileged host tests", privileged_host_tests)?;
+    timed("privileged host tests", || {
+        privileged_host_tests(&privileged)
+    })?;
     cmd::report_free_disk("after host tests");
     // The README's first command, small: it must not break unnoticed again.
     eprintln!("== the demo, short (`cargo xtask demo --short`)");
@@ -160,4 +318,81 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
         started.elapsed().as_secs_f64() / 60.0
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_or_the_requirement_variable_makes_every_group_required() {
+        assert!(!privileged_required(None, None));
+        assert!(privileged_required(Some("true"), None));
+        assert!(privileged_required(Some("1"), None));
+        assert!(privileged_required(None, Some("1")));
+        assert!(privileged_required(Some("false"), Some("yes")));
+        for off in ["", " ", "0", "false", "FALSE"] {
+            assert!(!privileged_required(Some(off), None), "CI={off:?}");
+            assert!(
+                !privileged_required(None, Some(off)),
+                "{REQUIRE_ENV}={off:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_group_runs_where_nothing_is_missing() {
+        assert_eq!(decide("root_host_v1_", &[], false, None), Decision::Run);
+        assert_eq!(decide("root_host_v1_", &[], true, None), Decision::Run);
+    }
+
+    #[test]
+    fn a_group_that_cannot_run_is_reported_outside_ci_and_fails_in_ci() {
+        assert_eq!(
+            decide("root_host_ebpf_", &["root", "kernel BTF"], false, None),
+            Decision::NotRun("missing root, kernel BTF".into())
+        );
+        let Decision::Fail(line) = decide("root_host_ebpf_", &["kernel BTF"], true, None) else {
+            panic!("a required group that cannot run must fail");
+        };
+        assert!(line.starts_with("root_host_ebpf_* cannot run"), "{line}");
+        assert!(line.contains("missing kernel BTF"), "{line}");
+        assert!(line.contains("GOVERNOR_SKIP_ROOT_HOST_EBPF"), "{line}");
+        assert!(!line.contains('\n'), "one line: {line}");
+    }
+
+    #[test]
+    fn a_machine_opts_out_of_a_group_only_by_saying_why() {
+        let why = "this runner is an unprivileged container";
+        for (missing, required) in [
+            (&["root"][..], true),
+            (&["root"][..], false),
+            (&[][..], true),
+        ] {
+            assert_eq!(
+                decide("root_host_v1_", missing, required, Some(why)),
+                Decision::OptedOut(format!("GOVERNOR_SKIP_ROOT_HOST_V1 says: {why}"))
+            );
+        }
+        for empty in ["", "  "] {
+            let d = decide("root_host_v1_", &["root"], true, Some(empty));
+            assert!(
+                matches!(&d, Decision::Fail(l) if l.contains("says no reason")),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_group_has_its_own_opt_out_variable() {
+        let vars: Vec<String> = GROUPS.iter().map(|g| opt_out_var(g.prefix)).collect();
+        assert_eq!(
+            vars,
+            [
+                "GOVERNOR_SKIP_ROOT_HOST_EBPF",
+                "GOVERNOR_SKIP_ROOT_HOST_PROC",
+                "GOVERNOR_SKIP_ROOT_HOST_V1"
+            ]
+        );
+    }
 }
