@@ -443,7 +443,7 @@ impl Bed {
         // One `write` per event, as TensorFlow's and PyTorch's writers flush one.
         let wall = 1.7e9 + epoch as f64;
         let step = epoch as i64;
-        if epoch % 10 == 0 {
+        if epoch.is_multiple_of(10) {
             val.write_all(&frame(&scalar_event(
                 wall,
                 step,
