@@ -64,12 +64,13 @@ impl LogParser {
         match choice {
             FormatChoice::Fixed(Format::Custom) => Err(ProgressError::CustomMissing),
             FormatChoice::Fixed(format) => {
-                let parser = parser_for(format).ok_or(ProgressError::CustomMissing)?;
+                let parser = parser_for(format).ok_or(ProgressError::NotLines { format })?;
                 Ok(LogParser::decided(format, parser, true))
             }
             FormatChoice::Auto => {
                 let candidates = Format::ALL
                     .into_iter()
+                    .filter(|f| f.is_line_format())
                     .filter_map(|format| {
                         parser_for(format).map(|parser| Candidate {
                             format,
@@ -85,6 +86,11 @@ impl LogParser {
                 })
             }
         }
+    }
+
+    /// A parser of `format` built by the caller (MLflow's metric files are named by their path).
+    pub(crate) fn with_parser(format: Format, parser: Box<dyn LineParser>) -> Self {
+        LogParser::decided(format, parser, true)
     }
 
     fn decided(format: Format, parser: Box<dyn LineParser>, fixed: bool) -> Self {

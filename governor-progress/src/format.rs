@@ -44,6 +44,12 @@ pub enum Format {
     JsonLines,
     /// Generic print/logging lines (`epoch 3, loss 0.25, acc 91.2%`, `Epoch [5/50], Loss: ...`).
     PrintKv,
+    /// TensorBoard event files `events.out.tfevents.*` (TFRecord framing, `Event` messages).
+    TensorBoard,
+    /// MLflow's file store: `mlruns/<experiment>/<run>/metrics/<key>`, `timestamp value step`.
+    MlflowFile,
+    /// MLflow's SQLite tracking store (`mlflow.db`, MLflow 3's default for a local run).
+    MlflowSqlite,
     /// A job's own regular expression with named captures.
     Custom,
 }
@@ -59,7 +65,7 @@ pub(crate) enum Strength {
 
 impl Format {
     /// Every format, in auto-detection priority order (earlier wins a tie).
-    pub const ALL: [Format; 18] = [
+    pub const ALL: [Format; 21] = [
         Format::HfTrainerState,
         Format::UltralyticsCsv,
         Format::LightningCsv,
@@ -77,6 +83,9 @@ impl Format {
         Format::Tqdm,
         Format::JsonLines,
         Format::PrintKv,
+        Format::TensorBoard,
+        Format::MlflowFile,
+        Format::MlflowSqlite,
         Format::Custom,
     ];
 
@@ -100,6 +109,9 @@ impl Format {
             Format::Tqdm => "tqdm",
             Format::JsonLines => "json_lines",
             Format::PrintKv => "print_kv",
+            Format::TensorBoard => "tensorboard",
+            Format::MlflowFile => "mlflow_file",
+            Format::MlflowSqlite => "mlflow_sqlite",
             Format::Custom => "custom",
         }
     }
@@ -129,6 +141,9 @@ impl Format {
                 "pytorch_print_stdout",
                 "print_stdout",
             ],
+            Format::TensorBoard => &["tfevents", "tensorboard_events", "tensorboardx"],
+            Format::MlflowFile => &["mlruns", "mlflow_file_store"],
+            Format::MlflowSqlite => &["mlflow", "mlflow.db", "mlflow_db"],
             Format::Custom => &["regex"],
         }
     }
@@ -164,6 +179,11 @@ impl Format {
             Format::Tqdm => "tqdm bars with a numeric postfix (Lightning progress bar)",
             Format::JsonLines => "generic JSON lines with metric-like keys",
             Format::PrintKv => "generic print/logging key-value lines",
+            Format::TensorBoard => {
+                "TensorBoard event files (SummaryWriter, tf.summary, Keras, Lightning; a log directory)"
+            }
+            Format::MlflowFile => "MLflow file store metrics (mlruns/<exp>/<run>/metrics/<key>)",
+            Format::MlflowSqlite => "MLflow SQLite tracking store (mlflow.db; read-only)",
             Format::Custom => "a job's regex with named captures (epoch, step, split, metrics)",
         }
     }
@@ -210,6 +230,13 @@ impl Format {
             }
             Format::JsonLines => r#"{"epoch": 3, "step": 1200, "loss": 0.25, "val_loss": 0.31}"#,
             Format::PrintKv => "Epoch [3/50], Step [100/600], Loss: 0.2534, Acc: 91.2%",
+            Format::TensorBoard => {
+                "runs/exp1/events.out.tfevents.1732790112.node1.4242.0 (binary: step 120, Loss/train 0.53)"
+            }
+            Format::MlflowFile => "mlruns/0/<run id>/metrics/loss: 1732790112345 0.5312 120",
+            Format::MlflowSqlite => {
+                "mlflow.db: metrics(key, value, timestamp, step, run_uuid) rows, followed by rowid"
+            }
             Format::Custom => r#"regex = '^it=(?P<step>\d+) L=(?P<loss>\S+)$'"#,
         }
     }
@@ -238,6 +265,21 @@ impl Format {
                 "train_loss_epoch",
                 "loss_epoch",
             ],
+            // Tags as PyTorch's tutorials, Lightning, Hugging Face and Keras write them, per
+            // step before per epoch.
+            Format::TensorBoard => &[
+                "train_loss_step",
+                "loss",
+                "train/loss",
+                "train_loss",
+                "batch_loss",
+                "Loss/train",
+                "loss/train",
+                "training loss",
+                "train/epoch_loss",
+                "epoch_loss",
+                "train_loss_epoch",
+            ],
             _ => &[],
         }
     }
@@ -246,6 +288,41 @@ impl Format {
     /// close-after-write) rather than an append-only log.
     pub fn is_document(self) -> bool {
         matches!(self, Format::HfTrainerState)
+    }
+
+    /// True for formats whose records are written once per counter value, so that a record
+    /// repeating the counters of the previous one in the same file is a restarted run (see
+    /// [`crate::signal`]): the logger files. Console output is not: a running average printed
+    /// several times an epoch, a tqdm bar refreshed at one step, Hugging Face's epoch rounded
+    /// to two decimals all repeat counters within one run. Nor is a TensorBoard event file:
+    /// each writer opens a file of its own, and a loop may log one tag twice at one step.
+    pub fn counters_identify_records(self) -> bool {
+        matches!(
+            self,
+            Format::HfTrainerState
+                | Format::LightningCsv
+                | Format::KerasCsv
+                | Format::UltralyticsCsv
+                | Format::Detectron2Json
+                | Format::MmengineJson
+                | Format::DeitJsonl
+                | Format::JsonLines
+                | Format::PytorchExamples
+                | Format::Nanogpt
+                | Format::CaffeGlog
+                | Format::Basicsr
+                | Format::MlflowFile
+                | Format::MlflowSqlite
+        )
+    }
+
+    /// True for formats read from bytes that are not lines (or not bytes at all): they are not
+    /// candidates of line-based detection.
+    pub(crate) fn is_line_format(self) -> bool {
+        !matches!(
+            self,
+            Format::TensorBoard | Format::MlflowFile | Format::MlflowSqlite | Format::Custom
+        )
     }
 }
 

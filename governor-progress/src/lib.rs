@@ -27,10 +27,14 @@ pub mod detect;
 pub mod format;
 pub mod json;
 pub mod lines;
+#[cfg(feature = "mlflow-sqlite")]
+pub mod mlflow_db;
 pub mod num;
 mod parsers;
 pub mod record;
 pub mod signal;
+pub mod tensorboard;
+pub mod tfrecord;
 pub mod watch;
 
 pub use detect::LogParser;
@@ -106,6 +110,8 @@ pub enum ProgressError {
     CustomNoMetric { regex: String },
     #[error("format `custom` needs a regex (the job's `custom` section, or --regex)")]
     CustomMissing,
+    #[error("{format} is not a line format: give the file or directory itself")]
+    NotLines { format: Format },
 }
 
 /// One file parsed whole.
@@ -116,29 +122,92 @@ pub struct ParsedLog {
     pub records: Vec<Record>,
     /// Lines over [`MAX_LINE_BYTES`] that were skipped.
     pub skipped_long_lines: u64,
+    /// Binary records skipped (bad checksum, undecodable event).
+    pub skipped_records: u64,
 }
 
 /// The incremental reader of one file: bytes in, numbered records out. Used by
 /// [`parse_file`] and by the watcher for each file it follows.
+///
+/// A text log goes through the line splitter and [`LogParser`]; a TensorBoard event file (by
+/// its name, or, with format `auto`, by a first record whose length checksum holds) through
+/// [`tensorboard::EventsDecoder`]; a file of MLflow's file store (by its path) through the
+/// metric-file parser named after its key.
 pub struct LogStream {
     file: Arc<Path>,
-    splitter: LineSplitter,
-    parser: LogParser,
+    decoder: Decoder,
     next_index: u64,
     scratch: Vec<RecordData>,
 }
 
+enum Decoder {
+    /// Format `auto` on a file whose name says nothing: the first bytes decide between an event
+    /// file and a text log (held here until there are enough of them).
+    Sniffing {
+        head: Vec<u8>,
+        lines: Box<Decoder>,
+    },
+    Lines {
+        splitter: LineSplitter,
+        parser: LogParser,
+    },
+    Events(tensorboard::EventsDecoder),
+}
+
+/// Bytes that tell an event file from a text log: a TFRecord length and its checksum.
+const SNIFF_BYTES: usize = 12;
+
 impl LogStream {
-    /// A stream for `file` (the name is only used to label records).
+    /// A stream for `file` (the name labels records, and says what an event file or an MLflow
+    /// metric file is).
     pub fn new(
         file: impl Into<Arc<Path>>,
         choice: FormatChoice,
         custom: Option<&CustomFormat>,
     ) -> Result<Self, ProgressError> {
-        Ok(LogStream {
-            file: file.into(),
+        let file: Arc<Path> = file.into();
+        let lines = |parser| Decoder::Lines {
             splitter: LineSplitter::new(),
-            parser: LogParser::new(choice, custom)?,
+            parser,
+        };
+        let decoder = match (choice, custom) {
+            (_, Some(_)) => lines(LogParser::new(choice, custom)?),
+            (FormatChoice::Fixed(Format::TensorBoard), None) => {
+                Decoder::Events(tensorboard::EventsDecoder::new(&file))
+            }
+            (FormatChoice::Fixed(Format::MlflowSqlite), None) => {
+                return Err(ProgressError::NotLines {
+                    format: Format::MlflowSqlite,
+                });
+            }
+            (FormatChoice::Fixed(Format::MlflowFile), None) => {
+                let key = parsers::mlflow::metric_key(&file).unwrap_or_else(|| {
+                    file.file_name()
+                        .map_or_else(|| "value".into(), |n| n.to_string_lossy().into_owned())
+                });
+                lines(mlflow_parser(&key))
+            }
+            (FormatChoice::Fixed(_), None) => lines(LogParser::new(choice, None)?),
+            (FormatChoice::Auto, None) => {
+                if let Some(key) = parsers::mlflow::metric_key(&file) {
+                    lines(mlflow_parser(&key))
+                } else if file
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(tensorboard::is_event_file_name)
+                {
+                    Decoder::Events(tensorboard::EventsDecoder::new(&file))
+                } else {
+                    Decoder::Sniffing {
+                        head: Vec::new(),
+                        lines: Box::new(lines(LogParser::new(choice, None)?)),
+                    }
+                }
+            }
+        };
+        Ok(LogStream {
+            file,
+            decoder,
             next_index: 0,
             scratch: Vec::new(),
         })
@@ -151,19 +220,71 @@ impl LogStream {
 
     /// Feeds appended bytes; records completed by them are appended to `out`.
     pub fn push(&mut self, bytes: &[u8], observed_at: SystemTime, out: &mut Vec<Record>) {
-        let parser = &mut self.parser;
-        let scratch = &mut self.scratch;
-        self.splitter.push(bytes, |line| parser.line(line, scratch));
+        let bytes = match &mut self.decoder {
+            Decoder::Sniffing { head, .. } => {
+                head.extend_from_slice(bytes);
+                if head.len() < SNIFF_BYTES && !tfrecord::cannot_be_tfrecord(head) {
+                    return;
+                }
+                let head = std::mem::take(head);
+                self.decide_sniffed(&head);
+                self.push_decided(&head);
+                self.drain(observed_at, out);
+                return;
+            }
+            _ => bytes,
+        };
+        self.push_decided(bytes);
         self.drain(observed_at, out);
     }
 
-    /// The writer is done (closed the file, or the input ended): the unterminated last line is
-    /// parsed and held-back records are released.
-    pub fn finish(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
-        let parser = &mut self.parser;
+    fn decide_sniffed(&mut self, head: &[u8]) {
+        let decoder = std::mem::replace(
+            &mut self.decoder,
+            Decoder::Events(tensorboard::EventsDecoder::new(&self.file)),
+        );
+        if let Decoder::Sniffing { lines, .. } = decoder
+            && !tfrecord::looks_like_tfrecord(head)
+        {
+            self.decoder = *lines;
+        }
+    }
+
+    /// Still sniffing at the end: the few bytes seen are a (very short) text log.
+    fn end_sniffing(&mut self) {
+        if let Decoder::Sniffing { head, .. } = &mut self.decoder {
+            let head = std::mem::take(head);
+            if let Decoder::Sniffing { lines, .. } = std::mem::replace(
+                &mut self.decoder,
+                Decoder::Events(tensorboard::EventsDecoder::new(&self.file)),
+            ) {
+                self.decoder = *lines;
+            }
+            self.push_decided(&head);
+        }
+    }
+
+    fn push_decided(&mut self, bytes: &[u8]) {
         let scratch = &mut self.scratch;
-        self.splitter.finish(|line| parser.line(line, scratch));
-        parser.finish(scratch);
+        match &mut self.decoder {
+            Decoder::Lines { splitter, parser } => {
+                splitter.push(bytes, |line| parser.line(line, scratch))
+            }
+            Decoder::Events(d) => d.push(bytes, scratch),
+            Decoder::Sniffing { .. } => unreachable!("decided before"),
+        }
+    }
+
+    /// The writer is done (closed the file, or the input ended): the unterminated last line is
+    /// parsed and held-back records are released. (A torn event record stays held: it is never
+    /// complete.)
+    pub fn finish(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
+        self.end_sniffing();
+        let scratch = &mut self.scratch;
+        if let Decoder::Lines { splitter, parser } = &mut self.decoder {
+            splitter.finish(|line| parser.line(line, scratch));
+            parser.finish(scratch);
+        }
         self.drain(observed_at, out);
     }
 
@@ -171,10 +292,15 @@ impl LogStream {
     /// parsed, as the writer will not finish it, and held-back records are released, but format
     /// detection is not forced.
     pub fn writer_closed(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
-        let parser = &mut self.parser;
+        if matches!(&self.decoder, Decoder::Sniffing { head, .. } if head.is_empty()) {
+            return;
+        }
+        self.end_sniffing();
         let scratch = &mut self.scratch;
-        self.splitter.finish(|line| parser.line(line, scratch));
-        parser.flush_pending(scratch);
+        if let Decoder::Lines { splitter, parser } = &mut self.decoder {
+            splitter.finish(|line| parser.line(line, scratch));
+            parser.flush_pending(scratch);
+        }
         self.drain(observed_at, out);
     }
 
@@ -188,8 +314,14 @@ impl LogStream {
     /// The file was truncated or replaced: the unterminated bytes are dropped and a document
     /// format starts over. Record numbering continues.
     pub fn restart(&mut self) {
-        self.splitter.reset();
-        self.parser.restart();
+        match &mut self.decoder {
+            Decoder::Sniffing { head, .. } => head.clear(),
+            Decoder::Lines { splitter, parser } => {
+                splitter.reset();
+                parser.restart();
+            }
+            Decoder::Events(d) => d.reset(),
+        }
     }
 
     fn drain(&mut self, observed_at: SystemTime, out: &mut Vec<Record>) {
@@ -197,8 +329,8 @@ impl LogStream {
             return;
         }
         // Records are only released once the format is decided.
-        debug_assert!(self.parser.format().is_some());
-        let format = self.parser.format().unwrap_or(Format::PrintKv);
+        debug_assert!(self.format().is_some());
+        let format = self.format().unwrap_or(Format::PrintKv);
         for d in self.scratch.drain(..) {
             out.push(Record::from_data(
                 self.file.clone(),
@@ -213,22 +345,55 @@ impl LogStream {
 
     /// The format, once detected.
     pub fn format(&self) -> Option<Format> {
-        self.parser.format()
+        match &self.decoder {
+            Decoder::Sniffing { .. } => None,
+            Decoder::Lines { parser, .. } => parser.format(),
+            Decoder::Events(_) => Some(Format::TensorBoard),
+        }
     }
 
-    /// See [`LogParser::recognized`].
+    /// See [`LogParser::recognized`]; an event file once one event decoded.
     pub fn recognized(&self) -> bool {
-        self.parser.recognized()
+        match &self.decoder {
+            Decoder::Sniffing { .. } => false,
+            Decoder::Lines { parser, .. } => parser.recognized(),
+            Decoder::Events(d) => d.recognized(),
+        }
     }
 
     /// See [`LogParser::is_document`].
     pub fn is_document(&self) -> bool {
-        self.parser.is_document()
+        match &self.decoder {
+            Decoder::Sniffing { lines, .. } => match &**lines {
+                Decoder::Lines { parser, .. } => parser.is_document(),
+                _ => false,
+            },
+            Decoder::Lines { parser, .. } => parser.is_document(),
+            Decoder::Events(_) => false,
+        }
     }
 
     /// Over-long lines skipped so far.
     pub fn skipped_long_lines(&self) -> u64 {
-        self.splitter.skipped_lines()
+        match &self.decoder {
+            Decoder::Lines { splitter, .. } => splitter.skipped_lines(),
+            _ => 0,
+        }
+    }
+
+    /// Binary records skipped so far: event records whose checksum did not match, or that
+    /// did not decode as an event.
+    pub fn skipped_records(&self) -> u64 {
+        match &self.decoder {
+            Decoder::Events(d) => d.framing_errors().bad_data_crc + d.undecodable(),
+            _ => 0,
+        }
+    }
+
+    /// True when an event file's framing was lost (a length whose checksum failed): nothing
+    /// after it is read.
+    pub fn framing_lost(&self) -> bool {
+        matches!(&self.decoder, Decoder::Events(d) if d.framing_errors().lost)
     }
 
     fn into_parsed(
@@ -237,12 +402,13 @@ impl LogStream {
         records: Vec<Record>,
     ) -> Result<ParsedLog, ProgressError> {
         let file = self.file.display().to_string();
-        match self.parser.format() {
-            Some(format) if self.parser.recognized() => Ok(ParsedLog {
+        match self.format() {
+            Some(format) if self.recognized() => Ok(ParsedLog {
                 file: self.file.clone(),
                 format,
                 records,
-                skipped_long_lines: self.splitter.skipped_lines(),
+                skipped_long_lines: self.skipped_long_lines(),
+                skipped_records: self.skipped_records(),
             }),
             Some(format) if choice != FormatChoice::Auto || format == Format::Custom => {
                 Err(ProgressError::FormatNotFound { file, format })
@@ -277,13 +443,17 @@ pub fn parse_file(path: &Path, choice: FormatChoice) -> Result<ParsedLog, Progre
     parse_file_with(path, choice, None)
 }
 
-/// [`parse_file`] with an optional custom format.
+/// [`parse_file`] with an optional custom format. An MLflow SQLite database (by its first
+/// bytes) is read through [`mlflow_db`].
 pub fn parse_file_with(
     path: &Path,
     choice: FormatChoice,
     custom: Option<&CustomFormat>,
 ) -> Result<ParsedLog, ProgressError> {
     let mut file = open_regular(path)?;
+    if custom.is_none() && is_sqlite(&file) {
+        return parse_sqlite(path, choice);
+    }
     let mut stream = LogStream::new(path, choice, custom)?;
     let now = SystemTime::now();
     let mut records = Vec::new();
@@ -304,6 +474,182 @@ pub fn parse_file_with(
     }
     stream.finish(now, &mut records);
     stream.into_parsed(choice, records)
+}
+
+fn mlflow_parser(key: &str) -> LogParser {
+    LogParser::with_parser(
+        Format::MlflowFile,
+        Box::new(parsers::mlflow::MetricFile::new(key)),
+    )
+}
+
+/// True when the file starts like an SQLite database.
+pub(crate) fn is_sqlite(file: &File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 16];
+    matches!(file.read_at(&mut head, 0), Ok(16)) && head == *b"SQLite format 3\0"
+}
+
+#[cfg(feature = "mlflow-sqlite")]
+fn parse_sqlite(path: &Path, choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
+    if !matches!(
+        choice,
+        FormatChoice::Auto | FormatChoice::Fixed(Format::MlflowSqlite)
+    ) {
+        return Err(ProgressError::FormatNotFound {
+            file: path.display().to_string(),
+            format: match choice {
+                FormatChoice::Fixed(f) => f,
+                FormatChoice::Auto => Format::MlflowSqlite,
+            },
+        });
+    }
+    let mut db = mlflow_db::MlflowDb::open(path)?;
+    let mut data = Vec::new();
+    db.read_new(&mut data)?;
+    let file: Arc<Path> = Arc::from(path);
+    let now = SystemTime::now();
+    let records = data
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| Record::from_data(file.clone(), Format::MlflowSqlite, i as u64, now, d))
+        .collect();
+    Ok(ParsedLog {
+        file,
+        format: Format::MlflowSqlite,
+        records,
+        skipped_long_lines: 0,
+        skipped_records: 0,
+    })
+}
+
+#[cfg(not(feature = "mlflow-sqlite"))]
+fn parse_sqlite(path: &Path, _choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
+    Err(ProgressError::UnknownFormat {
+        file: path.display().to_string(),
+    })
+}
+
+/// Deepest directory level searched under a log directory.
+pub const MAX_LOG_DIR_DEPTH: usize = 8;
+/// Most directory entries looked at under one log directory (a job pointing at `/` must not
+/// make the daemon walk the disk).
+pub const MAX_LOG_DIR_ENTRIES: usize = 20_000;
+
+/// True for a file a log directory's follower reads: a TensorBoard event file, a metric file of
+/// MLflow's file store, an SQLite database (`*.db`: MLflow's store, checked when opened).
+pub fn is_log_dir_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    tensorboard::is_event_file_name(name)
+        || name.ends_with(".db")
+        || parsers::mlflow::metric_key(path).is_some()
+}
+
+/// The creation time an event file's name carries (`events.out.tfevents.<seconds>.<host>...`).
+fn event_file_time(path: &Path) -> u64 {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split("tfevents.").nth(1))
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The files a log directory holds (see [`is_log_dir_file`]), in the order their writers
+/// started (an event file's name says when), then by path. Symbolic links are not followed;
+/// the walk stops at [`MAX_LOG_DIR_DEPTH`] levels and [`MAX_LOG_DIR_ENTRIES`] entries.
+pub fn log_dir_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut seen = 0usize;
+    let mut stack = vec![(dir.to_owned(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > MAX_LOG_DIR_ENTRIES {
+                break;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            let p = e.path();
+            if t.is_dir() && depth < MAX_LOG_DIR_DEPTH {
+                stack.push((p, depth + 1));
+            } else if t.is_file() && is_log_dir_file(&p) {
+                files.push(p);
+            }
+        }
+    }
+    files.sort_by_cached_key(|p| (event_file_time(p), p.clone()));
+    files
+}
+
+/// The directories under a log directory (itself included), as [`log_dir_files`] walks them.
+pub fn log_dir_directories(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut stack = vec![(dir.to_owned(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        if dirs.len() >= MAX_LOG_DIR_ENTRIES {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        dirs.push(d);
+        if depth >= MAX_LOG_DIR_DEPTH {
+            continue;
+        }
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    dirs
+}
+
+/// Parses a log file, an MLflow database, or a log directory: every file of
+/// [`log_dir_files`], in that order, as one log (the records of all of them, as a job that
+/// logs there is followed). Files under a directory in no known format are left out.
+pub fn parse_path(
+    path: &Path,
+    choice: FormatChoice,
+    custom: Option<&CustomFormat>,
+) -> Result<ParsedLog, ProgressError> {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return parse_file_with(path, choice, custom);
+    }
+    let mut merged: Option<ParsedLog> = None;
+    let mut first_error = None;
+    for f in log_dir_files(path) {
+        match parse_file_with(&f, choice, custom) {
+            Ok(log) => match merged.as_mut() {
+                None => merged = Some(log),
+                Some(m) => {
+                    m.records.extend(log.records);
+                    m.skipped_long_lines += log.skipped_long_lines;
+                    m.skipped_records += log.skipped_records;
+                }
+            },
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match merged {
+        Some(mut m) => {
+            m.file = Arc::from(path);
+            Ok(m)
+        }
+        None => Err(match first_error {
+            Some(e @ (ProgressError::Read { .. } | ProgressError::NotRegularFile { .. })) => e,
+            _ => ProgressError::UnknownFormat {
+                file: path.display().to_string(),
+            },
+        }),
+    }
 }
 
 /// Opens `path` for reading without blocking on FIFOs or devices, and refuses anything but a

@@ -51,8 +51,16 @@ impl fmt::Display for Split {
 }
 
 /// True when a metric name says it was measured on held-out data (`val_loss`, `eval/acc`,
-/// `test_loss`, `validation_accuracy`...).
+/// `test_loss`, `validation_accuracy`..., and TensorBoard-style tags whose later `/` part names
+/// the split: `Loss/val`, `loss/validation`).
 pub fn is_eval_metric_name(name: &str) -> bool {
+    if name
+        .split('/')
+        .skip(1)
+        .any(|part| matches!(Split::from_word(part), Some(Split::Eval)))
+    {
+        return true;
+    }
     let lower = |s: &str, p: &str| {
         s.len() >= p.len() && s.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
     };
@@ -240,6 +248,9 @@ mod tests {
             "test_acc1",
             "validation_accuracy",
             "val",
+            "Loss/val",
+            "loss/validation",
+            "Accuracy/test",
         ] {
             assert!(is_eval_metric_name(name), "{name} should be an eval metric");
         }
@@ -250,6 +261,8 @@ mod tests {
             "testimony",
             "evaluated",
             "lr",
+            "Loss/train",
+            "train/loss",
         ] {
             assert!(
                 !is_eval_metric_name(name),

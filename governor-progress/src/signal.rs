@@ -23,15 +23,29 @@
 //! direction is the configured one, else inferred from the name (accuracy, mAP, F1, IoU, PSNR,
 //! BLEU, reward, ... are maximised; anything else is minimised).
 //!
-//! **Segments.** Several runs appended to one file restart their counters. A train record
-//! whose (epoch, step) goes back compared with the previous train record — epochs compared
-//! first when both have one, then steps when both have one — starts a new segment; the first
-//! finite value after it is flagged `new_segment`. Eval records never start segments
-//! (MMEngine numbers its validation records by epoch, not by iteration).
+//! **Segments: one rule for every format.** A run that restarts — from a checkpoint or from
+//! scratch, appended to the same file, or in a new file its restarted writer opened (a new
+//! TensorBoard event file, Lightning's next `version_N/`, a new MLflow run) — restarts its
+//! counters. Each train record that carries the signal's metric is compared with the previous
+//! one that did, by (epoch, step): epochs first when both have one, then steps when both have
+//! one. It starts a new run when its counters
+//! 1. go back, or
+//! 2. repeat the previous ones exactly, and either it comes from another file, or its format
+//!    writes one record per counter value ([`Format::counters_identify_records`]: the logger
+//!    files — CSV, JSON lines, `trainer_state.json`, MLflow — where a repeated epoch or
+//!    iteration only happens when a run resumed from a checkpoint of that point; not console
+//!    output that prints a running value several times at one epoch, nor one TensorBoard
+//!    file, where a loop may log a tag twice at one step).
+//!
+//! The first finite value after a restart is flagged `new_segment`. Only records with the
+//! signal's metric are compared, so that the records of other files (MLflow writes one file
+//! per metric, Keras' `validation/` run) never read as restarts; eval records never start
+//! segments (MMEngine numbers its validation records by epoch, not by iteration).
 //!
 //! **Non-finite values** (a diverged run's `loss nan`) are reported as
 //! [`SignalUpdate::NonFinite`] and never used as progress.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -149,7 +163,8 @@ pub struct SignalTracker {
     config: SignalConfig,
     metric: Option<Arc<str>>,
     direction: Direction,
-    last_train_counters: Option<(Option<f64>, Option<u64>)>,
+    /// File and counters of the previous train record that carried the signal.
+    last_signal: Option<(Arc<Path>, Counters)>,
     runs: u32,
     pending_new_segment: bool,
     values: u64,
@@ -170,7 +185,7 @@ impl SignalTracker {
             config,
             metric,
             direction,
-            last_train_counters: None,
+            last_signal: None,
             runs: 0,
             pending_new_segment: false,
             values: 0,
@@ -205,22 +220,7 @@ impl SignalTracker {
 
     /// Observes the next record of the job (records of all its files, in delivery order).
     pub fn observe(&mut self, record: &Record) -> SignalUpdate {
-        if record.split == Split::Train {
-            let counters = (record.epoch, record.step);
-            match self.last_train_counters {
-                None => self.runs = self.runs.max(1),
-                Some(prev) if went_back(prev, counters) => {
-                    self.runs += 1;
-                    if self.values > 0 {
-                        self.pending_new_segment = true;
-                    }
-                }
-                Some(_) => {}
-            }
-            self.last_train_counters = Some(counters);
-        } else if self.runs == 0 {
-            self.runs = 1;
-        }
+        self.runs = self.runs.max(1);
         let configured = self.config.metric.is_some();
         if !configured && record.split != Split::Train {
             return SignalUpdate::Absent;
@@ -234,6 +234,9 @@ impl SignalTracker {
         let Some(value) = record.metrics.get(name) else {
             return SignalUpdate::Absent;
         };
+        if record.split == Split::Train {
+            self.check_restart(record);
+        }
         if !value.is_finite() {
             self.non_finite += 1;
             return SignalUpdate::NonFinite { value };
@@ -244,8 +247,35 @@ impl SignalTracker {
     }
 }
 
+impl SignalTracker {
+    /// The restart rule (module documentation), for a train record with the signal's metric.
+    fn check_restart(&mut self, record: &Record) {
+        let counters = (record.epoch, record.step);
+        if let Some((file, prev)) = &self.last_signal {
+            let same_file = Arc::ptr_eq(file, &record.file) || **file == *record.file;
+            let counted = counters.0.is_some() || counters.1.is_some();
+            let repeated = counted
+                && counters == *prev
+                && (!same_file || record.format.counters_identify_records());
+            if went_back(*prev, counters) || repeated {
+                self.runs += 1;
+                if self.values > 0 {
+                    self.pending_new_segment = true;
+                }
+            }
+        }
+        match &mut self.last_signal {
+            Some((file, prev)) if Arc::ptr_eq(file, &record.file) => *prev = counters,
+            slot => *slot = Some((record.file.clone(), counters)),
+        }
+    }
+}
+
+/// A record's (epoch, step).
+type Counters = (Option<f64>, Option<u64>);
+
 /// True when the counters of `cur` are behind those of `prev`.
-fn went_back(prev: (Option<f64>, Option<u64>), cur: (Option<f64>, Option<u64>)) -> bool {
+fn went_back(prev: Counters, cur: Counters) -> bool {
     if let (Some(a), Some(b)) = (prev.0, cur.0) {
         if b < a {
             return true;
@@ -407,6 +437,101 @@ mod tests {
         );
         assert_eq!(t.runs(), 2);
         assert_eq!(t.non_finite(), 1);
+    }
+
+    fn rec_in(
+        file: &str,
+        format: Format,
+        epoch: Option<f64>,
+        step: Option<u64>,
+        m: (&str, f64),
+    ) -> Record {
+        let mut r = rec_of(format, Split::Train, epoch, step, &[m]);
+        r.file = Arc::from(Path::new(file));
+        r
+    }
+
+    #[test]
+    fn a_repeated_counter_is_a_restart_in_logger_files_only() {
+        // JSON lines: resumed from the checkpoint of iteration 20, it logs iteration 20 again.
+        let mut t = SignalTracker::new(SignalConfig::default());
+        let mut new_segments = Vec::new();
+        for (step, v) in [(0, 1.0), (10, 0.8), (20, 0.6), (20, 0.7), (30, 0.5)] {
+            let u = t.observe(&rec_in(
+                "m.json",
+                Format::JsonLines,
+                None,
+                Some(step),
+                ("loss", v),
+            ));
+            if let SignalUpdate::Value { new_segment, .. } = u {
+                new_segments.push(new_segment);
+            }
+        }
+        assert_eq!(new_segments, [false, false, false, true, false]);
+        assert_eq!(t.runs(), 2);
+        // A running average printed ten times an epoch is one run.
+        let mut t = SignalTracker::new(SignalConfig::default());
+        for (epoch, v) in [(1.0, 0.5), (1.0, 0.4), (1.0, 0.35), (2.0, 0.3), (2.0, 0.3)] {
+            t.observe(&rec_in(
+                "train.log",
+                Format::PrintKv,
+                Some(epoch),
+                None,
+                ("loss", v),
+            ));
+        }
+        assert_eq!(t.runs(), 1);
+        // One TensorBoard file may log a tag twice at one step; a restarted writer's new file
+        // that repeats the step is a new run.
+        let mut t = SignalTracker::new(SignalConfig::default());
+        let tb = |file, step, v| rec_in(file, Format::TensorBoard, None, Some(step), ("loss", v));
+        t.observe(&tb("a/events.out.tfevents.1", 5, 1.0));
+        t.observe(&tb("a/events.out.tfevents.1", 5, 0.9));
+        assert_eq!(t.runs(), 1);
+        t.observe(&tb("a/events.out.tfevents.2", 5, 0.8));
+        assert_eq!(t.runs(), 2);
+    }
+
+    #[test]
+    fn files_without_the_signal_never_restart_it() {
+        // MLflow's file store: one file per metric, each read from its start.
+        let mut t = SignalTracker::new(SignalConfig::default());
+        for step in 0..5 {
+            t.observe(&rec_in(
+                "run/metrics/loss",
+                Format::MlflowFile,
+                None,
+                Some(step),
+                ("loss", 1.0),
+            ));
+        }
+        for step in 0..5 {
+            t.observe(&rec_in(
+                "run/metrics/accuracy",
+                Format::MlflowFile,
+                None,
+                Some(step),
+                ("accuracy", 0.5),
+            ));
+        }
+        assert_eq!(t.runs(), 1);
+        // Lightning's next version_N/ starts its steps again: a new run.
+        let u = t.observe(&rec_in(
+            "v1/events.out.tfevents.9",
+            Format::TensorBoard,
+            None,
+            Some(0),
+            ("loss", 2.0),
+        ));
+        assert_eq!(
+            u,
+            SignalUpdate::Value {
+                value: 2.0,
+                new_segment: true
+            }
+        );
+        assert_eq!(t.runs(), 2);
     }
 
     #[test]

@@ -330,7 +330,8 @@ pub struct JobConfig {
     pub name: Option<String>,
     /// The job's cgroup, relative to the cgroup root (e.g. `/system.slice/train.service`).
     pub cgroup: String,
-    /// Log files or glob patterns (newest match wins) the job writes its progress to.
+    /// Log files, glob patterns (newest match wins) or log directories (every TensorBoard event
+    /// file, MLflow metric file and MLflow database under them) the job writes its progress to.
     pub logs: Vec<String>,
     /// Log format (`auto` or a name from `governor formats`).
     #[serde(default)]

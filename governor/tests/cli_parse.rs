@@ -138,9 +138,10 @@ fn unreadable_files_exit_non_zero_with_one_line_naming_them() {
         "{err}"
     );
 
+    // A directory is a log directory: an empty one holds no log in a known format.
     let dir = tempfile::tempdir().unwrap();
     let out = governor(&["parse", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
 
     // Other files are still parsed; the status is the first failure's.
     let good = fixture("other_formats/caffe-lenet-mnist_train.log");
@@ -166,4 +167,58 @@ fn formats_lists_every_format_with_an_example() {
         assert!(!cols[2].is_empty());
     }
     assert!(lines[0].starts_with("hf_trainer_state\t"));
+}
+
+fn real_writer(rel: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../governor-progress/tests/data/real_writers")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn a_log_directory_is_one_summary_and_its_records_name_their_files() {
+    let dir = real_writer("keras_tensorboard");
+    let out = governor(&["parse", "--summary", &dir]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        format!(
+            "{{\"file\":\"{dir}\",\"format\":\"tensorboard\",\"records\":42,\"train_records\":18,\"eval_records\":24,\"signal\":\"epoch_loss\",\"first\":0.7397449612617493,\"last\":0.6849231719970703,\"runs\":1}}"
+        )
+    );
+    let out = governor(&["parse", "--metric", "validation/epoch_loss", &dir]);
+    assert!(out.status.success(), "{out:?}");
+    let lines = stdout_lines(&out);
+    assert_eq!(lines.len(), 6);
+    assert!(
+        lines[0]["file"]
+            .as_str()
+            .unwrap()
+            .contains("/validation/events.out.tfevents."),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines[0]["split"], "eval");
+    assert_eq!(lines[0]["step"], 0);
+}
+
+#[test]
+fn an_mlflow_database_and_a_file_store_parse_like_logs() {
+    let db = real_writer("mlflow_sqlite/mlflow.db");
+    let out = governor(&["parse", "--summary", &db]);
+    assert!(out.status.success(), "{out:?}");
+    let s = &stdout_lines(&out)[0];
+    assert_eq!(s["format"], "mlflow_sqlite");
+    assert_eq!(s["signal"], "loss");
+    assert_eq!(s["records"], 12);
+    let store = real_writer("mlflow_file/mlruns");
+    let out = governor(&["parse", "--summary", &store]);
+    assert!(out.status.success(), "{out:?}");
+    let s = &stdout_lines(&out)[0];
+    assert_eq!(
+        (s["format"].as_str(), s["runs"].as_u64()),
+        (Some("mlflow_file"), Some(2))
+    );
 }

@@ -3,7 +3,8 @@
 //! coordinator and the node's launcher give the jobs they start. One list, so that the side that
 //! sets a variable and the side that reads it cannot drift apart.
 
-/// The job's log file(s), `:`-separated: a process carrying it is a training job to govern.
+/// The job's log file(s), globs or log directories (TensorBoard, MLflow), `:`-separated: a
+/// process carrying it is a training job to govern.
 pub const LOG: &str = "GOVERNOR_LOG";
 /// The job's total epochs (a positive number, [`parse_epochs`]): its size, for the policy.
 pub const EPOCHS: &str = "GOVERNOR_EPOCHS";

@@ -13,6 +13,12 @@
 //! 3. busy (`--seconds`): each job appends one row to its log every `--min-interval` to
 //!    `--max-interval` seconds (uniformly random: 1-10 s gives ~180 lines/s for 1,000 jobs).
 //!
+//! With `--log-format tensorboard` each job's log is instead a TensorBoard log directory, as
+//! Keras' callback writes one: `train/` and `validation/` event files, declared as the directory;
+//! a "row" is one event (`epoch_loss` at the next step, `simple_value`) appended to `train/`, and
+//! every tenth row one more to `validation/`: the daemon follows 2,000 event files under 1,000
+//! directories.
+//!
 //! The daemon's CPU time (`/proc/<pid>/stat` utime + stime, all threads) is read at the phase
 //! boundaries, its RSS (`VmRSS`) every second and its peak (`VmHWM`) at the end. At the end
 //! `governor status --json` must show every job governed and every row written delivered as a
@@ -33,6 +39,8 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::cmd;
+use governor_progress::tensorboard::{file_version_event, scalar_event};
+use governor_progress::tfrecord::frame;
 
 /// Arguments of `cargo xtask bench-daemon`.
 #[derive(Debug, clap::Args)]
@@ -66,6 +74,17 @@ pub(crate) struct BenchDaemonArgs {
     /// figures then describe the wrapper).
     #[arg(long)]
     pub wrap: Option<String>,
+    /// What the jobs log: `csv` (a Keras CSV file each) or `tensorboard` (a log directory of
+    /// event files each).
+    #[arg(long, value_enum, default_value = "csv")]
+    pub log_format: LogFormat,
+}
+
+/// The simulated jobs' logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Csv,
+    Tensorboard,
 }
 
 /// The files of a fresh cgroup v2 group, as `FakeCgroupRoot` (governor/src/cgroup/fake.rs)
@@ -112,7 +131,11 @@ pub(crate) fn run(args: &BenchDaemonArgs) -> Result<()> {
         cmd::is_root(),
         "run as root (the daemon needs root for the process connector and its checks)"
     );
-    crate::setup::run()?;
+    // Setup brings the eBPF toolchain for the daemon's build; a build without the eBPF program
+    // (GOVERNOR_EBPF_BUILD=skip: the figures then leave out its accounting) needs none of it.
+    if std::env::var("GOVERNOR_EBPF_BUILD").as_deref() != Ok("skip") {
+        crate::setup::run()?;
+    }
     let profile = if args.dev { "dev" } else { "release" };
     eprintln!("== building the governor ({profile})");
     let mut build = cmd::cargo();
@@ -185,7 +208,11 @@ struct SimJob {
     name: String,
     cgroup_dir: PathBuf,
     log: File,
+    /// `validation/` event file (TensorBoard logs only).
+    val: Option<File>,
     rows: u64,
+    /// Events written (TensorBoard logs only): records the daemon must deliver.
+    records: u64,
     cpu_usec: u64,
     /// CPU cores this simulated job uses (drives `cpu.stat`).
     cores: f64,
@@ -217,14 +244,39 @@ impl Bed {
             let name = format!("job-{k:04}");
             let cgroup_dir = bed.cgroup_root.join("bench.slice").join(&name);
             write_files(&cgroup_dir, V2_GROUP_FILES)?;
-            let log_path = bed.dir.join("logs").join(&name).join("training.log");
-            fs::create_dir_all(log_path.parent().unwrap())?;
-            fs::write(&log_path, "epoch,loss\n")?;
+            let (log_path, declared, val) = match args.log_format {
+                LogFormat::Csv => {
+                    let log_path = bed.dir.join("logs").join(&name).join("training.log");
+                    fs::create_dir_all(log_path.parent().unwrap())?;
+                    fs::write(&log_path, "epoch,loss\n")?;
+                    (log_path.clone(), log_path, None)
+                }
+                LogFormat::Tensorboard => {
+                    let logdir = bed.dir.join("logs").join(&name);
+                    let file = |run: &str| -> Result<File> {
+                        let path = logdir
+                            .join(run)
+                            .join(format!("events.out.tfevents.1700000000.bench.{k}.0.v2"));
+                        fs::create_dir_all(path.parent().unwrap())?;
+                        fs::write(&path, frame(&file_version_event(1.7e9)))?;
+                        Ok(fs::OpenOptions::new().append(true).open(&path)?)
+                    };
+                    let val = file("validation")?;
+                    drop(file("train")?);
+                    (
+                        logdir
+                            .join("train")
+                            .join(format!("events.out.tfevents.1700000000.bench.{k}.0.v2")),
+                        logdir,
+                        Some(val),
+                    )
+                }
+            };
             fs::write(
                 jobs_dir.join(format!("{name}.toml")),
                 format!(
                     "name = \"{name}\"\ncgroup = \"/bench.slice/{name}\"\nlogs = [\"{}\"]\n",
-                    log_path.display()
+                    declared.display()
                 ),
             )?;
             let log = fs::OpenOptions::new()
@@ -242,7 +294,9 @@ impl Bed {
                 name,
                 cgroup_dir,
                 log,
+                val,
                 rows: 0,
+                records: 0,
                 cpu_usec: 0,
                 cores,
                 memory,
@@ -379,8 +433,32 @@ impl Bed {
         job.rows += 1;
         let epoch = job.rows;
         let loss = 0.05 + 2.5 * (-(epoch as f64) / 40.0).exp() + 0.01 * ((epoch * 7 % 11) as f64);
+        let Some(val) = job.val.as_mut() else {
+            job.records += 1;
+            return job
+                .log
+                .write_all(format!("{epoch},{loss:.5}\n").as_bytes())
+                .with_context(|| format!("cannot append to {}'s log", job.name));
+        };
+        // One `write` per event, as TensorFlow's and PyTorch's writers flush one.
+        let wall = 1.7e9 + epoch as f64;
+        let step = epoch as i64;
+        if epoch.is_multiple_of(10) {
+            val.write_all(&frame(&scalar_event(
+                wall,
+                step,
+                &[("epoch_loss", (loss * 1.1) as f32)],
+            )))
+            .with_context(|| format!("cannot append to {}'s validation log", job.name))?;
+            job.records += 1;
+        }
+        job.records += 1;
         job.log
-            .write_all(format!("{epoch},{loss:.5}\n").as_bytes())
+            .write_all(&frame(&scalar_event(
+                wall,
+                step,
+                &[("epoch_loss", loss as f32)],
+            )))
             .with_context(|| format!("cannot append to {}'s log", job.name))
     }
 }
@@ -640,7 +718,7 @@ fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> 
     let (rss_end, hwm) = memory_kib(pid)?;
 
     // Every row delivered? The watcher may still be draining the last ones.
-    let rows_written: u64 = bed.jobs.iter().map(|j| j.rows).sum();
+    let rows_written: u64 = bed.jobs.iter().map(|j| j.records).sum();
     let deadline = Instant::now() + Duration::from_secs(20);
     let (status, records) = loop {
         let s = bed.status(bin).context("the daemon stopped answering")?;

@@ -13,6 +13,7 @@ mod fuzz;
 mod setup;
 mod test;
 mod vm;
+mod writers;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,10 @@ enum Command {
     /// What moving a job with CRIU costs in the VM bed: pause, dump, restore and bytes against
     /// the job's memory, with and without pre-dump.
     BenchMove(bench_move::BenchMoveArgs),
+    /// Regenerate governor-progress's real-writer fixtures (TensorBoard event files, MLflow
+    /// stores, Keras JSON lines) with the writers themselves, installed from PyPI into
+    /// target/writers/venv.
+    WriterFixtures,
 }
 
 fn main() -> ExitCode {
@@ -66,6 +71,7 @@ fn main() -> ExitCode {
         Command::BenchEbpf(args) => bench_ebpf::run(&args),
         Command::BenchReal(args) => bench_real::run(&args),
         Command::BenchMove(args) => bench_move::run(&args),
+        Command::WriterFixtures => writers::regenerate(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

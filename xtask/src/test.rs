@@ -203,7 +203,8 @@ fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
         match d {
             Decision::Run => {
                 eprintln!("== privileged host tests: {} ({}*)", g.what, g.prefix);
-                cmd::run(cmd::cargo().args([
+                let mut c = cmd::cargo();
+                c.args([
                     "test",
                     "--workspace",
                     "--exclude",
@@ -211,7 +212,27 @@ fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
                     "--",
                     "--ignored",
                     g.prefix,
-                ]))?;
+                ]);
+                if g.prefix == "root_host_v1_" {
+                    // The jobs that log only to a tracking back-end (tests/tests/tracking_backends.rs)
+                    // need the real writers: PyTorch, Lightning, TensorFlow/Keras, MLflow, ~7.7 GB
+                    // and ~26 min to install from PyPI on this machine kind (2026-11-28), too much
+                    // for a CI run to pay each time. They run where that environment was installed
+                    // once (`cargo xtask writer-fixtures` installs it).
+                    match crate::writers::installed() {
+                        Some(python) => {
+                            c.env("GOVERNOR_WRITERS_PYTHON", python);
+                        }
+                        None => {
+                            eprintln!(
+                                "== privileged host test NOT RUN: {TRACKING_TEST} (needs the tracking back-ends' Python environment, {}: `cargo xtask writer-fixtures` installs it)",
+                                crate::writers::venv().display()
+                            );
+                            c.args(["--skip", TRACKING_TEST]);
+                        }
+                    }
+                }
+                cmd::run(&mut c)?;
             }
             Decision::OptedOut(why) => {
                 eprintln!(
@@ -230,6 +251,9 @@ fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The host test that runs the real tracking back-ends under `governor run-job`.
+const TRACKING_TEST: &str = "root_host_v1_jobs_logging_only_to_a_tracking_backend";
 
 /// Run one stage and say how long it took (`== [timing] NAME: N s`), so that a CI log that
 /// ends in a failure or a time-out still shows where the time went before it.
@@ -275,6 +299,35 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
                 .env("GOVERNOR_REQUIRE_TOOLS", "1"),
         )
     })?;
+    timed(
+        "tracking back-ends, live",
+        || match crate::writers::installed() {
+            Some(python) => {
+                eprintln!(
+                    "== real writers followed live (governor-progress/tests/progress_live_writers.rs)"
+                );
+                cmd::run(
+                    cmd::cargo()
+                        .args([
+                            "test",
+                            "-p",
+                            "governor-progress",
+                            "--test",
+                            "progress_live_writers",
+                        ])
+                        .args(["--", "--ignored"])
+                        .env("GOVERNOR_WRITERS_PYTHON", python),
+                )
+            }
+            None => {
+                eprintln!(
+                    "== live tracking back-end tests NOT RUN: no writers' environment at {} (`cargo xtask writer-fixtures` installs it: 7.7 GB, ~26 min measured)",
+                    crate::writers::venv().display()
+                );
+                Ok(())
+            }
+        },
+    )?;
     timed("privileged host tests", || {
         privileged_host_tests(&privileged)
     })?;

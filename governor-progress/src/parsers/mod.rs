@@ -16,6 +16,7 @@ pub(crate) mod hf;
 pub(crate) mod jsonl;
 pub(crate) mod keras;
 pub(crate) mod kv;
+pub(crate) mod mlflow;
 pub(crate) mod text;
 pub(crate) mod ultralytics;
 
@@ -70,7 +71,9 @@ pub(crate) fn parser_for(format: Format) -> Option<Box<dyn LineParser>> {
         Format::Basicsr => Box::new(text::Basicsr::new()),
         Format::Tqdm => Box::new(text::Tqdm::new()),
         Format::PrintKv => Box::new(kv::PrintKv::new()),
-        Format::Custom => return None,
+        // Named by the file's path: see `LogStream::new`.
+        Format::MlflowFile => Box::new(mlflow::MetricFile::new("value")),
+        Format::TensorBoard | Format::MlflowSqlite | Format::Custom => return None,
     })
 }
 

@@ -67,6 +67,9 @@ struct PatternState {
     /// Watched directories and their watch ids.
     dirs: HashMap<PathBuf, i32>,
     current: Option<FileId>,
+    /// A log directory's files (the pattern names a directory: every event file, MLflow metric
+    /// file and database under it is followed).
+    dir_files: HashMap<PathBuf, FileId>,
     reported: HashSet<(PathProblem, PathBuf)>,
 }
 
@@ -86,7 +89,12 @@ struct Tailed {
     fingerprint: [u8; FINGERPRINT],
     fingerprint_len: usize,
     stream: LogStream,
+    /// An MLflow database is read by SQL, not by bytes (`stream` is then unused).
+    #[cfg(feature = "mlflow-sqlite")]
+    db: Option<Box<crate::mlflow_db::MlflowDb>>,
     format_announced: bool,
+    /// Skipped event records (bad checksum) or lost framing were reported.
+    bad_records_reported: bool,
     long_lines_reported: bool,
     unknown_reported: bool,
     read_error_reported: bool,
@@ -296,6 +304,7 @@ impl Engine {
                         pattern,
                         dirs: HashMap::new(),
                         current: None,
+                        dir_files: HashMap::new(),
                         reported: HashSet::new(),
                     })
                     .collect(),
@@ -312,14 +321,18 @@ impl Engine {
         let Some(ks) = self.keys.get(key) else { return };
         let n = ks.patterns.len();
         for idx in 0..n {
-            let (dirs, current) = {
+            let (dirs, current, dir_files) = {
                 let ps = &mut self.keys.get_mut(key).expect("present").patterns[idx];
-                (std::mem::take(&mut ps.dirs), ps.current.take())
+                (
+                    std::mem::take(&mut ps.dirs),
+                    ps.current.take(),
+                    std::mem::take(&mut ps.dir_files),
+                )
             };
             for (_, wd) in dirs {
                 self.release_dir(wd, key, idx);
             }
-            if let Some(id) = current {
+            for id in current.into_iter().chain(dir_files.into_values()) {
                 self.close(id, false, false);
             }
         }
@@ -432,6 +445,10 @@ impl Engine {
         let Some(ps) = self.pattern_mut(key, idx) else {
             return;
         };
+        if ps.pattern.log_dir().is_some() || !ps.dir_files.is_empty() {
+            self.resync_dir(key, idx);
+            return;
+        }
         let candidate = ps.pattern.current_file();
         let current = ps.current;
         let cand_inode = candidate
@@ -444,6 +461,11 @@ impl Engine {
             (Some(id), candidate) => {
                 let Some(t) = self.files.get(&id) else { return };
                 if cand_inode == Some(t.dev_ino) {
+                    // An MLflow database's writer ended a commit (its journal went away).
+                    #[cfg(feature = "mlflow-sqlite")]
+                    if t.db.is_some() {
+                        self.read(id, Trigger::Modified);
+                    }
                     return;
                 }
                 let linked = t.file.metadata().map(|m| m.nlink() > 0).unwrap_or(false);
@@ -461,6 +483,50 @@ impl Engine {
                     // Renamed away and nothing new yet: keep following it.
                     _ => {}
                 }
+            }
+        }
+    }
+
+    /// A log directory: follows every file of it that [`crate::log_dir_files`] lists (new
+    /// runs, new files), in that order; files that are gone are read to their end and dropped;
+    /// a file replaced by another of the same name is followed anew.
+    fn resync_dir(&mut self, key: &Arc<str>, idx: usize) {
+        let Some(ps) = self.pattern_mut(key, idx) else {
+            return;
+        };
+        let wanted = ps
+            .pattern
+            .log_dir()
+            .map(|d| crate::log_dir_files(&d))
+            .unwrap_or_default();
+        let followed: Vec<(PathBuf, FileId)> = ps
+            .dir_files
+            .iter()
+            .map(|(p, id)| (p.clone(), *id))
+            .collect();
+        let wanted_set: HashSet<&PathBuf> = wanted.iter().collect();
+        for (path, id) in followed {
+            let same_inode = std::fs::metadata(&path)
+                .ok()
+                .map(|m| (m.dev(), m.ino()))
+                .zip(self.files.get(&id).map(|t| t.dev_ino))
+                .is_some_and(|(a, b)| a == b);
+            if !wanted_set.contains(&path) || !same_inode {
+                self.close(id, true, true);
+                continue;
+            }
+            // An MLflow database's writer ended a commit (its journal went away).
+            #[cfg(feature = "mlflow-sqlite")]
+            if self.files.get(&id).is_some_and(|t| t.db.is_some()) {
+                self.read(id, Trigger::Modified);
+            }
+        }
+        for path in wanted {
+            let known = self
+                .pattern_mut(key, idx)
+                .is_some_and(|ps| ps.dir_files.contains_key(&path));
+            if !known {
+                self.open(key, idx, path, None);
             }
         }
     }
@@ -597,7 +663,23 @@ impl Engine {
                 return;
             }
         };
+        #[cfg(feature = "mlflow-sqlite")]
+        let db = if crate::is_sqlite(&file) {
+            match open_db(&path, &meta) {
+                Ok(db) => Some(Box::new(db)),
+                Err(message) => {
+                    self.path_problem(key, idx, PathProblem::Unreadable, &path, message);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
         let Some(ks) = self.keys.get(key) else { return };
+        let in_dir = ks
+            .patterns
+            .get(idx)
+            .is_some_and(|ps| ps.pattern.log_dir().is_some());
         let label: Arc<Path> = Arc::from(path.as_path());
         let stream = match carried {
             Some(mut s) => {
@@ -637,7 +719,10 @@ impl Engine {
                 fingerprint: [0; FINGERPRINT],
                 fingerprint_len: 0,
                 stream,
+                #[cfg(feature = "mlflow-sqlite")]
+                db,
                 format_announced: false,
+                bad_records_reported: false,
                 long_lines_reported: false,
                 unknown_reported: false,
                 read_error_reported: false,
@@ -646,7 +731,11 @@ impl Engine {
             },
         );
         if let Some(ps) = self.pattern_mut(key, idx) {
-            ps.current = Some(id);
+            if in_dir {
+                ps.dir_files.insert(path.clone(), id);
+            } else {
+                ps.current = Some(id);
+            }
             ps.reported.retain(|(_, p)| p != &path);
         }
         tracing::debug!(key = %key, file = %path.display(), "following log file");
@@ -673,10 +762,11 @@ impl Engine {
             }
         }
         self.ready.retain(|f| *f != id);
-        if let Some(ps) = self.pattern_mut(&t.key, t.pattern)
-            && ps.current == Some(id)
-        {
-            ps.current = None;
+        if let Some(ps) = self.pattern_mut(&t.key, t.pattern) {
+            if ps.current == Some(id) {
+                ps.current = None;
+            }
+            ps.dir_files.retain(|_, f| *f != id);
         }
         if announce {
             tracing::debug!(key = %t.key, file = %t.path.display(), "stopped following log file");
@@ -710,6 +800,11 @@ impl Engine {
         } = self;
         let Some(t) = files.get_mut(&id) else { return };
         let now = SystemTime::now();
+        #[cfg(feature = "mlflow-sqlite")]
+        if t.db.is_some() {
+            read_db(t, now, outbox);
+            return;
+        }
         let document = t.stream.format().is_some_and(Format::is_document);
         if document {
             match trigger {
@@ -805,6 +900,21 @@ impl Engine {
             file: t.path.clone(),
             kind: WatchEventKind::Record(r),
         }));
+        if !t.bad_records_reported && (t.stream.skipped_records() > 0 || t.stream.framing_lost()) {
+            t.bad_records_reported = true;
+            let message = if t.stream.framing_lost() {
+                format!(
+                    "the record framing of {} is broken (a length whose checksum does not match); the rest of the file is not read",
+                    t.path.display()
+                )
+            } else {
+                format!(
+                    "skipping a record of {} whose checksum does not match or that does not decode (reported once; the file is still followed)",
+                    t.path.display()
+                )
+            };
+            push_problem(t, outbox, message);
+        }
         if !t.long_lines_reported && t.stream.skipped_long_lines() > 0 {
             t.long_lines_reported = true;
             let message = format!(
@@ -829,6 +939,56 @@ impl Engine {
             };
             push_problem(t, outbox, message);
         }
+    }
+}
+
+/// Opens an MLflow database the watcher already opened as a file (with the job owner's rights,
+/// so the owner can read it), checking that SQLite opened the same file.
+#[cfg(feature = "mlflow-sqlite")]
+fn open_db(path: &Path, meta: &std::fs::Metadata) -> Result<crate::mlflow_db::MlflowDb, String> {
+    let db = crate::mlflow_db::MlflowDb::open(path).map_err(|e| e.to_string())?;
+    match std::fs::metadata(path) {
+        Ok(m) if (m.dev(), m.ino()) == (meta.dev(), meta.ino()) => Ok(db),
+        _ => Err(format!(
+            "cannot read {}: the file changed while it was being opened",
+            path.display()
+        )),
+    }
+}
+
+/// Reads an MLflow database's new rows. A writer mid-commit is waited for briefly, then left
+/// to the next change; other errors are reported once.
+#[cfg(feature = "mlflow-sqlite")]
+fn read_db(t: &mut Tailed, now: SystemTime, outbox: &mut Vec<WatchEvent>) {
+    let Some(db) = t.db.as_mut() else { return };
+    let mut data = Vec::new();
+    match db.read_new(&mut data) {
+        Ok(()) => {}
+        Err(e) if crate::mlflow_db::MlflowDb::is_busy(&e) => {}
+        Err(e) => {
+            if !t.read_error_reported {
+                t.read_error_reported = true;
+                push_problem(t, outbox, e.to_string());
+            }
+            return;
+        }
+    }
+    if !t.format_announced {
+        t.format_announced = true;
+        outbox.push(WatchEvent {
+            key: t.key.clone(),
+            file: t.path.clone(),
+            kind: WatchEventKind::Format(Format::MlflowSqlite),
+        });
+    }
+    for d in data {
+        let record = Record::from_data(t.path.clone(), Format::MlflowSqlite, t.offset, now, d);
+        t.offset += 1;
+        outbox.push(WatchEvent {
+            key: t.key.clone(),
+            file: t.path.clone(),
+            kind: WatchEventKind::Record(record),
+        });
     }
 }
 

@@ -58,6 +58,15 @@ impl PathPattern {
         })
     }
 
+    /// The directory this pattern names, when it names one (a log directory: TensorBoard's,
+    /// MLflow's); `None` for a file or a glob.
+    pub(crate) fn log_dir(&self) -> Option<PathBuf> {
+        match self {
+            PathPattern::Literal(p) if p.is_dir() => Some(p.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether a change to the entry `name` of the watched directory `dir` can change what
     /// this pattern designates (so that a busy directory does not rescan every pattern
     /// watching it).
@@ -67,9 +76,18 @@ impl PathPattern {
                 let Ok(rest) = p.strip_prefix(dir) else {
                     return true;
                 };
-                rest.components()
-                    .next()
-                    .is_none_or(|c| c.as_os_str() == name)
+                // An SQLite database's journal (`mlflow.db-journal`) comes and goes with each
+                // of its writer's commits.
+                let journal = rest.components().count() == 1
+                    && p.file_name().zip(name.to_str()).is_some_and(|(f, n)| {
+                        f.to_str()
+                            .is_some_and(|f| n.strip_prefix(f).is_some_and(|r| r.starts_with('-')))
+                    });
+                journal
+                    || rest
+                        .components()
+                        .next()
+                        .is_none_or(|c| c.as_os_str() == name)
             }
             PathPattern::Glob { components, .. } => {
                 let depth = dir.components().count();
@@ -89,6 +107,7 @@ impl PathPattern {
     /// exist yet, its deepest existing ancestor.
     pub(crate) fn directories(&self) -> Vec<PathBuf> {
         match self {
+            PathPattern::Literal(p) if p.is_dir() => crate::log_dir_directories(p),
             PathPattern::Literal(p) => {
                 let parent = p.parent().unwrap_or(Path::new("/"));
                 vec![existing_ancestor(parent)]

@@ -1,5 +1,10 @@
 //! `governor parse` and `governor formats`.
 //!
+//! A path may be a log file, an MLflow SQLite database, or a log directory (TensorBoard's
+//! `--logdir`, MLflow's `mlruns/`): a directory is read as the daemon follows it, every event
+//! file, MLflow metric file and database under it, records labelled with their own file, and
+//! `--summary` gives one summary for the whole directory.
+//!
 //! Other tools call these: the output is one JSON object per line, fields in a fixed order,
 //! and the exit status says what went wrong (0 success; 1 a file could not be read; 2 bad
 //! arguments; 3 a file is in no known format — or not in the `--format` asked for). With
@@ -12,8 +17,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::progress::{
-    CustomFormat, Format, FormatChoice, Metrics, ProgressError, SignalConfig, Split,
-    parse_file_with, summarize,
+    CustomFormat, Format, FormatChoice, Metrics, ProgressError, SignalConfig, Split, parse_path,
+    summarize,
 };
 
 /// Arguments of `governor parse`.
@@ -37,7 +42,7 @@ pub struct ParseArgs {
     #[arg(long, value_name = "REGEX")]
     pub regex: Option<String>,
 
-    /// Files to parse.
+    /// Files, MLflow databases or log directories to parse.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
@@ -82,7 +87,7 @@ pub fn run_parse(args: ParseArgs) -> ExitCode {
     let mut out = BufWriter::new(stdout.lock());
     let mut status: Option<u8> = None;
     for path in &args.files {
-        let log = match parse_file_with(path, args.format, custom.as_ref()) {
+        let log = match parse_path(path, args.format, custom.as_ref()) {
             Ok(log) => log,
             Err(e) => {
                 eprintln!("governor parse: {e}");
@@ -92,7 +97,8 @@ pub fn run_parse(args: ParseArgs) -> ExitCode {
                     }
                     ProgressError::CustomRegex { .. }
                     | ProgressError::CustomNoMetric { .. }
-                    | ProgressError::CustomMissing => EXIT_USAGE,
+                    | ProgressError::CustomMissing
+                    | ProgressError::NotLines { .. } => EXIT_USAGE,
                     ProgressError::Read { .. } | ProgressError::NotRegularFile { .. } => EXIT_READ,
                 };
                 status.get_or_insert(code);
@@ -107,7 +113,15 @@ pub fn run_parse(args: ParseArgs) -> ExitCode {
                 crate::progress::MAX_LINE_BYTES
             );
         }
+        if log.skipped_records > 0 {
+            eprintln!(
+                "governor parse: {}: skipped {} record(s) whose checksum did not match or that did not decode",
+                path.display(),
+                log.skipped_records
+            );
+        }
         let file = path.display().to_string();
+        let directory = path.is_dir();
         let written = if args.summary {
             let mut s = summarize(&log, &signal);
             s.file = file;
@@ -117,12 +131,18 @@ pub fn run_parse(args: ParseArgs) -> ExitCode {
                 .iter()
                 .filter(|r| args.metric.as_deref().is_none_or(|m| r.metrics.contains(m)))
                 .try_for_each(|r| {
+                    let own;
                     write_json(
                         &mut out,
                         &RecordLine {
-                            file: &file,
+                            file: if directory {
+                                own = r.file.display().to_string();
+                                &own
+                            } else {
+                                &file
+                            },
                             record: r.index,
-                            format: log.format,
+                            format: r.format,
                             split: r.split,
                             epoch: r.epoch,
                             step: r.step,

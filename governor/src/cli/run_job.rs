@@ -36,8 +36,10 @@ pub struct RunJobArgs {
     /// Job name; also the name of its cgroup under governor.slice/jobs.
     #[arg(long)]
     pub name: String,
-    /// Log file or glob the job writes its progress to (repeatable). Relative paths are taken
-    /// from the current directory.
+    /// Log file, glob or log directory the job writes its progress to (repeatable): a directory
+    /// is followed whole (TensorBoard's log directory, MLflow's `mlruns/`, a directory holding
+    /// MLflow's `mlflow.db`), new runs and files included. Relative paths are taken from the
+    /// current directory.
     #[arg(long = "log", required = true)]
     pub logs: Vec<String>,
     /// Progress metric (default: the training loss).

@@ -1,0 +1,139 @@
+//! The real tracking back-ends, for the progress crate's fixtures and live tests:
+//! `cargo xtask writer-fixtures` regenerates `governor-progress/tests/data/real_writers/` with
+//! the writers themselves (`make_fixtures.py` beside the fixtures says what each one is), and
+//! [`python`] gives `cargo xtask test` the environment its live tests run the writers in.
+//!
+//! The environment is a venv, `target/writers/venv` (or `GOVERNOR_WRITERS_VENV`), filled once
+//! from PyPI and reused while its stamp file names the same packages (as `bench_real`'s).
+//! Measured on the CI machine kind (2026-11-28, a loaded 2-core machine): the packages below take
+//! 1,572 s to install and 7.7 GB, of which PyTorch's CUDA libraries (`nvidia-*`, which PyPI's
+//! `torch` wheel needs even to be imported on a machine without a GPU) are 3.1 GB, `torch` 1.2 GB,
+//! `triton` 1.0 GB and TensorFlow 1.3 GB. `triton` is removed after the install: a CPU run never
+//! loads it (torch only warns that flop counting of triton kernels is off).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+
+/// The writers and what they need, pinned (PyPI).
+pub(crate) const PYTHON_PACKAGES: &[&str] = &[
+    "tensorflow-cpu==2.21.0",
+    "keras==3.15.1",
+    "tensorboard==2.21.0",
+    "lightning==2.6.6",
+    "mlflow==3.17.2",
+    "torch==2.15.0",
+];
+
+/// Where the environment lives: `GOVERNOR_WRITERS_VENV`, else `target/writers/venv` (a machine
+/// that keeps one outside its checkouts lets every CI run use it).
+pub(crate) fn venv() -> PathBuf {
+    std::env::var_os("GOVERNOR_WRITERS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cmd::target_dir().join("writers/venv"))
+}
+
+fn stamp_text() -> String {
+    format!("{}\n-triton", PYTHON_PACKAGES.join("\n"))
+}
+
+/// The environment's Python, if it is installed with the packages named here.
+pub(crate) fn installed() -> Option<PathBuf> {
+    let python = venv().join("bin/python");
+    let stamp = fs::read_to_string(venv().join("governor-packages")).ok()?;
+    (python.exists() && stamp == stamp_text()).then_some(python)
+}
+
+/// The writers' Python, installing them first if the venv lacks them.
+pub(crate) fn python() -> Result<PathBuf> {
+    if let Some(python) = installed() {
+        return Ok(python);
+    }
+    let venv = venv();
+    let python = venv.join("bin/python");
+    let stamp = venv.join("governor-packages");
+    let want = stamp_text();
+    eprintln!(
+        "== Python environment for the tracking back-ends (PyPI, {})",
+        venv.display()
+    );
+    let started = std::time::Instant::now();
+    if !python.exists() {
+        cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    cmd::run(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(PYTHON_PACKAGES),
+    )
+    .context("installing the tracking back-ends from PyPI failed")?;
+    cmd::run(Command::new(&python).args(["-m", "pip", "uninstall", "-q", "-y", "triton"]))?;
+    fs::write(&stamp, want)?;
+    eprintln!("   installed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(python)
+}
+
+fn fixtures_dir() -> PathBuf {
+    cmd::workspace_root().join("governor-progress/tests/data/real_writers")
+}
+
+/// `cargo xtask writer-fixtures`: regenerate the fixtures with the real writers.
+pub(crate) fn regenerate() -> Result<()> {
+    let python = python()?;
+    let out = cmd::target_dir().join("writers/out");
+    if out.exists() {
+        fs::remove_dir_all(&out)?;
+    }
+    let script = fixtures_dir().join("make_fixtures.py");
+    cmd::run(Command::new(&python).arg(&script).arg(&out))?;
+    for entry in fs::read_dir(&out)? {
+        let entry = entry?;
+        let dest = fixtures_dir().join(entry.file_name());
+        if dest.exists() {
+            fs::remove_dir_all(&dest)?;
+        }
+        copy_dir(&entry.path(), &dest)?;
+    }
+    let size = dir_size(&fixtures_dir())?;
+    eprintln!(
+        "== fixtures written to {} ({} KB with the scripts)",
+        fixtures_dir().display(),
+        size / 1024
+    );
+    if size > 2 << 20 {
+        bail!("the fixtures take {size} bytes: keep them under 2 MiB");
+    }
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        total += if entry.file_type()?.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            entry.metadata()?.len()
+        };
+    }
+    Ok(total)
+}
