@@ -1,7 +1,7 @@
 //! Incremental parse throughput per format: a ~4 MiB log of each format, fed to a
 //! [`LogStream`] in 256 KiB appends (what the watcher reads at a time), on one core.
 //!
-//! `cargo bench -p governor --bench progress_parse` (criterion reports MiB/s; goal ≥ 100 MB/s
+//! `cargo bench -p governor-progress --bench progress_parse` (criterion reports MiB/s; goal ≥ 100 MB/s
 //! for the CSV and JSON-lines formats).
 //!
 //! Time is the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time: the

@@ -3,8 +3,8 @@
 //! contention, and the kernel delivers every plan whole), under fair sharing, under the best
 //! order we know of with perfect knowledge, and under a relaxation that no schedule can beat.
 //!
-//! Why: issue 12 asks an order of CPU shares for average time to quality 30% below fair. The
-//! real runs and the calibrated simulator measure what our orders reach; this says what the
+//! Why: a goal for an order of CPU shares (say, average time to quality 30% below fair) may be
+//! out of reach of every order. The real runs and the calibrated simulator measure what our orders reach; this says what the
 //! *best* order could reach on the same jobs, so that a goal out of reach of every order is
 //! known as such instead of being chased with one more order.
 //!

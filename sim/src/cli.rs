@@ -7,7 +7,7 @@
 //! govsim node --jobs 6 --cores 4 --seed 1 --dump-scenario          # print the generated workload
 //! govsim sweep --jobs 3,6,10 --cores 2,4,8,16 --seeds 1-10 --policy all   # aggregate table
 //!
-//! govsim trace --from-logs /work/shared/fixtures/logs --jobs 20 --arrival uniform:0:300 --seed 1 > trace.json
+//! govsim trace --from-logs ../shared/fixtures/logs --jobs 20 --arrival uniform:0:300 --seed 1 > trace.json
 //! govsim run --trace trace.json --policy governor/soonest --workers 4 --cores 8 --seed 1
 //! govsim compare --trace trace.json --workers 4 --cores 8 --plots out/
 //! govsim paper flowcon                                   # a paper's setup, every policy
@@ -172,6 +172,25 @@ struct CompareArgs {
     json: bool,
 }
 
+/// Where the real training logs are when `--logs` is not given: `GOVERNOR_FIXTURES`, else the
+/// first `shared/fixtures/logs` in the current directory or one above it (a checkout beside
+/// `shared/`, as the fixture tests find it), else that relative path (which then says, when it
+/// is read, that it is not there).
+fn default_logs() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GOVERNOR_FIXTURES") {
+        return dir.into();
+    }
+    let relative = std::path::Path::new("shared/fixtures/logs");
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            cwd.ancestors()
+                .map(|d| d.join(relative))
+                .find(|d| d.is_dir())
+        })
+        .unwrap_or_else(|| relative.to_path_buf())
+}
+
 #[derive(Debug, Args)]
 struct PaperArgs {
     /// Scenario name, or `list`, or `all`.
@@ -179,8 +198,9 @@ struct PaperArgs {
     /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
     #[arg(long)]
     seeds: Option<String>,
-    /// Directory of real training logs for the loss curves.
-    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    /// Directory of real training logs for the loss curves [default: $GOVERNOR_FIXTURES, else
+    /// the first shared/fixtures/logs in this directory or one above it].
+    #[arg(long, default_value_os_t = default_logs(), hide_default_value = true)]
     logs: PathBuf,
     /// Write each seed's trace, table and plots here.
     #[arg(long)]
@@ -203,8 +223,9 @@ struct PriorityArgs {
     /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
     #[arg(long, default_value = "1-5")]
     seeds: String,
-    /// Directory of real training logs for the loss curves.
-    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    /// Directory of real training logs for the loss curves [default: $GOVERNOR_FIXTURES, else
+    /// the first shared/fixtures/logs in this directory or one above it].
+    #[arg(long, default_value_os_t = default_logs(), hide_default_value = true)]
     logs: PathBuf,
     /// Print JSON instead of Markdown.
     #[arg(long)]
@@ -219,8 +240,9 @@ struct GpuArgs {
     /// Seeds to run: `1-5` or `1,3`.
     #[arg(long, default_value = "1-5")]
     seeds: String,
-    /// Directory of real training logs for the loss curves.
-    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    /// Directory of real training logs for the loss curves [default: $GOVERNOR_FIXTURES, else
+    /// the first shared/fixtures/logs in this directory or one above it].
+    #[arg(long, default_value_os_t = default_logs(), hide_default_value = true)]
     logs: PathBuf,
     /// Print JSON instead of Markdown.
     #[arg(long)]
@@ -234,8 +256,9 @@ struct ElasticArgs {
     /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
     #[arg(long, default_value = "1-5")]
     seeds: String,
-    /// Directory of real training logs for the loss curves.
-    #[arg(long, default_value = "/work/shared/fixtures/logs")]
+    /// Directory of real training logs for the loss curves [default: $GOVERNOR_FIXTURES, else
+    /// the first shared/fixtures/logs in this directory or one above it].
+    #[arg(long, default_value_os_t = default_logs(), hide_default_value = true)]
     logs: PathBuf,
     /// Print JSON instead of Markdown.
     #[arg(long)]

@@ -1,4 +1,4 @@
-//! The root daemon acts only for those entitled to it (issue 13), on the real kernel, with a
+//! The root daemon acts only for those entitled to it, on the real kernel, with a
 //! second user (uid 65534, `nobody`):
 //! - a job's log is read with its owner's rights: a file only root may read is refused for a
 //!   job of `nobody` (and read for a job of root, which shows the check is what stops it);

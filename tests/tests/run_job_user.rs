@@ -1,4 +1,4 @@
-//! A user who is not root runs a job (issue 30): `governor run-job` as uid 65534 (`nobody`),
+//! A user who is not root runs a job: `governor run-job` as uid 65534 (`nobody`),
 //! given a private socket group (a gid no account holds, handed to `nobody` by `setpriv`
 //! alone), against the real daemon running as root with `socket_group` set to that gid:
 //! - the job runs in a group of its own, `governor.slice/jobs/<name>` in every hierarchy, is

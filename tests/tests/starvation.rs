@@ -2,9 +2,9 @@
 //! real daemon and the `governor` policy, two of them busy from the start, the third quiet at
 //! first (loading data), pausing in the middle, or running more threads than the node has cores.
 //! Once the third job wants CPU it must get some at once (its floor: within 1 s) and, 2-5 s
-//! after, at least 3/4 of an equal split of what the three jobs get together (issue 12: the
-//! demand estimate used to feed on usage that the weight itself suppressed, and such a job got
-//! ~0 cores for minutes). Both bounds are timed from the moment the job wanted CPU, which the
+//! after, at least 3/4 of an equal split of what the three jobs get together: a demand
+//! estimate fed on usage that the weight itself suppressed would keep such a job near 0 cores
+//! for minutes. Both bounds are timed from the moment the job wanted CPU, which the
 //! job itself records (a wall-clock timestamp written when its quiet phase ends), so a job
 //! that gets CPU only seconds later fails.
 //!

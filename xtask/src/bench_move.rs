@@ -1,5 +1,4 @@
-//! `cargo xtask bench-move`: what moving a job with CRIU costs (issue 14, item 6), measured
-//! in the VM bed. The host's kernel is too new for Debian's CRIU 3.17 ("vdso: Unexpected rt
+//! `cargo xtask bench-move`: what moving a job with CRIU costs, measured in the VM bed. The host's kernel is too new for Debian's CRIU 3.17 ("vdso: Unexpected rt
 //! vDSO area bounds"); the guests' Debian 6.1 kernel runs it (docs: shared/testbed/TESTBED.md).
 //!
 //! For each memory size, a process that holds that much memory (every page touched, a tenth of

@@ -1,4 +1,4 @@
-//! govsim calibrated to the real-job benchmark (issue 12, item 5).
+//! govsim calibrated to the real-job benchmark.
 //!
 //! From a workload's `fair` runs, each job becomes a [`JobModel`] whose *parameters* are
 //! measured, not its results: its CPU-seconds (the work), the CPU-seconds before its first log

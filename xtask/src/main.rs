@@ -31,8 +31,8 @@ struct Cli {
 enum Command {
     /// Install everything the project needs (idempotent; each step skips when already done).
     Setup,
-    /// Everything CI runs: fmt check, clippy -D warnings, host tests, fuzzing, VM tests (single and
-    /// multi-node).
+    /// Everything CI runs: fmt check, clippy -D warnings, host tests, the privileged host tests
+    /// (root), the demo's short version, fuzzing, VM tests (single and multi-node).
     Test(test::TestArgs),
     /// Every fuzz target (nightly cargo-fuzz) for a bounded time on its committed corpus; a crash
     /// fails, naming the target and the input.

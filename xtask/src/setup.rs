@@ -7,7 +7,9 @@
 //!    when the nightly toolchain changes;
 //! 3. `cargo-fuzz` into `target/tools` (`cargo xtask fuzz`, a stage of `cargo xtask test`);
 //! 4. Debian packages: qemu-system-x86 (the VM), busybox-static (virtme-ng's initramfs), criu
-//!    (checkpoint/restore inside the VM), kmod (module loading in the guest), never removing a
+//!    (checkpoint/restore inside the VM), kmod (module loading in the guest), iproute2 (the VM
+//!    nodes' network), prometheus (a real scraper for the metrics tests),
+//!    chromium (a real browser for the dashboard tests), never removing a
 //!    package the machine has (apt `--no-remove`; QEMU is taken from the release of the qemu-*
 //!    packages already installed, e.g. bookworm-backports);
 //! 5. virtme-ng from PyPI into a project-local venv (`target/bed/venv`);

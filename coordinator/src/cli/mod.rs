@@ -80,9 +80,10 @@ pub enum Command {
     },
     /// Cancel a queued or running job.
     Cancel { job: String },
-    /// Move a running job to another node without losing its work: it saves at its next epoch
-    /// boundary (it must have been submitted with --checkpoint-dir) and resumes on the target.
-    /// `govctl job JOB` shows the move's phases.
+    /// Move a running job to another node without losing its work: a job submitted with
+    /// --checkpoint-dir saves at its next epoch boundary and resumes on the target; any other
+    /// single-member CPU job is dumped with CRIU and restored there (both nodes' governors run
+    /// as root with criu installed). `govctl job JOB` shows the move's phases.
     Migrate {
         job: String,
         /// The node to move it to (default: the ready node with the most free cores).
@@ -220,10 +221,11 @@ pub struct SubmitArgs {
     /// placed on different nodes are compared on each node separately. Off unless given.
     #[arg(long, value_name = "NAME[:ETA:FIRST_RUNG]", value_parser = parse_sweep)]
     pub sweep: Option<String>,
-    /// The directory the job saves its checkpoint to and resumes from, on storage every node
-    /// mounts at this path: the job can then be moved (`govctl migrate`, or the coordinator on
-    /// a node's SpeCon request). The job must save there and exit with status 0 on the save
-    /// signal, and resume from it when started again (Keras `BackupAndRestore`...).
+    /// The directory the job saves its checkpoint to and resumes from: on storage every node
+    /// mounts at this path, or on each node's local disk with --carry. The job can then be
+    /// moved by its own checkpoint (`govctl migrate`, or the coordinator on a node's SpeCon
+    /// request). It must save there and exit with status 0 on the save signal, and resume from
+    /// it when started again (Keras `BackupAndRestore`...). Without it, a move uses CRIU.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<String>,
     /// The signal that asks the job to save and exit (a number or a name like SIGUSR1).

@@ -1,11 +1,17 @@
-//! Moving a running job to another node without losing its work: a framework checkpoint on a
-//! path every node mounts.
+//! Moving a running job to another node without losing its work, by one of three means:
+//! - a framework checkpoint on a path every node mounts (`--checkpoint-dir`): the job saves
+//!   there and the same command resumes from it on the target; nothing is carried;
+//! - a framework checkpoint on the source's local disk (`--checkpoint-dir ... --carry`): the
+//!   coordinator fetches the saved directory from the source ([`UploadCheckpoint`]) and hands it
+//!   to the target before the start;
+//! - a CRIU dump of the job's process tree, for a job that declared no checkpoint, where both
+//!   nodes can dump and restore (root with `criu`): carried by the coordinator the same way.
 //!
 //! A move goes `saving` (the source node is sent [`SaveJob`]: the job gets its save signal,
-//! saves at its next epoch boundary and exits with status 0; until then it runs) → the source
-//! reports it exited *saved* → `restoring` (the member is re-pointed at the target and started
-//! there with the next attempt number; the same command resumes from the checkpoint directory,
-//! which both nodes see, so nothing is carried) → the target reports it running → `done`.
+//! saves at its next epoch boundary and exits with status 0, or is dumped; until then it runs)
+//! → the source reports it exited *saved* → `restoring` (the member is re-pointed at the target
+//! and started there with the next attempt number, from the shared or the carried checkpoint)
+//! → the target reports it running → `done`.
 //!
 //! Every failure ends with the job running on exactly one node, and the job's record says what
 //! happened ([`JobMove::message`]):
@@ -243,9 +249,11 @@ impl ClusterState {
         }
     }
 
-    /// SpeCon Algorithm 2's choice of target: the ready node, other than the source, with the
-    /// most free cores (capacity less its reported use), then the fewest jobs, then by name;
-    /// it must have the cores and memory the job declared.
+    /// The target of a move (`govctl migrate` without `--to`, and a node's standing request):
+    /// the ready node, other than the source, with the most free cores (capacity less its
+    /// reported use), then the fewest jobs, then by name; it must have the cores and memory the
+    /// job declared. This is simpler than SpeCon Algorithm 2's own choice
+    /// ([`SpeCon::migration_target`], which govsim runs).
     fn pick_target(&self, job: &JobRecord, source: &str) -> Option<String> {
         self.nodes
             .values()
@@ -786,8 +794,8 @@ impl ClusterState {
         }
     }
 
-    /// SpeCon Algorithm 2: a node asks for a job to go elsewhere; the coordinator picks the
-    /// target. Only jobs that can move, whose request has stood for `move_after_s`, not moved
+    /// After SpeCon Algorithm 2: a node asks for a job to go elsewhere; the coordinator picks
+    /// the target ([`Self::pick_target`]). Only jobs that can move, whose request has stood for `move_after_s`, not moved
     /// within `move_cooldown_s`, to a node with more free cores than the source, and only when
     /// the move pays for its measured cost ([`super::payoff`]; SpeCon itself takes a move as
     /// free).

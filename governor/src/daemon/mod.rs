@@ -270,7 +270,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     info!(policy = core.policy_name(), cgroup = ?kind, cores = settings.resources.cores, memory = settings.resources.memory_bytes, dry_run = settings.dry_run, "governor daemon starting");
 
     raise_open_file_limit();
-    // A job's log paths are opened with its owner's rights (issue 13: root must not read, for
+    // A job's log paths are opened with its owner's rights (root must not read, for
     // anyone, what they could not read themselves).
     let open_as: crate::progress::OpenAs = std::sync::Arc::new(|path, owner| {
         if owner.uid == nix::unistd::geteuid().as_raw() {
