@@ -658,7 +658,7 @@ fn plot(sharing: &[RunResult], sweep: &[RunResult], cores: f64) -> String {
 fn display_policy(policy: &str) -> String {
     let base = policy.split('+').next().unwrap_or(policy);
     if policy.contains("+sweep=") {
-        format!("{base} + trial budget")
+        format!("{base} + budget")
     } else {
         base.to_owned()
     }
