@@ -74,14 +74,11 @@ impl ExitRecord {
         serde_json::from_slice(&text).ok()
     }
 
-    /// Write the record atomically (a temporary file renamed over the path).
+    /// Write the record durably ([`crate::sys::durable`]): a supervisor killed while it
+    /// writes leaves no half record, and a record written survives a power cut.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
         let text = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
+        crate::sys::durable::write_durably(path, &text)
     }
 }
 

@@ -186,13 +186,8 @@ impl Carried {
                 inc.next, c.total_bytes, c.sha256
             ));
         }
-        let sum_file = self.dir.join(format!("{job}.sha256"));
-        if let Err(e) = inc
-            .file
-            .sync_all()
-            .and_then(|()| fs::write(&sum_file, format!("{sum} {}\n", inc.next)))
-            .and_then(|()| fs::rename(&part, self.archive(&job)))
-        {
+        if let Err(e) = self.keep(&job, inc.file, &part, &format!("{sum} {}\n", inc.next)) {
+            let _ = fs::remove_file(&part);
             return broken(format!("cannot keep the checkpoint: {e}"));
         }
         info!(job = %job, bytes = inc.next, from = node, "a carried checkpoint arrived intact");
@@ -200,6 +195,22 @@ impl Carried {
             job,
             bytes: inc.next,
         }
+    }
+
+    /// Keep a whole upload durably before its arrival is recorded in the store: the upload
+    /// (`file`, at `part`) and its sum are `fsync`ed, the upload renamed to the archive's name,
+    /// then the directory `fsync`ed, so that a store that says "arrived" after a power cut finds
+    /// the archive whole with its sum. The same steps as the daemon's durable writes
+    /// (`governor::sys::durable`), which the coordinator does not depend on; the archive is
+    /// streamed in pieces, so it is renamed where it was written.
+    fn keep(&self, job: &str, file: fs::File, part: &Path, sum: &str) -> std::io::Result<()> {
+        file.sync_all()?;
+        drop(file);
+        let mut sum_file = fs::File::create(self.dir.join(format!("{job}.sha256")))?;
+        sum_file.write_all(sum.as_bytes())?;
+        sum_file.sync_all()?;
+        fs::rename(part, self.archive(job))?;
+        fs::File::open(&self.dir)?.sync_all()
     }
 
     /// Forget a job's archive (its move is over).

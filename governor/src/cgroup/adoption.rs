@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::fs::{CgroupFs, write_file};
 use super::hierarchy::JobCgroup;
 use super::jobs::read_procs;
+use crate::sys::durable;
 
 /// Files whose value, anywhere from a process's cgroup up to the root, limits it; with the value
 /// that means "no limit". A `cpu.weight`/`cpu.shares` below the default is a limit too (a batch
@@ -171,6 +172,7 @@ impl AdoptionJournal {
         let mut name = state_file.as_os_str().to_owned();
         name.push(".adopted");
         let path = PathBuf::from(name);
+        durable::sweep_temporaries(&path);
         let entries = match fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<Vec<Adoption>>(&bytes) {
                 Ok(list) => list.into_iter().map(|a| (a.group, a.origins)).collect(),
@@ -217,18 +219,12 @@ impl AdoptionJournal {
 
     fn save(&self) -> std::io::Result<()> {
         if self.entries.is_empty() {
-            return match fs::remove_file(&self.path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            };
+            return durable::remove_durably(&self.path);
         }
         if let Some(dir) = self.path.parent() {
             fs::create_dir_all(dir)?;
         }
-        let tmp = self.path.with_extension("adopted.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(&self.entries())?)?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, &self.path)
+        durable::write_durably(&self.path, &serde_json::to_vec_pretty(&self.entries())?)
     }
 }
 

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::CgroupError;
 use super::knob::Knob;
+use crate::sys::durable;
 
 /// The default state file.
 pub const DEFAULT_STATE_FILE: &str = "/run/governor/state.json";
@@ -168,6 +169,8 @@ impl StateStore {
                     io_err(std::io::Error::from(errno))
                 }
             })?;
+        // The lock makes this the file's only writer: what a killed one left can go.
+        durable::sweep_temporaries(path);
         let mut store = StateStore {
             path: path.to_owned(),
             _lock: lock,
@@ -289,27 +292,12 @@ impl StateStore {
         self.appender = None;
         self.lines = 0;
         if count == 0 {
-            return match fs::remove_file(&self.path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(self.io_err(e)),
-                _ => sync_dir(&self.path).map_err(|e| self.io_err(e)),
-            };
+            return durable::remove_durably(&self.path).map_err(|e| self.io_err(e));
         }
-        let tmp = with_suffix(&self.path, ".tmp");
-        let write = || -> std::io::Result<File> {
-            let mut file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            file.write_all(&buf)?;
-            file.sync_all()?;
-            drop(file);
-            fs::rename(&tmp, &self.path)?;
-            sync_dir(&self.path)?;
-            OpenOptions::new().append(true).open(&self.path)
-        };
-        let appender = write().map_err(|e| self.io_err(e))?;
+        // Its owner's alone, as its directory (0700) and its lock.
+        let appender = durable::write_durably_with_mode(&self.path, &buf, 0o600)
+            .and_then(|()| OpenOptions::new().append(true).open(&self.path))
+            .map_err(|e| self.io_err(e))?;
         self.appender = Some(appender);
         self.lines = count;
         Ok(())
@@ -320,15 +308,6 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.to_owned().into_os_string();
     p.push(suffix);
     PathBuf::from(p)
-}
-
-/// fsync the directory holding `path` so a rename or removal survives a power cut.
-fn sync_dir(path: &Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -363,7 +342,7 @@ mod tests {
             let live = [entry(2)];
             store.append(&[], &[entry(1).path], live.iter()).unwrap();
             assert_eq!(line_count(&path), 4, "header, record 1, record 2, forget 1");
-            assert!(!dir.path().join("sub/state.json.tmp").exists());
+            assert!(durable::temporaries(&path).is_empty());
             assert_eq!(read_entries(&path).unwrap(), vec![entry(2)]);
         }
         let (mut store, loaded) = StateStore::open(&path).unwrap();

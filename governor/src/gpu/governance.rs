@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use governor_policy::Category;
@@ -125,6 +124,7 @@ impl GpuGovernor {
         params: GpuPowerParams,
         journal_path: PathBuf,
     ) -> GpuGovernor {
+        crate::sys::durable::sweep_temporaries(&journal_path);
         let journal = match fs::read_to_string(&journal_path) {
             Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
                 warn!(path = %journal_path.display(), error = %e, "GPU journal unreadable: power limits a previous run changed cannot be restored");
@@ -546,15 +546,15 @@ impl GpuGovernor {
         restored
     }
 
-    /// Write the journal atomically (removed when empty). False if it could not be written:
+    /// Write the journal durably (removed when empty). False if it could not be written:
     /// then nothing is changed on the device.
     fn save_journal(&mut self) -> bool {
         let path = self.journal_path.clone();
         if self.journal.devices.is_empty() {
-            let _ = fs::remove_file(&path);
+            let _ = crate::sys::durable::remove_durably(&path);
             return true;
         }
-        match write_atomically(&path, &self.journal) {
+        match write_journal(&path, &self.journal) {
             Ok(()) => true,
             Err(e) => {
                 self.log_once(format!("journal {}", path.display()), || {
@@ -577,15 +577,11 @@ fn stop_reason(e: &GpuError, what: &str) -> String {
     }
 }
 
-fn write_atomically(path: &Path, journal: &Journal) -> std::io::Result<()> {
+fn write_journal(path: &Path, journal: &Journal) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
-    let tmp = path.with_extension("json.tmp");
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(serde_json::to_string_pretty(journal)?.as_bytes())?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)
+    crate::sys::durable::write_durably(path, serde_json::to_string_pretty(journal)?.as_bytes())
 }
 
 /// The job whose cgroup holds `pid` (its `/proc/PID/cgroup` lines: the v2 line, or the v1 cpu

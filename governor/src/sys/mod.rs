@@ -2,6 +2,7 @@
 //! `unsafe` libc call of the daemon outside the eBPF loader lives here.
 #![allow(unsafe_code)]
 
+pub mod durable;
 pub mod proc_events;
 
 /// Make this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans of the jobs it starts

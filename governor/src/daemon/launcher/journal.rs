@@ -1,4 +1,4 @@
-//! The launcher's journal: the coordinator's running jobs, written atomically beside the
+//! The launcher's journal: the coordinator's running jobs, written durably beside the
 //! daemon's state file so that a restarted daemon knows them ([`super::recovery`]).
 
 use std::path::PathBuf;
@@ -54,8 +54,8 @@ pub(super) const JOURNAL_VERSION: u32 = 1;
 pub const JOURNAL_FILE_NAME: &str = "coordinator-jobs.json";
 
 impl Launcher {
-    /// Write the running jobs to the journal (atomically: a crash leaves the old or the new
-    /// file). A failure is logged once; the jobs run on, only a restart would not know them.
+    /// Write the running jobs to the journal (durably: a crash leaves the old or the new
+    /// file, and a power cut loses no write that returned). A failure is logged once; the jobs run on, only a restart would not know them.
     pub(super) fn persist(&mut self) {
         self.persist_with(None);
     }
@@ -82,10 +82,8 @@ impl Launcher {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = path.with_extension("json.tmp");
             let text = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, &path)
+            crate::sys::durable::write_durably(&path, &text)
         };
         match write() {
             Ok(()) => {

@@ -436,8 +436,10 @@ impl Launcher {
         let mut command = match &self.config.supervisor {
             Some(governor) => {
                 let exit_file = self.config.output_dir.join(format!("{group_name}.exit"));
-                // A record left by an earlier run of the same job id is not this run's.
+                // A record left by an earlier run of the same job id is not this run's (nor
+                // the temporary file of one whose supervisor was killed while writing it).
                 let _ = std::fs::remove_file(&exit_file);
+                crate::sys::durable::sweep_temporaries(&exit_file);
                 let mut command = std::process::Command::new(governor);
                 command
                     .arg("supervise")

@@ -30,6 +30,7 @@ impl Launcher {
         let Some(path) = self.config.journal.clone() else {
             return Vec::new();
         };
+        crate::sys::durable::sweep_temporaries(&path);
         let text = match std::fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
