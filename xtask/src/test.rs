@@ -304,14 +304,14 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
         || match crate::writers::installed() {
             Some(python) => {
                 eprintln!(
-                    "== real writers followed live (governor-progress/tests/progress_live_writers.rs)"
+                    "== real writers followed live (governor-watch/tests/progress_live_writers.rs)"
                 );
                 cmd::run(
                     cmd::cargo()
                         .args([
                             "test",
                             "-p",
-                            "governor-progress",
+                            "governor-watch",
                             "--test",
                             "progress_live_writers",
                         ])
