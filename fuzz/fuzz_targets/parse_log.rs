@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&ctl, bytes)) = data.split_first() else {
         return;
     };
-    let whole = parse_bytes(bytes, FormatChoice::Auto);
+    let whole = parse_bytes(bytes, FormatChoice::Auto, SystemTime::UNIX_EPOCH);
     let whole_keys: Vec<_> = whole
         .as_ref()
         .map(|log| log.records.iter().map(key).collect())
@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
 
     // Every format forced on arbitrary bytes.
     let format = Format::ALL[usize::from(ctl) % (Format::ALL.len() - 1)];
-    if let Ok(log) = parse_bytes(bytes, FormatChoice::Fixed(format)) {
+    if let Ok(log) = parse_bytes(bytes, FormatChoice::Fixed(format), SystemTime::UNIX_EPOCH) {
         let _ = summarize(
             &log,
             &SignalConfig {

@@ -19,6 +19,8 @@
 //! | `first-fit` | Schedulearn FIFO | the first node (by name) that fits |
 //! | `soonest` | ours | the node where the job is predicted the largest CPU share, packing GPUs |
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -18,6 +18,8 @@
 //!
 //! Selectable by name through [`by_name`].
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -1,5 +1,8 @@
-//! Progress ingestion: follow every job's training progress from the log files its framework
-//! already writes (parsers, format detection, progress signal, inotify tailer).
+//! Progress ingestion without I/O: the bytes of the log files a job's framework already writes
+//! in, records and the job's progress signal out (parsers, format detection, progress signal).
+//! The caller reads the files and says when it read them; following files live (inotify, file
+//! opening, MLflow's SQLite store) is `governor-watch`'s, so that the simulator and the fuzz
+//! targets build this crate without a runtime or a C library.
 //!
 //! Pieces, from bytes to progress:
 //! - [`lines`]: appended bytes to complete lines (`\n`, CRLF, `\r\r\n`, tqdm `\r` refreshes;
@@ -7,18 +10,19 @@
 //! - [`LogParser`] ([`detect`]): detects the format (or takes the one configured) and turns
 //!   lines into [`RecordData`]; one incremental parser per format lives in `parsers/`;
 //! - [`LogStream`]: splitter + parser for one file, numbering records and stamping them;
-//! - [`parse_bytes`] / [`parse_file`]: a whole file at once (`governor parse`, the simulator);
+//! - [`parse_bytes`]: a whole log held in memory (the simulator, the fuzz targets; the
+//!   `parse_file` of `governor-watch` for `governor parse`);
 //! - [`SignalTracker`] ([`signal`]): records to the job's progress signal E(t), with run
 //!   segments and NaN/inf reports;
-//! - [`watch::Watcher`]: follows many files at once with one inotify instance and delivers
-//!   records on a channel.
+//! - [`mlflow_rows`]: rows of MLflow's SQLite `metrics` table to records (the reading is the
+//!   watcher's).
 //!
 //! Nothing here ever puts a file's content into an error or a log message: the daemon runs as
 //! root and a job may point it at any path.
 
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+#![forbid(unsafe_code)]
+
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -27,15 +31,13 @@ pub mod detect;
 pub mod format;
 pub mod json;
 pub mod lines;
-#[cfg(feature = "mlflow-sqlite")]
-pub mod mlflow_db;
+pub mod mlflow_rows;
 pub mod num;
 mod parsers;
 pub mod record;
 pub mod signal;
 pub mod tensorboard;
 pub mod tfrecord;
-pub mod watch;
 
 pub use detect::LogParser;
 pub use format::{Format, FormatChoice, UnknownFormatName};
@@ -43,7 +45,6 @@ pub use lines::{LineSplitter, MAX_LINE_BYTES};
 pub use parsers::custom::CustomFormat;
 pub use record::{Metrics, Record, RecordData, Split};
 pub use signal::{SignalConfig, SignalTracker, SignalUpdate, Summary, quality_value, summarize};
-pub use watch::{FileOwner, OpenAs, WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
 
 /// A job's progress configuration, as written in its TOML section:
 ///
@@ -73,16 +74,6 @@ pub struct ProgressConfig {
 }
 
 impl ProgressConfig {
-    /// What the watcher should follow.
-    pub fn watch_spec(&self) -> WatchSpec {
-        WatchSpec {
-            paths: self.paths.clone(),
-            format: self.format,
-            custom: self.custom.clone(),
-            owner: None,
-        }
-    }
-
     /// A fresh tracker of the job's progress signal.
     pub fn signal_tracker(&self) -> SignalTracker {
         SignalTracker::new(self.signal.clone())
@@ -127,7 +118,7 @@ pub struct ParsedLog {
 }
 
 /// The incremental reader of one file: bytes in, numbered records out. Used by
-/// [`parse_file`] and by the watcher for each file it follows.
+/// [`parse_bytes`] and by the watcher for each file it follows.
 ///
 /// A text log goes through the line splitter and [`LogParser`]; a TensorBoard event file (by
 /// its name, or, with format `auto`, by a first record whose length checksum holds) through
@@ -396,7 +387,9 @@ impl LogStream {
         matches!(&self.decoder, Decoder::Events(d) if d.framing_errors().lost)
     }
 
-    fn into_parsed(
+    /// The whole log, once the input ended ([`LogStream::finish`]): `records` are what the
+    /// stream delivered. An error when no format was recognised (or not the one chosen).
+    pub fn into_parsed(
         self,
         choice: FormatChoice,
         records: Vec<Record>,
@@ -418,61 +411,29 @@ impl LogStream {
     }
 }
 
-/// Parses a whole log held in memory; records are labelled with the file name `<bytes>`.
-pub fn parse_bytes(bytes: &[u8], choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
-    parse_bytes_with(Path::new("<bytes>"), bytes, choice, None)
+/// Parses a whole log held in memory; records are labelled with the file name `<bytes>` and
+/// stamped `observed_at` (when the caller read the bytes).
+pub fn parse_bytes(
+    bytes: &[u8],
+    choice: FormatChoice,
+    observed_at: SystemTime,
+) -> Result<ParsedLog, ProgressError> {
+    parse_bytes_with(Path::new("<bytes>"), bytes, choice, None, observed_at)
 }
 
-/// [`parse_bytes`] with a file name for the records and an optional custom format.
+/// [`parse_bytes`] with a file name for the records (it also says what an event file or an
+/// MLflow metric file is) and an optional custom format.
 pub fn parse_bytes_with(
     file: &Path,
     bytes: &[u8],
     choice: FormatChoice,
     custom: Option<&CustomFormat>,
+    observed_at: SystemTime,
 ) -> Result<ParsedLog, ProgressError> {
     let mut stream = LogStream::new(file, choice, custom)?;
-    let now = SystemTime::now();
     let mut records = Vec::new();
-    stream.push(bytes, now, &mut records);
-    stream.finish(now, &mut records);
-    stream.into_parsed(choice, records)
-}
-
-/// Parses a whole log file (read in chunks, never all in memory at once).
-pub fn parse_file(path: &Path, choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
-    parse_file_with(path, choice, None)
-}
-
-/// [`parse_file`] with an optional custom format. An MLflow SQLite database (by its first
-/// bytes) is read through [`mlflow_db`].
-pub fn parse_file_with(
-    path: &Path,
-    choice: FormatChoice,
-    custom: Option<&CustomFormat>,
-) -> Result<ParsedLog, ProgressError> {
-    let mut file = open_regular(path)?;
-    if custom.is_none() && is_sqlite(&file) {
-        return parse_sqlite(path, choice);
-    }
-    let mut stream = LogStream::new(path, choice, custom)?;
-    let now = SystemTime::now();
-    let mut records = Vec::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(source) => {
-                return Err(ProgressError::Read {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        };
-        stream.push(&buf[..n], now, &mut records);
-    }
-    stream.finish(now, &mut records);
+    stream.push(bytes, observed_at, &mut records);
+    stream.finish(observed_at, &mut records);
     stream.into_parsed(choice, records)
 }
 
@@ -482,59 +443,6 @@ fn mlflow_parser(key: &str) -> LogParser {
         Box::new(parsers::mlflow::MetricFile::new(key)),
     )
 }
-
-/// True when the file starts like an SQLite database.
-pub(crate) fn is_sqlite(file: &File) -> bool {
-    use std::os::unix::fs::FileExt;
-    let mut head = [0u8; 16];
-    matches!(file.read_at(&mut head, 0), Ok(16)) && head == *b"SQLite format 3\0"
-}
-
-#[cfg(feature = "mlflow-sqlite")]
-fn parse_sqlite(path: &Path, choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
-    if !matches!(
-        choice,
-        FormatChoice::Auto | FormatChoice::Fixed(Format::MlflowSqlite)
-    ) {
-        return Err(ProgressError::FormatNotFound {
-            file: path.display().to_string(),
-            format: match choice {
-                FormatChoice::Fixed(f) => f,
-                FormatChoice::Auto => Format::MlflowSqlite,
-            },
-        });
-    }
-    let mut db = mlflow_db::MlflowDb::open(path)?;
-    let mut data = Vec::new();
-    db.read_new(&mut data)?;
-    let file: Arc<Path> = Arc::from(path);
-    let now = SystemTime::now();
-    let records = data
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| Record::from_data(file.clone(), Format::MlflowSqlite, i as u64, now, d))
-        .collect();
-    Ok(ParsedLog {
-        file,
-        format: Format::MlflowSqlite,
-        records,
-        skipped_long_lines: 0,
-        skipped_records: 0,
-    })
-}
-
-#[cfg(not(feature = "mlflow-sqlite"))]
-fn parse_sqlite(path: &Path, _choice: FormatChoice) -> Result<ParsedLog, ProgressError> {
-    Err(ProgressError::UnknownFormat {
-        file: path.display().to_string(),
-    })
-}
-
-/// Deepest directory level searched under a log directory.
-pub const MAX_LOG_DIR_DEPTH: usize = 8;
-/// Most directory entries looked at under one log directory (a job pointing at `/` must not
-/// make the daemon walk the disk).
-pub const MAX_LOG_DIR_ENTRIES: usize = 20_000;
 
 /// True for a file a log directory's follower reads: a TensorBoard event file, a metric file of
 /// MLflow's file store, an SQLite database (`*.db`: MLflow's store, checked when opened).
@@ -547,8 +455,9 @@ pub fn is_log_dir_file(path: &Path) -> bool {
         || parsers::mlflow::metric_key(path).is_some()
 }
 
-/// The creation time an event file's name carries (`events.out.tfevents.<seconds>.<host>...`).
-fn event_file_time(path: &Path) -> u64 {
+/// The creation time an event file's name carries (`events.out.tfevents.<seconds>.<host>...`),
+/// 0 for any other name: the order a log directory's writers started in.
+pub fn event_file_time(path: &Path) -> u64 {
     path.file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.split("tfevents.").nth(1))
@@ -557,139 +466,18 @@ fn event_file_time(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The files a log directory holds (see [`is_log_dir_file`]), in the order their writers
-/// started (an event file's name says when), then by path. Symbolic links are not followed;
-/// the walk stops at [`MAX_LOG_DIR_DEPTH`] levels and [`MAX_LOG_DIR_ENTRIES`] entries.
-pub fn log_dir_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut seen = 0usize;
-    let mut stack = vec![(dir.to_owned(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            seen += 1;
-            if seen > MAX_LOG_DIR_ENTRIES {
-                break;
-            }
-            let Ok(t) = e.file_type() else { continue };
-            let p = e.path();
-            if t.is_dir() && depth < MAX_LOG_DIR_DEPTH {
-                stack.push((p, depth + 1));
-            } else if t.is_file() && is_log_dir_file(&p) {
-                files.push(p);
-            }
-        }
-    }
-    files.sort_by_cached_key(|p| (event_file_time(p), p.clone()));
-    files
-}
-
-/// The directories under a log directory (itself included), as [`log_dir_files`] walks them.
-pub fn log_dir_directories(dir: &Path) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    let mut stack = vec![(dir.to_owned(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
-        if dirs.len() >= MAX_LOG_DIR_ENTRIES {
-            break;
-        }
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        dirs.push(d);
-        if depth >= MAX_LOG_DIR_DEPTH {
-            continue;
-        }
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push((e.path(), depth + 1));
-            }
-        }
-    }
-    dirs
-}
-
-/// Parses a log file, an MLflow database, or a log directory: every file of
-/// [`log_dir_files`], in that order, as one log (the records of all of them, as a job that
-/// logs there is followed). Files under a directory in no known format are left out.
-pub fn parse_path(
-    path: &Path,
-    choice: FormatChoice,
-    custom: Option<&CustomFormat>,
-) -> Result<ParsedLog, ProgressError> {
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-        return parse_file_with(path, choice, custom);
-    }
-    let mut merged: Option<ParsedLog> = None;
-    let mut first_error = None;
-    for f in log_dir_files(path) {
-        match parse_file_with(&f, choice, custom) {
-            Ok(log) => match merged.as_mut() {
-                None => merged = Some(log),
-                Some(m) => {
-                    m.records.extend(log.records);
-                    m.skipped_long_lines += log.skipped_long_lines;
-                    m.skipped_records += log.skipped_records;
-                }
-            },
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match merged {
-        Some(mut m) => {
-            m.file = Arc::from(path);
-            Ok(m)
-        }
-        None => Err(match first_error {
-            Some(e @ (ProgressError::Read { .. } | ProgressError::NotRegularFile { .. })) => e,
-            _ => ProgressError::UnknownFormat {
-                file: path.display().to_string(),
-            },
-        }),
-    }
-}
-
-/// Opens `path` for reading without blocking on FIFOs or devices, and refuses anything but a
-/// regular file (a job could point the root daemon at `/dev/zero` or a FIFO).
-pub(crate) fn open_regular(path: &Path) -> Result<File, ProgressError> {
-    open_regular_with(path, |p| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(p)
-    })
-}
-
-/// [`open_regular`] with another way to open (a job owner's rights, see
-/// [`watch::OpenAs`]); the file must still be a regular file.
-pub(crate) fn open_regular_with(
-    path: &Path,
-    open: impl FnOnce(&Path) -> std::io::Result<File>,
-) -> Result<File, ProgressError> {
-    let read_err = |source| ProgressError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = open(path).map_err(read_err)?;
-    let meta = file.metadata().map_err(read_err)?;
-    if !meta.file_type().is_file() {
-        return Err(ProgressError::NotRegularFile {
-            path: path.to_owned(),
-        });
-    }
-    Ok(file)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parse_bytes_detects_and_numbers_records() {
-        let log = parse_bytes(b"epoch,loss\n0,1.5\n1,1.0", FormatChoice::Auto).unwrap();
+        let log = parse_bytes(
+            b"epoch,loss\n0,1.5\n1,1.0",
+            FormatChoice::Auto,
+            SystemTime::UNIX_EPOCH,
+        )
+        .unwrap();
         assert_eq!(log.format, Format::KerasCsv);
         assert_eq!(log.records.len(), 2, "the unterminated last line counts");
         assert_eq!(log.records[1].index, 1);
@@ -699,27 +487,20 @@ mod tests {
     #[test]
     fn unknown_input_is_an_error_that_does_not_quote_it() {
         let secret = b"root:x:0:0:root:/root:/bin/bash\n";
-        let err = parse_bytes(secret, FormatChoice::Auto).unwrap_err();
+        let err = parse_bytes(secret, FormatChoice::Auto, SystemTime::UNIX_EPOCH).unwrap_err();
         assert_eq!(
             err.to_string(),
             "no known training-log format recognised in <bytes>"
         );
-        let err = parse_bytes(secret, FormatChoice::Fixed(Format::KerasCsv)).unwrap_err();
+        let err = parse_bytes(
+            secret,
+            FormatChoice::Fixed(Format::KerasCsv),
+            SystemTime::UNIX_EPOCH,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "no keras_csv records recognised in <bytes>"
-        );
-    }
-
-    #[test]
-    fn special_files_are_refused() {
-        let err = parse_file(Path::new("/dev/zero"), FormatChoice::Auto).unwrap_err();
-        assert!(matches!(err, ProgressError::NotRegularFile { .. }), "{err}");
-        let err = parse_file(Path::new("/nonexistent/x.log"), FormatChoice::Auto).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("cannot read /nonexistent/x.log: "),
-            "{err}"
         );
     }
 
@@ -746,7 +527,6 @@ mod tests {
         );
         assert_eq!(c.custom.as_ref().unwrap().split, Some(Split::Train));
         assert!(c.custom.as_ref().unwrap().validate().is_ok());
-        assert_eq!(c.watch_spec().paths, c.paths);
         assert_eq!(c.signal_tracker().metric(), Some("val_loss"));
         let minimal: ProgressConfig = toml::from_str("paths = ['/var/log/train.log']").unwrap();
         assert_eq!(minimal.signal, SignalConfig::default());
@@ -767,7 +547,12 @@ format = 'keras_csv'",
 
     #[test]
     fn a_recognised_file_without_records_is_not_an_error() {
-        let log = parse_bytes(b"epoch,step,train_loss\n", FormatChoice::Auto).unwrap();
+        let log = parse_bytes(
+            b"epoch,step,train_loss\n",
+            FormatChoice::Auto,
+            SystemTime::UNIX_EPOCH,
+        )
+        .unwrap();
         assert_eq!(log.format, Format::LightningCsv);
         assert!(log.records.is_empty());
     }

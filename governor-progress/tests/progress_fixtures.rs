@@ -115,8 +115,14 @@ fn read(path: &str) -> Vec<u8> {
 }
 
 fn parse(path: &str, bytes: &[u8]) -> ParsedLog {
-    parse_bytes_with(Path::new(path), bytes, FormatChoice::Auto, None)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
+    parse_bytes_with(
+        Path::new(path),
+        bytes,
+        FormatChoice::Auto,
+        None,
+        SystemTime::UNIX_EPOCH,
+    )
+    .unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 fn crlf(bytes: &[u8], terminator: &[u8]) -> Vec<u8> {
@@ -282,6 +288,7 @@ fn forcing_the_format_gives_the_detected_records() {
             &bytes,
             FormatChoice::Fixed(e.format),
             None,
+            SystemTime::UNIX_EPOCH,
         )
         .unwrap_or_else(|err| panic!("{}: {err}", e.path));
         assert!(

@@ -31,7 +31,7 @@ fn stream(bytes: &[u8], cuts: &[usize], finish: bool) -> Vec<Record> {
 }
 
 fn batch(bytes: &[u8]) -> Vec<Seen> {
-    parse_bytes(bytes, FormatChoice::Auto)
+    parse_bytes(bytes, FormatChoice::Auto, SystemTime::UNIX_EPOCH)
         .map(|log| seen(&log.records))
         .unwrap_or_default()
 }

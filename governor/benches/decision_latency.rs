@@ -54,10 +54,8 @@ use governor::policy::{
     self, Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage,
 };
-use governor::progress::{
-    FormatChoice, Record, SignalConfig, WatchEvent, WatchEventKind, WatchSpec, Watcher,
-    WatcherHandle,
-};
+use governor::progress::{FormatChoice, Record, SignalConfig};
+use governor::watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle};
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc;
 

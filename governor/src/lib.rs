@@ -27,5 +27,9 @@ pub mod sys;
 /// The node policies (crate `governor-policy`, pure: no I/O), under the name the daemon's
 /// modules use.
 pub use governor_policy as policy;
-/// Log ingestion (crate `governor-progress`), under the name the daemon's modules use.
+/// Log parsing and the progress signal (crate `governor-progress`, pure: bytes and times in),
+/// under the name the daemon's modules use.
 pub use governor_progress as progress;
+/// Following log files live and reading them (crate `governor-watch`: inotify, file opening,
+/// MLflow's SQLite store).
+pub use governor_watch as watch;

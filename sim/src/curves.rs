@@ -1,8 +1,8 @@
 //! Real loss curves: read training logs with the daemon's own parsers and turn each into a loss
 //! as a function of the fraction of the job's work done.
 //!
-//! Every file under the directory is parsed with [`governor_progress::parse_file`] (format
-//! auto-detected, exactly as the daemon would) and its records are fed, in order, to the
+//! Every file under the directory is read whole and parsed with
+//! [`governor_progress::parse_bytes_with`] (format auto-detected, exactly as the daemon would) and its records are fed, in order, to the
 //! daemon's [`SignalTracker`] with the default configuration, so the curve is the signal the
 //! policies would see on a real node: the training loss under its framework's name.
 //!
@@ -21,9 +21,12 @@
 //!   round-trip exactly through JSON.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use governor_policy::Direction;
-use governor_progress::{FormatChoice, SignalConfig, SignalTracker, SignalUpdate, parse_file};
+use governor_progress::{
+    FormatChoice, SignalConfig, SignalTracker, SignalUpdate, parse_bytes_with,
+};
 use serde::{Deserialize, Serialize};
 
 /// Fewest values a usable curve has.
@@ -98,7 +101,16 @@ type CurvePoint = (Option<f64>, Option<u64>, f64);
 
 /// The curve of one log file (see the module documentation), or why there is none.
 pub fn curve_from_file(path: &Path, source: &str) -> Result<RealCurve, String> {
-    let log = parse_file(path, FormatChoice::Auto).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // The curve uses no wall time: a fixed one keeps the simulator deterministic.
+    let log = parse_bytes_with(
+        path,
+        &bytes,
+        FormatChoice::Auto,
+        None,
+        SystemTime::UNIX_EPOCH,
+    )
+    .map_err(|e| e.to_string())?;
     let mut tracker = SignalTracker::new(SignalConfig::default());
     // Segments of (epoch, step, value).
     let mut segments: Vec<Vec<CurvePoint>> = Vec::new();

@@ -10,6 +10,7 @@ mod calibrate;
 mod cmd;
 mod demo;
 mod fuzz;
+mod purity;
 mod setup;
 mod test;
 mod vm;

@@ -1,7 +1,7 @@
-//! `cargo xtask test`: everything CI runs, in order, stopping at the first failure: fmt, clippy,
-//! unit and host tests, the privileged host tests (`root_host_*`), the demo's short version
-//! (`cargo xtask demo --short`), about a minute of fuzzing (`cargo xtask fuzz`), then the VM
-//! tests.
+//! `cargo xtask test`: everything CI runs, in order, stopping at the first failure: fmt, the pure
+//! crates' dependency check, clippy, unit and host tests, the privileged host tests
+//! (`root_host_*`), the demo's short version (`cargo xtask demo --short`), about a minute of
+//! fuzzing (`cargo xtask fuzz`), then the VM tests.
 //!
 //! A privileged group runs where its precondition holds (root, kernel BTF, the v1 cpu
 //! controller). Where it does not, a developer's machine says so and goes on; in CI (`CI` set)
@@ -276,6 +276,12 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     cmd::report_free_disk("after setup");
     eprintln!("== cargo fmt --check");
     cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
+    eprintln!(
+        "== pure crates' dependencies (no {} in {})",
+        crate::purity::FORBIDDEN.join(", "),
+        crate::purity::PURE_CRATES.join(", ")
+    );
+    timed("pure crates' dependencies", crate::purity::check)?;
     eprintln!("== cargo clippy -D warnings");
     timed("clippy", || {
         cmd::run(cmd::cargo().args([
@@ -304,14 +310,14 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
         || match crate::writers::installed() {
             Some(python) => {
                 eprintln!(
-                    "== real writers followed live (governor-progress/tests/progress_live_writers.rs)"
+                    "== real writers followed live (governor-watch/tests/progress_live_writers.rs)"
                 );
                 cmd::run(
                     cmd::cargo()
                         .args([
                             "test",
                             "-p",
-                            "governor-progress",
+                            "governor-watch",
                             "--test",
                             "progress_live_writers",
                         ])

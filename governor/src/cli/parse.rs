@@ -17,9 +17,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::progress::{
-    CustomFormat, Format, FormatChoice, Metrics, ProgressError, SignalConfig, Split, parse_path,
-    summarize,
+    CustomFormat, Format, FormatChoice, Metrics, ProgressError, SignalConfig, Split, summarize,
 };
+use crate::watch::parse_path;
 
 /// Arguments of `governor parse`.
 #[derive(Debug, clap::Args)]

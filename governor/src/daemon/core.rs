@@ -22,10 +22,9 @@ use crate::policy::{
     Allocation, Category, CpuAllocation, Direction, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Usage,
 };
-use crate::progress::{
-    Format, Record, SignalConfig, SignalTracker, SignalUpdate, WatchEvent, WatchEventKind,
-};
+use crate::progress::{Format, Record, SignalConfig, SignalTracker, SignalUpdate};
 use crate::status::{JobStatus, NodeStatus};
+use crate::watch::{WatchEvent, WatchEventKind};
 
 /// How a job came to be governed.
 #[derive(Clone, Debug, PartialEq, Eq)]

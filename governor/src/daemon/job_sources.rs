@@ -20,8 +20,9 @@ use crate::discovery::procfs::{CgroupLine, Credentials, ProcFs};
 use crate::discovery::scan::{self, EnvProcess, Placement};
 use crate::policy::{Direction, JobId, JobSpec};
 use crate::progress::signal::infer_direction;
-use crate::progress::{FileOwner, FormatChoice, SignalConfig, WatchSpec};
+use crate::progress::{FormatChoice, SignalConfig};
 use crate::sys::proc_events::ProcEvent;
+use crate::watch::{FileOwner, WatchSpec};
 
 /// The overflow user and group (`nobody`): the rights a job's files are read with when its
 /// owner cannot be told.

@@ -32,8 +32,8 @@ use crate::coordinator_client::{
     AgentConfig, AgentStatus, NodeAgent, NodeCommand, NodeReport, TlsFiles,
 };
 use crate::policy::{self, NodeResources};
-use crate::progress::{WatchEvent, Watcher, WatcherHandle};
 use crate::sys::proc_events::{ProcEvent, ProcEvents};
+use crate::watch::{WatchEvent, Watcher, WatcherHandle};
 
 /// Command-line options of `governor daemon`.
 #[derive(Clone, Debug)]
@@ -272,7 +272,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
     raise_open_file_limit();
     // A job's log paths are opened with its owner's rights (root must not read, for
     // anyone, what they could not read themselves).
-    let open_as: crate::progress::OpenAs = std::sync::Arc::new(|path, owner| {
+    let open_as: crate::watch::OpenAs = std::sync::Arc::new(|path, owner| {
         if owner.uid == nix::unistd::geteuid().as_raw() {
             use std::os::unix::fs::OpenOptionsExt;
             // Our own user: nothing to switch (never block on a FIFO: O_NONBLOCK).

@@ -4,7 +4,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use governor_progress::{FormatChoice, WatchEventKind, WatchSpec, Watcher};
+use governor_progress::FormatChoice;
+use governor_watch::{WatchEventKind, WatchSpec, Watcher};
 
 /// utime + stime, in clock ticks, of this process's thread named `name`.
 fn thread_cpu_ticks(name: &str) -> u64 {

@@ -1,7 +1,7 @@
 //! Latency from `write()` of a log line to its record arriving on the watcher's channel, with
 //! 1,000 files watched at once (goal: p99 under 2 ms).
 //!
-//! `cargo bench -p governor --bench progress_latency`
+//! `cargo bench -p governor-watch --bench progress_latency`
 //!
 //! `write_to_record_1000_files`: each sample writes one complete line to one of the 1,000 files
 //! (a different one each time, chosen pseudo-randomly; writers keep their files open like
@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use governor_progress::{FormatChoice, WatchEvent, WatchEventKind, WatchSpec, Watcher};
+use governor_progress::FormatChoice;
+use governor_watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher};
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc;
 
@@ -27,7 +28,7 @@ struct Setup {
     writers: Vec<File>,
     rx: mpsc::Receiver<WatchEvent>,
     rt: tokio::runtime::Runtime,
-    _handle: governor_progress::WatcherHandle,
+    _handle: governor_watch::WatcherHandle,
     lcg: u64,
     line_no: u64,
 }

@@ -20,9 +20,8 @@
 //!
 //! **Rows to records.** History: every row, runs in the order they started, rows in the order
 //! they were written. Then new rows by `rowid` (SQLite gives a new row the largest rowid plus
-//! one). Consecutive rows of one run with the same step and timestamp — what one
-//! `mlflow.log_metrics({...})` or one autologged epoch writes — are one record; `is_nan` rows
-//! are NaN.
+//! one). Turning rows into records needs no database and is the progress crate's
+//! ([`governor_progress::mlflow_rows`]): this module only reads.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,35 +29,21 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::ProgressError;
-use crate::parsers::{Names, split_by_names};
-use crate::record::{Metrics, RecordData};
+use governor_progress::mlflow_rows::{MetricRow, RowGrouper};
+use governor_progress::{Format, ProgressError, RecordData};
 
 /// Rows read by one statement.
 pub const BATCH_ROWS: usize = 5000;
 /// How long a read waits for the writer's commit to end.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The first 16 bytes of every SQLite database.
-pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
-
 /// A read-only follower of one MLflow database.
 pub struct MlflowDb {
     conn: Connection,
     path: Arc<Path>,
     last_rowid: i64,
-    names: Names,
+    grouper: RowGrouper,
     history_read: bool,
-}
-
-/// One row of `metrics`.
-struct Row {
-    rowid: i64,
-    key: String,
-    value: f64,
-    step: i64,
-    timestamp: i64,
-    run: String,
 }
 
 fn sql_error(path: &Path, e: rusqlite::Error) -> ProgressError {
@@ -109,14 +94,14 @@ impl MlflowDb {
         if !has_metrics {
             return Err(ProgressError::FormatNotFound {
                 file: path.display().to_string(),
-                format: crate::Format::MlflowSqlite,
+                format: Format::MlflowSqlite,
             });
         }
         Ok(MlflowDb {
             conn,
             path: Arc::from(path),
             last_rowid: 0,
-            names: Names::default(),
+            grouper: RowGrouper::new(),
             history_read: false,
         })
     }
@@ -137,7 +122,7 @@ impl MlflowDb {
         }
         .map_err(|e| sql_error(&self.path, e))?;
         self.history_read = true;
-        self.group(rows, out);
+        self.grouper.group(rows, out);
         Ok(())
     }
 
@@ -146,7 +131,7 @@ impl MlflowDb {
         matches!(e, ProgressError::Read { source, .. } if source.kind() == std::io::ErrorKind::WouldBlock)
     }
 
-    fn history(&mut self) -> rusqlite::Result<Vec<Row>> {
+    fn history(&mut self) -> rusqlite::Result<Vec<MetricRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT m.rowid, m.key, m.value, m.is_nan, m.step, m.timestamp, m.run_uuid
              FROM metrics m LEFT JOIN runs r ON r.run_uuid = m.run_uuid
@@ -154,14 +139,14 @@ impl MlflowDb {
         )?;
         let rows = stmt
             .query_map([], row)?
-            .collect::<rusqlite::Result<Vec<Row>>>()?;
+            .collect::<rusqlite::Result<Vec<MetricRow>>>()?;
         if let Some(max) = rows.iter().map(|r| r.rowid).max() {
             self.last_rowid = max;
         }
         Ok(rows)
     }
 
-    fn new_rows(&mut self) -> rusqlite::Result<Vec<Row>> {
+    fn new_rows(&mut self) -> rusqlite::Result<Vec<MetricRow>> {
         let mut all = Vec::new();
         loop {
             let mut stmt = self.conn.prepare_cached(
@@ -170,7 +155,7 @@ impl MlflowDb {
             )?;
             let rows = stmt
                 .query_map((self.last_rowid, BATCH_ROWS as i64), row)?
-                .collect::<rusqlite::Result<Vec<Row>>>()?;
+                .collect::<rusqlite::Result<Vec<MetricRow>>>()?;
             let n = rows.len();
             if let Some(last) = rows.last() {
                 self.last_rowid = last.rowid;
@@ -181,40 +166,12 @@ impl MlflowDb {
             }
         }
     }
-
-    fn group(&mut self, rows: Vec<Row>, out: &mut Vec<RecordData>) {
-        let mut current: Option<(String, i64, i64, Metrics)> = None;
-        let flush = |c: Option<(String, i64, i64, Metrics)>, out: &mut Vec<RecordData>| {
-            if let Some((_, step, _, metrics)) = c {
-                out.push(RecordData {
-                    epoch: None,
-                    step: u64::try_from(step).ok(),
-                    split: split_by_names(&metrics),
-                    metrics,
-                });
-            }
-        };
-        for r in rows {
-            let same = current.as_ref().is_some_and(|(run, step, ts, m)| {
-                *run == r.run && *step == r.step && *ts == r.timestamp && !m.contains(&r.key)
-            });
-            if !same {
-                flush(current.take(), out);
-                current = Some((r.run.clone(), r.step, r.timestamp, Metrics::new()));
-            }
-            let name = self.names.get(&r.key);
-            if let Some((_, _, _, m)) = current.as_mut() {
-                m.insert(name, r.value);
-            }
-        }
-        flush(current, out);
-    }
 }
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MetricRow> {
     let is_nan: Option<bool> = r.get(3)?;
     let value: Option<f64> = r.get(2)?;
-    Ok(Row {
+    Ok(MetricRow {
         rowid: r.get(0)?,
         key: r.get(1)?,
         value: if is_nan.unwrap_or(false) {

@@ -7,9 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use governor_progress::watch::{WatchError, WatchStats};
-use governor_progress::{
-    Format, FormatChoice, Record, WatchEvent, WatchEventKind, WatchSpec, Watcher, WatcherHandle,
+use governor_progress::{Format, FormatChoice, Record};
+use governor_watch::{
+    WatchError, WatchEvent, WatchEventKind, WatchSpec, WatchStats, Watcher, WatcherHandle,
 };
 use tokio::sync::mpsc;
 use tokio::time::timeout;

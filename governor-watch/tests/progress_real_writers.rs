@@ -1,4 +1,5 @@
-//! Logs written by the tracking back-ends themselves (`tests/data/real_writers/`, made by
+//! Logs written by the tracking back-ends themselves (`governor-progress/tests/data/real_writers/`,
+//! the progress crate's fixtures, made by
 //! `make_fixtures.py` with `cargo xtask writer-fixtures`): PyTorch's `SummaryWriter`, Keras'
 //! `TensorBoard` callback, Lightning's default logger, MLflow's SQLite and file stores, and the
 //! JSON-lines logger of Keras' documentation. Each is read as the job's log directory is
@@ -12,13 +13,12 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use governor_progress::{
-    Format, FormatChoice, LogStream, SignalConfig, log_dir_files, parse_path, summarize,
-};
+use governor_progress::{Format, FormatChoice, LogStream, SignalConfig, summarize};
+use governor_watch::{log_dir_files, parse_path};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/real_writers")
+        .join("../governor-progress/tests/data/real_writers")
         .join(name)
 }
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use governor_progress::{FormatChoice, WatchEventKind, WatchSpec, Watcher};
+use governor_progress::FormatChoice;
+use governor_watch::{WatchEventKind, WatchSpec, Watcher};
 
 fn python() -> PathBuf {
     match std::env::var_os("GOVERNOR_WRITERS_PYTHON").map(PathBuf::from) {
@@ -39,8 +40,8 @@ async fn follow_live(kind: &str, dir: &Path, follow: &Path, n: usize, metric: &s
         )
         .await
         .unwrap();
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/real_writers/live_writer.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../governor-progress/tests/data/real_writers/live_writer.py");
     let mut child = Command::new(python())
         .arg(script)
         .args([kind])

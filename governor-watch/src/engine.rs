@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 
 use super::pattern::PathPattern;
 use super::{Command, WatchError, WatchEvent, WatchEventKind, WatchSpec, WatchStats};
-use crate::{Format, LogStream, MAX_LINE_BYTES, Record, open_regular, open_regular_with};
+use crate::{Format, Record, open_regular, open_regular_with};
+use governor_progress::{LogStream, MAX_LINE_BYTES};
 
 /// Bytes read from one file before the others get a turn.
 const READ_BUDGET: u64 = 1 << 20;
@@ -664,7 +665,7 @@ impl Engine {
             }
         };
         #[cfg(feature = "mlflow-sqlite")]
-        let db = if crate::is_sqlite(&file) {
+        let db = if crate::files::is_sqlite(&file) {
             match open_db(&path, &meta) {
                 Ok(db) => Some(Box::new(db)),
                 Err(message) => {

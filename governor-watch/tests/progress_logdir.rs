@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use governor_progress::tensorboard::{file_version_event, scalar_event};
 use governor_progress::tfrecord::frame;
-use governor_progress::{
-    Format, FormatChoice, Record, WatchEvent, WatchEventKind, WatchSpec, Watcher,
-};
+use governor_progress::{Format, FormatChoice, Record};
+use governor_watch::{WatchEvent, WatchEventKind, WatchSpec, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 

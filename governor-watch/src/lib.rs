@@ -1,4 +1,7 @@
 //! Live watching: follow many log files at once and deliver their records as they are written.
+//! The I/O half of progress ingestion: this crate opens, watches and reads the files (and
+//! MLflow's SQLite store, with the `mlflow-sqlite` feature); `governor-progress` turns the bytes
+//! into records and the progress signal.
 //!
 //! One [`Watcher`] owns one inotify instance and either a thread running a single-threaded
 //! tokio runtime ([`Watcher::spawn`]) or a task on the caller's runtime
@@ -30,17 +33,35 @@
 //!
 //! Paths are absolute host paths (the daemon resolves a container's paths through
 //! `/proc/<pid>/root` before calling [`WatcherHandle::add`]).
+//!
+//! [`parse_file`] and [`parse_path`] read a file, a database or a log directory whole (what
+//! `governor parse` does).
+//!
+//! Nothing here ever puts a file's content into an error or a log message: the daemon runs as
+//! root and a job may point it at any path.
+
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use governor_progress::{
+    CustomFormat, Format, FormatChoice, ProgressConfig, ProgressError, Record,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{CustomFormat, Format, FormatChoice, ProgressError, Record};
-
 mod engine;
+mod files;
+#[cfg(feature = "mlflow-sqlite")]
+pub mod mlflow_db;
 mod pattern;
+
+pub use files::{
+    MAX_LOG_DIR_DEPTH, MAX_LOG_DIR_ENTRIES, log_dir_directories, log_dir_files, parse_file,
+    parse_file_with, parse_path,
+};
+pub(crate) use files::{open_regular, open_regular_with};
 
 /// What to follow for one job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -60,6 +81,18 @@ pub struct WatchSpec {
     /// for paths from the operator's configuration. See [`OpenAs`].
     #[serde(default)]
     pub owner: Option<FileOwner>,
+}
+
+impl From<&ProgressConfig> for WatchSpec {
+    /// What to follow for a job configured so, with the watcher's own rights.
+    fn from(c: &ProgressConfig) -> Self {
+        WatchSpec {
+            paths: c.paths.clone(),
+            format: c.format,
+            custom: c.custom.clone(),
+            owner: None,
+        }
+    }
 }
 
 /// A user's credentials to open a job's log files with.
