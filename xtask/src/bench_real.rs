@@ -800,28 +800,12 @@ fn stop(child: &mut Child) {
 /// The benchmark's Python environment: created and filled once, then reused (a stamp names the
 /// packages installed).
 pub(crate) fn python_env() -> Result<PathBuf> {
-    let venv = cmd::target_dir().join("bench/venv");
-    let python = venv.join("bin/python");
-    let stamp = venv.join("governor-packages");
-    let want = PYTHON_PACKAGES.join("\n");
-    if python.exists() && fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return Ok(python);
-    }
-    eprintln!(
-        "== Python environment for the real jobs (PyPI, {})",
-        venv.display()
-    );
-    if !python.exists() {
-        cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    }
-    cmd::run(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-            .args(PYTHON_PACKAGES),
+    cmd::python_venv(
+        &cmd::target_dir().join("bench/venv"),
+        PYTHON_PACKAGES,
+        &[],
+        "the real jobs",
     )
-    .context("installing the real jobs' Python packages from PyPI failed")?;
-    fs::write(&stamp, want)?;
-    Ok(python)
 }
 
 /// Everything `summary.md` and `results.json` say about one workload.

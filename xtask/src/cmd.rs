@@ -168,3 +168,57 @@ pub(crate) fn report_free_disk(stage: &str) {
         eprintln!("   disk: {gib:.1} GiB free under the target directory ({stage})");
     }
 }
+
+/// What a project-local Python environment's stamp says: the packages installed, then each
+/// package removed after (`-NAME`).
+fn venv_stamp(packages: &[&str], uninstall: &[&str]) -> String {
+    let mut lines: Vec<String> = packages.iter().map(|p| (*p).to_owned()).collect();
+    lines.extend(uninstall.iter().map(|p| format!("-{p}")));
+    lines.join("\n")
+}
+
+/// The Python of the environment at `venv`, if it holds exactly `packages` (less `uninstall`),
+/// as its stamp file says.
+pub(crate) fn venv_python(venv: &Path, packages: &[&str], uninstall: &[&str]) -> Option<PathBuf> {
+    let python = venv.join("bin/python");
+    let stamp = std::fs::read_to_string(venv.join("governor-packages")).ok()?;
+    (python.exists() && stamp == venv_stamp(packages, uninstall)).then_some(python)
+}
+
+/// A project-local Python environment at `venv` with `packages` from PyPI (then `uninstall`
+/// removed): created and filled once, reused while its stamp names the same packages.
+/// `what` names it in the output and in the error.
+pub(crate) fn python_venv(
+    venv: &Path,
+    packages: &[&str],
+    uninstall: &[&str],
+    what: &str,
+) -> Result<PathBuf> {
+    if let Some(python) = venv_python(venv, packages, uninstall) {
+        return Ok(python);
+    }
+    let python = venv.join("bin/python");
+    eprintln!(
+        "== Python environment for {what} (PyPI, {})",
+        venv.display()
+    );
+    let started = std::time::Instant::now();
+    if !python.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
+    }
+    run(Command::new(&python)
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+        .args(packages))
+    .with_context(|| format!("installing {what} from PyPI failed"))?;
+    if !uninstall.is_empty() {
+        run(Command::new(&python)
+            .args(["-m", "pip", "uninstall", "-q", "-y"])
+            .args(uninstall))?;
+    }
+    std::fs::write(
+        venv.join("governor-packages"),
+        venv_stamp(packages, uninstall),
+    )?;
+    eprintln!("   installed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(python)
+}

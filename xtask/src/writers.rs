@@ -37,44 +37,22 @@ pub(crate) fn venv() -> PathBuf {
         .unwrap_or_else(|| cmd::target_dir().join("writers/venv"))
 }
 
-fn stamp_text() -> String {
-    format!("{}\n-triton", PYTHON_PACKAGES.join("\n"))
-}
+/// Installed after the writers and removed: a CPU run never loads it (see the module's doc).
+const UNINSTALLED: &[&str] = &["triton"];
 
 /// The environment's Python, if it is installed with the packages named here.
 pub(crate) fn installed() -> Option<PathBuf> {
-    let python = venv().join("bin/python");
-    let stamp = fs::read_to_string(venv().join("governor-packages")).ok()?;
-    (python.exists() && stamp == stamp_text()).then_some(python)
+    cmd::venv_python(&venv(), PYTHON_PACKAGES, UNINSTALLED)
 }
 
 /// The writers' Python, installing them first if the venv lacks them.
 pub(crate) fn python() -> Result<PathBuf> {
-    if let Some(python) = installed() {
-        return Ok(python);
-    }
-    let venv = venv();
-    let python = venv.join("bin/python");
-    let stamp = venv.join("governor-packages");
-    let want = stamp_text();
-    eprintln!(
-        "== Python environment for the tracking back-ends (PyPI, {})",
-        venv.display()
-    );
-    let started = std::time::Instant::now();
-    if !python.exists() {
-        cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    }
-    cmd::run(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-            .args(PYTHON_PACKAGES),
+    cmd::python_venv(
+        &venv(),
+        PYTHON_PACKAGES,
+        UNINSTALLED,
+        "the tracking back-ends",
     )
-    .context("installing the tracking back-ends from PyPI failed")?;
-    cmd::run(Command::new(&python).args(["-m", "pip", "uninstall", "-q", "-y", "triton"]))?;
-    fs::write(&stamp, want)?;
-    eprintln!("   installed in {:.0} s", started.elapsed().as_secs_f64());
-    Ok(python)
 }
 
 fn fixtures_dir() -> PathBuf {
