@@ -3,9 +3,12 @@
 //! run never grows the committed files). A crash, a timeout or running out of memory fails the
 //! command, naming the target and the input that did it.
 //!
-//! The targets are built once by `cargo +nightly fuzz build` (libFuzzer, release with debug
-//! assertions and overflow checks, no sanitizer: the fuzzed crates hold no unsafe code) and their
-//! binaries are run directly, one after another.
+//! The targets are built once with nightly cargo and the instrumentation flags cargo-fuzz would
+//! pass (libFuzzer's coverage passes, `--cfg fuzzing`, release with debug assertions and overflow
+//! checks, no sanitizer: the fuzzed crates hold no unsafe code), and their binaries are run
+//! directly, one after another. We build without cargo-fuzz itself because installing it meant
+//! compiling it from crates.io in every clean CI run (79-239 s measured), for what is one
+//! `cargo build` with flags; `cargo fuzz` still works on `fuzz/` for whoever has it.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -15,7 +18,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::setup;
 
 /// What all targets together get by default, in seconds.
 const DEFAULT_TOTAL_SECONDS: u64 = 60;
@@ -31,7 +33,7 @@ pub(crate) struct FuzzArgs {
     /// Seconds per target (default: 60 s shared among all targets).
     #[arg(long)]
     pub seconds: Option<u64>,
-    /// Fuzz only these targets (default: every target `cargo fuzz list` shows).
+    /// Fuzz only these targets (default: every binary fuzz/Cargo.toml declares).
     pub targets: Vec<String>,
 }
 
@@ -49,19 +51,64 @@ fn fuzz_dir() -> PathBuf {
     cmd::workspace_root().join("fuzz")
 }
 
-/// `cargo fuzz ...` with the nightly toolchain and the cargo-fuzz that setup installed.
-fn cargo_fuzz() -> Command {
+/// The coverage instrumentation of cargo-fuzz 0.13's `cargo fuzz build --release
+/// --debug-assertions --sanitizer none` on Linux, without its `-C codegen-units=1` (a faster
+/// fuzzing binary for a slower build: our runs are a minute long, the build several).
+const FUZZ_RUSTFLAGS: &[&str] = &[
+    "-Cpasses=sancov-module",
+    "-Cllvm-args=-sanitizer-coverage-level=4",
+    "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",
+    "-Cllvm-args=-sanitizer-coverage-pc-table",
+    "-Cllvm-args=-sanitizer-coverage-trace-compares",
+    "-Cllvm-args=-simplifycfg-branch-fold-threshold=0",
+    "--cfg",
+    "fuzzing",
+    "-Clink-dead-code",
+    "-Cllvm-args=-sanitizer-coverage-stack-depth",
+    "-Cdebug-assertions",
+];
+
+/// `cargo build` of every fuzz target, as cargo-fuzz would build them (see [`FUZZ_RUSTFLAGS`]).
+fn fuzz_build(triple: &str) -> Command {
     let mut c = cmd::nightly("cargo");
-    let path = std::env::var("PATH").unwrap_or_default();
-    c.env(
-        "PATH",
-        format!("{}:{path}", cmd::tools_dir().join("bin").display()),
-    );
-    c.arg("fuzz");
+    let manifest = fuzz_dir().join("Cargo.toml");
+    c.args(["build", "--release", "--bins"])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        // With an explicit target, RUSTFLAGS do not reach build scripts (as with cargo-fuzz).
+        .args(["--target", triple])
+        // Symbolised stack traces for a crash, at less build time than full debug info.
+        .args(["--config", "profile.release.debug=\"line-tables-only\""])
+        .env("RUSTFLAGS", FUZZ_RUSTFLAGS.join(" "))
+        // What cargo-fuzz exposes to build scripts.
+        .env("CARGO_FUZZ", "1")
+        .env("CARGO_FUZZ_MANIFEST", &manifest);
     c
 }
 
-/// The host's target triple (what cargo-fuzz builds for, and names its output directory after).
+/// The fuzz targets: the binaries `fuzz/Cargo.toml` declares.
+fn list_targets() -> Result<Vec<String>> {
+    let mut c = cmd::nightly("cargo");
+    c.args(["metadata", "--no-deps", "--format-version", "1"])
+        .arg("--manifest-path")
+        .arg(fuzz_dir().join("Cargo.toml"));
+    let meta: serde_json::Value =
+        serde_json::from_str(&cmd::output(&mut c)?).context("cargo metadata of fuzz/")?;
+    Ok(meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// The host's target triple (what the targets are built for, and their output directory's name).
 fn host_triple() -> Result<String> {
     let v = cmd::output(Command::new("rustc").args(["+nightly", "-vV"]))
         .context("the nightly toolchain is missing; the fuzz targets need it (rustup toolchain install nightly)")?;
@@ -74,9 +121,7 @@ fn host_triple() -> Result<String> {
 pub(crate) fn run(args: &FuzzArgs) -> Result<()> {
     let started = Instant::now();
     let triple = host_triple()?;
-    setup::step("cargo-fuzz", setup::cargo_fuzz)?;
-    let listed = cmd::output(cargo_fuzz().arg("list"))?;
-    let all: Vec<String> = listed.split_whitespace().map(str::to_owned).collect();
+    let all = list_targets()?;
     let targets = if args.targets.is_empty() {
         all
     } else {
@@ -89,7 +134,7 @@ pub(crate) fn run(args: &FuzzArgs) -> Result<()> {
         args.targets.clone()
     };
     if targets.is_empty() {
-        bail!("`cargo fuzz list` shows no fuzz targets in fuzz/");
+        bail!("fuzz/Cargo.toml declares no fuzz targets");
     }
     let seconds = args
         .seconds
@@ -101,16 +146,7 @@ pub(crate) fn run(args: &FuzzArgs) -> Result<()> {
         targets.join(", ")
     );
     eprintln!("-- building the fuzz targets (nightly, libFuzzer; the first build takes minutes)");
-    // The same flags `cargo fuzz run` would need to reuse this build.
-    cmd::run(cargo_fuzz().args([
-        "build",
-        "--release",
-        "--debug-assertions",
-        "--sanitizer",
-        "none",
-        "--target",
-        &triple,
-    ]))?;
+    cmd::run(&mut fuzz_build(&triple))?;
     let bin_dir = fuzz_dir().join("target").join(&triple).join("release");
     let scratch = cmd::target_dir().join("fuzz");
     let mut failures = Vec::new();
@@ -240,10 +276,9 @@ fn fuzz_one(target: &str, bin: &Path, scratch: &Path, seconds: u64) -> Result<Su
             });
         let reproduce = match &artifact {
             Some(a) => format!(
-                "input saved as {}; reproduce with `{} {}` or `cargo +nightly fuzz run --sanitizer none {target} {}`",
+                "input saved as {}; reproduce with `{} {}`",
                 a.display(),
                 bin.display(),
-                a.display(),
                 a.display()
             ),
             None => format!("no input saved under {}", artifacts.display()),

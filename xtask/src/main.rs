@@ -35,7 +35,7 @@ enum Command {
     /// Everything CI runs: fmt check, clippy -D warnings, host tests, the privileged host tests
     /// (root), the demo's short version, fuzzing, VM tests (single and multi-node).
     Test(test::TestArgs),
-    /// Every fuzz target (nightly cargo-fuzz) for a bounded time on its committed corpus; a crash
+    /// Every fuzz target (libFuzzer, built with nightly) for a bounded time on its committed corpus; a crash
     /// fails, naming the target and the input.
     Fuzz(fuzz::FuzzArgs),
     /// Run the integration tests inside the VM (real cgroup v2 kernel), or a multi-node scenario.

@@ -5,15 +5,14 @@
 //! 1. nightly `rust-src` (the eBPF crate is built with `-Z build-std=core`);
 //! 2. `bpf-linker` built against the nightly toolchain's own LLVM into `target/tools`, rebuilt
 //!    when the nightly toolchain changes;
-//! 3. `cargo-fuzz` into `target/tools` (`cargo xtask fuzz`, a stage of `cargo xtask test`);
-//! 4. Debian packages: qemu-system-x86 (the VM), busybox-static (virtme-ng's initramfs), criu
+//! 3. Debian packages: qemu-system-x86 (the VM), busybox-static (virtme-ng's initramfs), criu
 //!    (checkpoint/restore inside the VM), kmod (module loading in the guest), iproute2 (the VM
 //!    nodes' network), prometheus (a real scraper for the metrics tests),
 //!    chromium (a real browser for the dashboard tests), never removing a
 //!    package the machine has (apt `--no-remove`; QEMU is taken from the release of the qemu-*
 //!    packages already installed, e.g. bookworm-backports);
-//! 5. virtme-ng from PyPI into a project-local venv (`target/bed/venv`);
-//! 6. the Debian kernel image the VM boots (downloaded once, extracted under `target/bed/kernel`,
+//! 4. virtme-ng from PyPI into a project-local venv (`target/bed/venv`);
+//! 5. the Debian kernel image the VM boots (downloaded once, extracted under `target/bed/kernel`,
 //!    verified to boot).
 
 use std::fs;
@@ -26,8 +25,6 @@ use crate::cmd::{self, bed_dir, tools_dir};
 
 /// bpf-linker release known to build against the nightly LLVM here (TESTBED.md).
 const BPF_LINKER_VERSION: &str = "0.13.0";
-/// cargo-fuzz release `cargo xtask fuzz` drives (its command line and output layout).
-const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// virtme-ng release known to work here (TESTBED.md).
 const VIRTME_NG_VERSION: &str = "1.42";
 /// Debian packages the bed uses on the host (the guest shares the host's filesystem).
@@ -67,7 +64,6 @@ pub(crate) fn run() -> Result<Bed> {
         cmd::target_dir().display()
     );
     ebpf_tools()?;
-    step("cargo-fuzz", cargo_fuzz)?;
     step("Debian packages", debian_packages)?;
     let vng = step("virtme-ng", virtme_ng)?;
     let (vmlinuz, kernel_release) = step("VM kernel", kernel_image)?;
@@ -192,39 +188,6 @@ fn bpf_linker() -> Result<()> {
     let _ = fs::remove_dir_all(tools.join("build"));
     fs::write(&stamp, want_stamp)?;
     Ok(())
-}
-
-/// `cargo-fuzz` at [`CARGO_FUZZ_VERSION`] in `target/tools/bin` (built with stable from crates.io);
-/// returns its path.
-pub(crate) fn cargo_fuzz() -> Result<PathBuf> {
-    let tools = tools_dir();
-    let bin = tools.join("bin/cargo-fuzz");
-    let want = format!("cargo-fuzz {CARGO_FUZZ_VERSION}");
-    // `cargo-fuzz --version` prints `cargo-fuzz 0.13.2`.
-    if bin.exists()
-        && cmd::output(Command::new(&bin).arg("--version")).is_ok_and(|v| v.trim() == want.as_str())
-    {
-        eprintln!("   {} is {want}", bin.display());
-        return Ok(bin);
-    }
-    eprintln!("   building {want} from crates.io; about two minutes");
-    let build = tools.join("build-cargo-fuzz");
-    cmd::run(
-        Command::new("cargo")
-            .args([
-                "+stable",
-                "install",
-                &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"),
-                "--locked",
-                "--force",
-            ])
-            .arg("--root")
-            .arg(&tools)
-            .arg("--target-dir")
-            .arg(&build),
-    )?;
-    let _ = fs::remove_dir_all(&build);
-    Ok(bin)
 }
 
 fn package_installed(name: &str) -> bool {
