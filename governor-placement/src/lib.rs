@@ -447,7 +447,8 @@ pub fn feasible_nodes(cluster: &ClusterView, job: &JobRequest) -> Result<Vec<usi
             avoided += 1;
             continue;
         }
-        let free = n.free_gpu_count();
+        // (A CPU-only job skips the count: it is one more walk over every node's GPUs.)
+        let free = if job.gpus == 0 { 0 } else { n.free_gpu_count() };
         if free < job.gpus as usize {
             short_gpus += 1;
             if most_free_gpus.is_none_or(|(f, _)| free > f) {

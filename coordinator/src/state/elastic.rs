@@ -32,8 +32,7 @@ impl ClusterState {
     /// Running elastic jobs that may be resized now (ran long enough, not being moved).
     fn elastic_candidates(&self, now: Seconds) -> Vec<ElasticJob> {
         let min_run = self.config.resize_min_run_s;
-        self.jobs
-            .values()
+        self.elastic_jobs()
             .filter(|j| j.status == JobStatus::Running)
             .filter_map(|j| {
                 let spec = j.spec.as_ref().filter(|s| s.is_elastic())?;
@@ -107,8 +106,7 @@ impl ClusterState {
     /// preemption leaves alone.
     pub(super) fn shrink_for_waiting(&mut self, now: Seconds) -> HashSet<String> {
         let mut served: HashSet<String> = self
-            .jobs
-            .values()
+            .submitted_jobs()
             .filter_map(|j| j.active_move())
             .filter_map(|m| m.resized_for.clone())
             .collect();

@@ -228,6 +228,7 @@ impl ClusterState {
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));
+        self.index_submitted(&job);
         self.jobs.insert(id.clone(), job);
         self.dirty.jobs.insert(id.clone());
         self.dirty.meta = true;
@@ -418,8 +419,11 @@ impl ClusterState {
                 }
             }
         }
-        let room_being_made = self.shrink_for_waiting(now);
-        self.preempt_for_waiting(now, &room_being_made);
+        // Shrinks and preemptions are only ever for jobs that tried and did not fit.
+        if self.queue.iter().any(|q| !q.waiting_reason.is_empty()) {
+            let room_being_made = self.shrink_for_waiting(now);
+            self.preempt_for_waiting(now, &room_being_made);
+        }
         admitted
     }
 
@@ -465,6 +469,28 @@ impl ClusterState {
     }
 
     /// Record the nodes of a job's members in the index.
+    /// The jobs submitted to the coordinator, finished ones included, in id order (not the
+    /// nodes' local jobs, which it can neither move nor resize nor preempt).
+    pub(super) fn submitted_jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.submitted.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// The elastic submitted jobs, finished ones included.
+    pub(super) fn elastic_jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.elastic.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// Note a job submitted to the coordinator (its spec does not change after submission).
+    pub(super) fn index_submitted(&mut self, job: &JobRecord) {
+        let Some(spec) = job.spec.as_ref() else {
+            return;
+        };
+        self.submitted.insert(job.id.clone());
+        if spec.is_elastic() {
+            self.elastic.insert(job.id.clone());
+        }
+    }
+
     pub(super) fn index_job(&mut self, id: &str) {
         let Some(job) = self.jobs.get(id) else { return };
         for m in &job.members {

@@ -445,6 +445,15 @@ pub struct ClusterState {
     view: ClusterView,
     view_index: HashMap<String, usize>,
     jobs: BTreeMap<String, JobRecord>,
+    /// Ids of the jobs submitted to the coordinator (finished ones included), the only ones it
+    /// can move, resize or preempt. At 10,000 nodes the nodes' own local jobs outnumber them
+    /// many times over, and the rounds that scanned every record (elastic and preemption
+    /// candidates, moves) made up most of the admission round's time
+    /// (`cargo bench -p coordinator --bench cluster_load`, profiled: docs/performance.md).
+    submitted: BTreeSet<String>,
+    /// The submitted jobs that declared a range of cores (`--cores MIN:MAX`), which the elastic
+    /// rounds after every admission look at.
+    elastic: BTreeSet<String>,
     /// Node -> ids of the jobs with a member there (may hold finished or moved jobs; see
     /// [`ClusterState::jobs_on`]). Keeps per-report work proportional to the node's jobs.
     on_node: HashMap<String, BTreeSet<String>>,
@@ -479,6 +488,8 @@ impl ClusterState {
             view: ClusterView::default(),
             view_index: HashMap::new(),
             jobs: BTreeMap::new(),
+            submitted: BTreeSet::new(),
+            elastic: BTreeSet::new(),
             on_node: HashMap::new(),
             queue: Queue::new(),
             policy: placement::by_name(policy)?,
@@ -540,6 +551,7 @@ impl ClusterState {
                 }
             }
             let id = job.id.clone();
+            s.index_submitted(&job);
             s.jobs.insert(id.clone(), job);
             s.index_job(&id);
         }

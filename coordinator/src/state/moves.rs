@@ -201,35 +201,33 @@ impl ClusterState {
 
     /// The node a movable job runs on, or why it cannot move.
     pub(super) fn check_movable(&self, job: &JobRecord) -> Result<String, super::ControlError> {
-        let id = job.id.clone();
+        // Called for every submitted job in each admission round: nothing is allocated on the
+        // way to the answer, only for the error.
+        let id = || job.id.clone();
+        let on = job.members.first().map_or("", |m| m.node.as_str());
         let Some(spec) = job.spec.as_ref() else {
-            let node = job
-                .members
-                .first()
-                .map(|m| m.node.clone())
-                .unwrap_or_default();
-            return Err(super::ControlError::LocalJob { id, node });
+            return Err(super::ControlError::LocalJob {
+                id: id(),
+                node: on.to_owned(),
+            });
         };
-        if spec.checkpoint.is_none() {
-            let node = job
-                .members
-                .first()
-                .map(|m| m.node.clone())
-                .unwrap_or_default();
-            if !self.nodes.get(&node).is_some_and(|n| n.record.can_dump) {
-                return Err(MoveError::NoCheckpoint { id, node }.into());
+        if spec.checkpoint.is_none() && !self.nodes.get(on).is_some_and(|n| n.record.can_dump) {
+            return Err(MoveError::NoCheckpoint {
+                id: id(),
+                node: on.to_owned(),
             }
+            .into());
         }
         if spec.replicas > 1 || spec.gpus > 0 {
             return Err(MoveError::Gang {
-                id,
+                id: id(),
                 members: spec.replicas.max(spec.gpus),
             }
             .into());
         }
         if let Some(m) = job.active_move() {
             return Err(MoveError::AlreadyMoving {
-                id,
+                id: id(),
                 phase: m.phase,
                 from: m.from_node.clone(),
                 to: m.to_node.clone(),
@@ -242,7 +240,7 @@ impl ClusterState {
                 Ok(m.node.clone())
             }
             _ => Err(MoveError::NotRunning {
-                id,
+                id: id(),
                 status: job.status,
             }
             .into()),
@@ -669,8 +667,7 @@ impl ClusterState {
     pub(super) fn tick_moves(&mut self, now: Seconds) {
         let timeout = self.config.save_timeout_s;
         let moving: Vec<String> = self
-            .jobs
-            .values()
+            .submitted_jobs()
             .filter(|j| j.active_move().is_some())
             .map(|j| j.id.clone())
             .collect();
@@ -721,8 +718,7 @@ impl ClusterState {
     /// Algorithm 2, only if the move pays for itself ([`super::payoff`]).
     fn rebalance_converged(&mut self, now: Seconds) {
         let converged: Vec<ConvergedJob> = self
-            .jobs
-            .values()
+            .submitted_jobs()
             .filter_map(|j| {
                 let ask = self.standing_request(j, now)?;
                 let here = self.check_movable(j).ok().filter(|n| *n == ask.node)?;
@@ -801,8 +797,7 @@ impl ClusterState {
     /// free).
     fn act_on_migration_requests(&mut self, now: Seconds) {
         let candidates: Vec<(String, String, String)> = self
-            .jobs
-            .values()
+            .submitted_jobs()
             .filter_map(|j| {
                 let ask = self.standing_request(j, now)?;
                 Some((j.id.clone(), ask.node.clone(), ask.reason.clone()))

@@ -97,8 +97,7 @@ impl ClusterState {
 
     /// The waiting jobs for which some job is being saved now (one preemption at a time each).
     fn jobs_room_is_made_for(&self) -> std::collections::HashSet<String> {
-        self.jobs
-            .values()
+        self.submitted_jobs()
             .filter_map(|j| j.active_move())
             .filter(|m| matches!(m.phase, MovePhase::Saving | MovePhase::Transferring))
             .filter_map(|m| m.preempted_for.clone())
@@ -109,8 +108,7 @@ impl ClusterState {
     /// ([`preempt::plan`] keeps those of lower priority than the job it makes room for).
     fn preemption_candidates(&self, now: Seconds) -> Vec<Candidate> {
         let min_run = self.config.preempt_min_run_s;
-        self.jobs
-            .values()
+        self.submitted_jobs()
             .filter(|j| j.status == JobStatus::Running)
             .filter_map(|j| {
                 let spec = j.spec.as_ref()?;
