@@ -78,9 +78,10 @@ gang_timeout_s = 600.0     # gangs not admitted within this long fail
 progress_samples = 120     # progress points kept per job, spread over its life
 save_timeout_s = 600.0     # a job asked to save for a move that has not by then stays put
 auto_move = true           # act on the nodes' migration requests for jobs that can move
+move_target = "specon"     # ... to SpeCon Algorithm 2's node ("most-free": the most free cores)
 move_after_s = 10.0        # ... once a request has stood this long
 move_cooldown_s = 300.0    # ... and not again within this long of the job's last move
-move_payoff = 2.0          # ... and only if it gives back this many times what it costs
+move_payoff = 2.0          # ... and only if it gives back this many times what it costs (0: off)
 rebalance = true           # SpeCon Algorithm 3: asked-to-move jobs that stayed go to idle nodes
 move_confirm_s = 10.0      # a moved job runs this long on its target before the move is over
 # A move's pause, fixed_s + per_gib_s x the job's memory (cargo xtask bench-move on your nodes)

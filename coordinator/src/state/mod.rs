@@ -39,6 +39,23 @@ pub use moves::MoveError;
 use nodes::local_id;
 pub use queries::{Counters, OutputSource};
 
+/// How the coordinator picks the node a job a node asked to move goes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveTarget {
+    /// SpeCon's Algorithm 2 as the paper gives it: the node with the lowest weighted count of
+    /// its jobs by stage (progressing 2, watching 1.5, converged 1; least CPU and memory in use
+    /// among ties), unless the job's own node is among the lowest
+    /// ([`governor_placement::specon::SpeCon::migration_target`], the code govsim runs). Nodes
+    /// that cannot take the job now (not connected, without the declared cores or memory
+    /// unreserved, unable to restore a CRIU dump) are passed over for the next best.
+    #[default]
+    Specon,
+    /// The node with the most free cores (capacity less reported use), then the fewest jobs,
+    /// and only if it has more free cores than the job's node: a simpler rule of our own.
+    MostFree,
+}
+
 /// Timeouts and sizes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -68,8 +85,10 @@ pub struct StateConfig {
     /// (the move fails). Its save waits for the end of an epoch: leave room for a long one.
     pub save_timeout_s: f64,
     /// Act on the nodes' migration requests (SpeCon Algorithm 2) for jobs that declared a
-    /// checkpoint: move them to the node the coordinator picks.
+    /// checkpoint: move them to the node [`StateConfig::move_target`] picks.
     pub auto_move: bool,
+    /// How the target of a move a node asks for is chosen.
+    pub move_target: MoveTarget,
     /// A migration request must stand this long before the coordinator acts on it.
     pub move_after_s: f64,
     /// A job is not moved automatically again within this long of its last move.
@@ -77,7 +96,8 @@ pub struct StateConfig {
     /// A moved job must run this long on its new node before the move is over; should it fail
     /// sooner (its restore failed), it goes back to its source.
     pub move_confirm_s: f64,
-    /// An automatic move must give back this many times what it costs ([`payoff`]).
+    /// An automatic move must give back this many times what it costs ([`payoff`]); 0 turns
+    /// this gate (ours, not the papers') off.
     pub move_payoff: f64,
     /// With `auto_move`: SpeCon's Algorithm 3, jobs whose node asks to move them and that stay
     /// (no better node yet) go to a node that turns idle or falls below the balance factor.
@@ -111,6 +131,7 @@ impl Default for StateConfig {
             progress_samples: 120,
             save_timeout_s: 600.0,
             auto_move: true,
+            move_target: MoveTarget::default(),
             move_after_s: 10.0,
             move_cooldown_s: 300.0,
             move_confirm_s: 10.0,

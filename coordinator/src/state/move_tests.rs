@@ -2,10 +2,11 @@
 
 use governor_proto::control::{JobMove, JobSpec, JobStatus, MovePhase};
 use governor_proto::node::{
-    Checkpoint, Hello, JobReport, MigrationRequest, NodeCapacity, NodeCommand, NodeReport, RunState,
+    Category, Checkpoint, Hello, JobReport, MigrationRequest, NodeCapacity, NodeCommand,
+    NodeReport, RunState,
 };
 
-use super::super::{ClusterState, ControlError, StateConfig};
+use super::super::{ClusterState, ControlError, MoveTarget, StateConfig};
 use super::MoveError;
 
 /// A node of 4 cores and 16 GiB that cannot dump (shared with the preemption tests).
@@ -830,7 +831,8 @@ fn a_job_without_a_checkpoint_on_a_node_that_cannot_dump_does_not_move() {
 }
 
 /// a is full (j1 and a job of its own), b runs one job, c none but its cores are taken (no
-/// freer than a): Algorithm 2 leaves j1 where it is. Returns j1's first move and when.
+/// freer than a): the most-free-cores target (`MoveTarget::MostFree`; the paper's Algorithm 2
+/// would pick c, which has no jobs) leaves j1 where it is. Returns j1's first move and when.
 fn left_behind_by_algorithm_2(config: StateConfig) -> Option<(f64, JobMove)> {
     let mut s = ClusterState::new(config, "first-fit").unwrap();
     let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
@@ -874,7 +876,11 @@ fn left_behind_by_algorithm_2(config: StateConfig) -> Option<(f64, JobMove)> {
 #[test]
 fn specon_rebalancing_sends_a_job_algorithm_2_left_behind_to_a_node_with_no_jobs() {
     // Balance factor ⌊3 jobs / 3 workers⌋ = 1: c, idle, takes the most recently converged job.
-    let (t, m) = left_behind_by_algorithm_2(StateConfig::default()).expect("Algorithm 3 moved j1");
+    let most_free = StateConfig {
+        move_target: MoveTarget::MostFree,
+        ..StateConfig::default()
+    };
+    let (t, m) = left_behind_by_algorithm_2(most_free.clone()).expect("Algorithm 3 moved j1");
     assert!(t > 2.0, "the request stands first");
     assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "c"));
     assert!(
@@ -885,11 +891,164 @@ fn specon_rebalancing_sends_a_job_algorithm_2_left_behind_to_a_node_with_no_jobs
     assert!(m.reason.contains("pays:"), "{}", m.reason);
     let off = StateConfig {
         rebalance: false,
-        ..StateConfig::default()
+        ..most_free
     };
     assert_eq!(
         left_behind_by_algorithm_2(off),
         None,
         "Algorithm 2 alone leaves it"
     );
+}
+
+/// Nodes a, b and c (4 cores each; which can dump and restore with CRIU: `can_dump`); j1
+/// (converged; with a framework checkpoint or moved by CRIU) on a beside `on_a` (local jobs in
+/// those stages), b and c running `on_b` and `on_c`; a asks to move j1. Returns j1's first
+/// move, if any, after the request has stood.
+fn algorithm_2_move(
+    config: StateConfig,
+    on_a: &[Category],
+    on_b: &[Category],
+    on_c: &[Category],
+    can_dump: [bool; 3],
+    j1_checkpoint: bool,
+) -> Option<JobMove> {
+    let mut s = ClusterState::new(config, "first-fit").unwrap();
+    let mut session = |name: &str, dumps: bool, address: &str| {
+        let hello = Hello {
+            can_dump: dumps,
+            ..hello(name)
+        };
+        s.register(0.0, hello, address.into()).session_id
+    };
+    let a = session("a", can_dump[0], "10.0.0.1:1");
+    let b = session("b", can_dump[1], "10.0.0.2:1");
+    let c = session("c", can_dump[2], "10.0.0.3:1");
+    let spec = if j1_checkpoint {
+        movable("train")
+    } else {
+        JobSpec::new("train", vec!["train".into()], "/shared/train.log")
+    };
+    s.submit(1.0, spec);
+    let local = |node: &str, stages: &[Category]| -> Vec<JobReport> {
+        stages
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let id = format!("{node}-l{i}");
+                let mut r = JobReport::running(&id, &id);
+                r.origin = governor_proto::node::JobOrigin::Local;
+                r.category = *st;
+                r
+            })
+            .collect()
+    };
+    let mut report_a = j1(RunState::Running, 0, false);
+    report_a.jobs[0].category = Category::Converged;
+    report_a.jobs[0].cpu_cores = 0.5;
+    report_a.jobs.extend(local("a", on_a));
+    report_a.cpu_used_cores = 3.9;
+    report_a.migrations = vec![MigrationRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    let report = |node: &str, stages: &[Category]| NodeReport {
+        jobs: local(node, stages),
+        cpu_used_cores: stages.len() as f64,
+        ..NodeReport::default()
+    };
+    for t in [2.0, 20.0, 40.0] {
+        s.report(t, "a", a, report_a.clone()).unwrap();
+        s.report(t, "b", b, report("b", on_b)).unwrap();
+        s.report(t, "c", c, report("c", on_c)).unwrap();
+        s.tick(t);
+    }
+    s.job_record("j1").unwrap().moves.first().cloned()
+}
+
+#[test]
+fn a_node_s_request_goes_to_the_node_specon_algorithm_2_scores_lowest() {
+    use Category::{Converged as Cc, Progressing as Pc, Watching as Wc};
+    // Scores (2 per progressing, 1.5 per watching, 1 per converged job): a 1 + 2 + 2 = 5,
+    // b 1.5 + 1.5 = 3, c 1 + 1 = 2. c has fewer free cores than b (2 used against 2): Algorithm
+    // 2 goes by the score, where the most-free rule would take b or neither.
+    let m = algorithm_2_move(
+        StateConfig::default(),
+        &[Pc, Pc],
+        &[Wc, Wc],
+        &[Cc, Cc],
+        [false; 3],
+        true,
+    )
+    .expect("Algorithm 2 moves j1");
+    assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "c"));
+    assert!(m.reason.starts_with("node a asks: "), "{}", m.reason);
+    assert!(m.reason.contains("pays:"), "{}", m.reason);
+    // Its node among the lowest scores: j1 stays (lines 8-10 of Algorithm 2).
+    assert_eq!(
+        algorithm_2_move(
+            StateConfig {
+                rebalance: false,
+                ..StateConfig::default()
+            },
+            &[],
+            &[Pc],
+            &[Pc, Cc],
+            [false; 3],
+            true,
+        ),
+        None,
+        "a (1) scores below b (2) and c (3)"
+    );
+}
+
+#[test]
+fn specon_s_target_that_cannot_restore_a_dump_is_passed_over_for_the_next_best() {
+    use Category::Progressing as Pc;
+    let config = StateConfig {
+        rebalance: false,
+        ..StateConfig::default()
+    };
+    // j1 declared no checkpoint: it moves by CRIU. Scores: a 1 + 2 + 2 = 5, b 2, c 0; c cannot
+    // restore a dump, so b, the next best and still below a, takes it.
+    let m = algorithm_2_move(
+        config.clone(),
+        &[Pc, Pc],
+        &[Pc],
+        &[],
+        [true, true, false],
+        false,
+    )
+    .expect("moved to the next best");
+    assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "b"));
+    // Neither b nor c can: it stays.
+    assert_eq!(
+        algorithm_2_move(config, &[Pc, Pc], &[Pc], &[], [true, false, false], false),
+        None
+    );
+}
+
+#[test]
+fn the_payback_gate_is_ours_and_can_be_turned_off() {
+    use Category::{Converged as Cc, Progressing as Pc};
+    // c is as busy as a (3.9 of 4 cores in use by a's report; c's jobs use 2): the move does
+    // not pay under the default gate...
+    let busy_c = |payoff: f64| {
+        algorithm_2_move(
+            StateConfig {
+                move_payoff: payoff,
+                rebalance: false,
+                ..StateConfig::default()
+            },
+            &[Pc, Pc, Pc],
+            &[Pc, Pc, Pc, Pc],
+            &[Cc, Cc, Cc, Cc],
+            [false; 3],
+            true,
+        )
+    };
+    assert_eq!(busy_c(2.0), None, "does not pay: c has no more room than a");
+    // ... and Algorithm 2 alone, as in the paper (a move taken as free), makes it.
+    let m = busy_c(0.0).expect("the gate off: Algorithm 2 moves j1");
+    assert_eq!(m.to_node, "c");
+    assert_eq!(m.reason, "node a asks: converged while others progress");
 }

@@ -40,7 +40,7 @@ use governor_proto::node::{Checkpoint, NodeCommand, RunState, SaveJob, UploadChe
 use tracing::{info, warn};
 
 use crate::queue::Seconds;
-use governor_placement::specon::{ConvergedJob, SpeCon};
+use governor_placement::specon::{ConvergedJob, MigrationTarget, SpeCon};
 
 use super::{ClusterState, JobRecord, MigrationAsk};
 
@@ -247,11 +247,10 @@ impl ClusterState {
         }
     }
 
-    /// The target of a move (`govctl migrate` without `--to`, and a node's standing request):
-    /// the ready node, other than the source, with the most free cores (capacity less its
-    /// reported use), then the fewest jobs, then by name; it must have the cores and memory the
-    /// job declared. This is simpler than SpeCon Algorithm 2's own choice
-    /// ([`SpeCon::migration_target`], which govsim runs).
+    /// The target of a move `govctl migrate` asks for without `--to` (and of a node's standing
+    /// request under [`super::MoveTarget::MostFree`]): the ready node, other than the source,
+    /// with the most free cores (capacity less its reported use), then the fewest jobs, then by
+    /// name; it must have the cores and memory the job declared.
     fn pick_target(&self, job: &JobRecord, source: &str) -> Option<String> {
         self.nodes
             .values()
@@ -711,7 +710,7 @@ impl ClusterState {
     }
 
     /// SpeCon Algorithm 3 (rebalancing by converged duration): the jobs whose node asks to
-    /// move them and that Algorithm 2 left where they were (no node with more free cores, or
+    /// move them and that Algorithm 2 left where they were (their node among the lowest scores, or
     /// the move did not pay) form D; when a node is idle, or has fewer jobs than the balance
     /// factor less one, the most recently converged job of D goes there
     /// ([`governor_placement::specon::SpeCon::rebalance`], the same code govsim runs). As with
@@ -772,6 +771,13 @@ impl ClusterState {
         target: &str,
         reason: &str,
     ) {
+        if self.config.move_payoff <= 0.0 {
+            // The gate is off: every move Algorithm 2 (or 3) asks for is made.
+            if let Err(e) = self.migrate(now, id, Some(target), reason) {
+                warn!(job = %id, error = %e, "cannot act on a migration request");
+            }
+            return;
+        }
         let (source_free, target_free) = (self.free_cores(source), self.free_cores(target));
         let Some(estimate) = self
             .jobs
@@ -791,10 +797,10 @@ impl ClusterState {
     }
 
     /// After SpeCon Algorithm 2: a node asks for a job to go elsewhere; the coordinator picks
-    /// the target ([`Self::pick_target`]). Only jobs that can move, whose request has stood for `move_after_s`, not moved
-    /// within `move_cooldown_s`, to a node with more free cores than the source, and only when
-    /// the move pays for its measured cost ([`super::payoff`]; SpeCon itself takes a move as
-    /// free).
+    /// the target as [`StateConfig::move_target`](super::StateConfig) says. Only jobs that can
+    /// move, whose request has stood for `move_after_s`, not moved within `move_cooldown_s`,
+    /// and (unless `move_payoff` is 0) only when the move pays for its measured cost
+    /// ([`super::payoff`]; SpeCon itself takes a move as free).
     fn act_on_migration_requests(&mut self, now: Seconds) {
         let candidates: Vec<(String, String, String)> = self
             .submitted_jobs()
@@ -808,15 +814,42 @@ impl ClusterState {
             if self.check_movable(job).ok().as_deref() != Some(source.as_str()) {
                 continue;
             }
-            let Some(target) = self.pick_target(job, &source) else {
+            let target = match self.config.move_target {
+                super::MoveTarget::Specon => self.specon_target(job, &source),
+                super::MoveTarget::MostFree => self
+                    .pick_target(job, &source)
+                    .filter(|t| self.free_cores(t) > self.free_cores(&source)),
+            };
+            let Some(target) = target else {
                 continue;
             };
-            if self.free_cores(&target) <= self.free_cores(&source) {
-                continue;
-            }
             let why = format!("node {source} asks: {reason}");
             self.move_if_it_pays(now, &id, &source, &target, &why);
         }
+    }
+
+    /// SpeCon's Algorithm 2 for `job` on `source`: the best-scored node that can take it now,
+    /// if it scores lower than `source` (see [`super::MoveTarget::Specon`]).
+    fn specon_target(&self, job: &JobRecord, source: &str) -> Option<String> {
+        let current = *self.view_index.get(source)?;
+        let specon = SpeCon::default();
+        let request = super::jobs::queued(job).member_request(0, Vec::new());
+        let MigrationTarget::MoveTo(best) = specon
+            .migration_target(&self.view, &request, current)
+            .ok()?
+        else {
+            return None;
+        };
+        let here = specon.score(&self.view.nodes[current]);
+        best.candidates
+            .iter()
+            .filter(|c| c.score < here && c.node != source)
+            .find(|c| {
+                self.nodes
+                    .get(&c.node)
+                    .is_some_and(|n| self.room_for(job, n).is_some())
+            })
+            .map(|c| c.node.clone())
     }
 
     /// The estimate of what moving `job` from `source` to a node with `target_free` cores gives
