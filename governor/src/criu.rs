@@ -165,41 +165,91 @@ fn is_below(path: &Path, roots: &[PathBuf]) -> bool {
         && roots.iter().any(|r| path.starts_with(r))
 }
 
+/// Why a transparent move could not dump or place a job. Its text is what the job's report
+/// (and `govctl job`) says.
+#[derive(Debug, thiserror::Error)]
+pub enum CriuError {
+    #[error(
+        "it writes {}, outside the directories a move carries ({roots}); only jobs that write below those can move without a declared checkpoint",
+        .file.display()
+    )]
+    WritesOutside { file: PathBuf, roots: String },
+    #[error("the carried dump holds {}, outside the directories a move may write", .0.display())]
+    CarriedOutside(PathBuf),
+    #[error("{}: {source}", .path.display())]
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot copy {}: {source}", .path.display())]
+    Copy {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot run {}: {source}", .program.display())]
+    Run {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("criu dump failed ({status}): {errors}")]
+    DumpFailed {
+        status: std::process::ExitStatus,
+        errors: String,
+    },
+    #[error("`{} check` failed ({status}): {errors}", .program.display())]
+    CheckFailed {
+        program: PathBuf,
+        status: std::process::ExitStatus,
+        errors: String,
+    },
+    #[error("the dump's task ended before it finished: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Refuse files a transparent move may not carry (written outside `roots`).
-pub fn check_carried(files: &[PathBuf], roots: &[PathBuf]) -> Result<(), String> {
+pub fn check_carried(files: &[PathBuf], roots: &[PathBuf]) -> Result<(), CriuError> {
     match files.iter().find(|f| !is_below(f, roots)) {
-        Some(f) => Err(format!(
-            "it writes {}, outside the directories a move carries ({}); only jobs that write below those can move without a declared checkpoint",
-            f.display(),
-            roots
+        Some(f) => Err(CriuError::WritesOutside {
+            file: f.clone(),
+            roots: roots
                 .iter()
                 .map(|r| r.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
-        )),
+                .join(", "),
+        }),
         None => Ok(()),
     }
 }
 
 /// Copy `files` into the bundle's `files/` at their absolute paths (after the dump: their size
 /// is then the one CRIU recorded). Returns the bytes copied.
-pub fn stage_files(bundle: &Path, files: &[PathBuf]) -> Result<u64, String> {
+pub fn stage_files(bundle: &Path, files: &[PathBuf]) -> Result<u64, CriuError> {
     let mut bytes = 0;
     for file in files {
         let relative = file.strip_prefix("/").unwrap_or(file);
         let copy = bundle.join(FILES).join(relative);
         if let Some(parent) = copy.parent() {
-            fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            fs::create_dir_all(parent).map_err(|source| CriuError::Directory {
+                path: parent.to_owned(),
+                source,
+            })?;
         }
-        bytes +=
-            fs::copy(file, &copy).map_err(|e| format!("cannot copy {}: {e}", file.display()))?;
+        bytes += fs::copy(file, &copy).map_err(|source| CriuError::Copy {
+            path: file.clone(),
+            source,
+        })?;
     }
     Ok(bytes)
 }
 
 /// Put a carried bundle's files back at their absolute paths, each below one of `roots`
 /// (checked again here: the bundle came over the network). Returns how many.
-pub fn place_files(bundle: &Path, roots: &[PathBuf]) -> Result<usize, String> {
+pub fn place_files(bundle: &Path, roots: &[PathBuf]) -> Result<usize, CriuError> {
     let base = bundle.join(FILES);
     let mut placed = 0;
     let mut pending = vec![base.clone()];
@@ -209,9 +259,10 @@ pub fn place_files(bundle: &Path, roots: &[PathBuf]) -> Result<usize, String> {
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            let kind = entry
-                .file_type()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let kind = entry.file_type().map_err(|source| CriuError::Directory {
+                path: path.clone(),
+                source,
+            })?;
             if kind.is_dir() {
                 pending.push(path);
                 continue;
@@ -222,15 +273,18 @@ pub fn place_files(bundle: &Path, roots: &[PathBuf]) -> Result<usize, String> {
             let relative = path.strip_prefix(&base).expect("below the base");
             let dest = Path::new("/").join(relative);
             if !is_below(&dest, roots) {
-                return Err(format!(
-                    "the carried dump holds {}, outside the directories a move may write",
-                    dest.display()
-                ));
+                return Err(CriuError::CarriedOutside(dest));
             }
             if let Some(parent) = dest.parent() {
-                fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                fs::create_dir_all(parent).map_err(|source| CriuError::Directory {
+                    path: parent.to_owned(),
+                    source,
+                })?;
             }
-            fs::copy(&path, &dest).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+            fs::copy(&path, &dest).map_err(|source| CriuError::Write {
+                path: dest.clone(),
+                source,
+            })?;
             placed += 1;
         }
     }
@@ -251,54 +305,58 @@ pub struct DumpRequest {
 
 /// Dump the job into its bundle (replacing an older one) and stage its written files. Takes as
 /// long as CRIU does (seconds); the job is frozen meanwhile and gone once it succeeds.
-pub async fn dump(request: &DumpRequest) -> Result<u64, String> {
+pub async fn dump(request: &DumpRequest) -> Result<u64, CriuError> {
     let images = request.bundle.join(IMAGES);
     let bundle = request.bundle.clone();
     tokio::task::spawn_blocking(move || {
         let _ = fs::remove_dir_all(&bundle);
-        fs::create_dir_all(bundle.join(IMAGES)).map_err(|e| format!("{}: {e}", bundle.display()))
+        fs::create_dir_all(bundle.join(IMAGES)).map_err(|source| CriuError::Directory {
+            path: bundle.clone(),
+            source,
+        })
     })
-    .await
-    .map_err(|e| e.to_string())??;
+    .await??;
     let output = tokio::process::Command::new(&request.criu)
         .args(dump_args(request.init_pid, &images))
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| format!("cannot run {}: {e}", request.criu.display()))?;
+        .map_err(|source| CriuError::Run {
+            program: request.criu.clone(),
+            source,
+        })?;
     if !output.status.success() {
-        return Err(format!(
-            "criu dump failed ({}): {}",
-            output.status,
-            log_errors(&images.join(DUMP_LOG))
-        ));
+        return Err(CriuError::DumpFailed {
+            status: output.status,
+            errors: log_errors(&images.join(DUMP_LOG)),
+        });
     }
     let (bundle, files) = (request.bundle.clone(), request.files.clone());
-    tokio::task::spawn_blocking(move || stage_files(&bundle, &files))
-        .await
-        .map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || stage_files(&bundle, &files)).await?
 }
 
 /// `criu check`: whether CRIU works with this kernel (Debian's criu 3.17 does not on 6.18: it
 /// fails before it touches any process). Seconds at most (it loads CRIU's kernel modules,
 /// which the first dump would otherwise).
-pub fn check(criu: &Path) -> Result<(), String> {
+pub fn check(criu: &Path) -> Result<(), CriuError> {
     let out = std::process::Command::new(criu)
         .arg("check")
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", criu.display()))?;
+        .map_err(|source| CriuError::Run {
+            program: criu.to_owned(),
+            source,
+        })?;
     if out.status.success() {
         return Ok(());
     }
     let text = String::from_utf8_lossy(&out.stderr);
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("Error")).collect();
-    Err(format!(
-        "`{} check` failed ({}): {}",
-        criu.display(),
-        out.status,
-        errors[errors.len().saturating_sub(2)..].join("; ")
-    ))
+    Err(CriuError::CheckFailed {
+        program: criu.to_owned(),
+        status: out.status,
+        errors: errors[errors.len().saturating_sub(2)..].join("; "),
+    })
 }
 
 /// Whether `criu` names a program this node can run (a path, or a name on `PATH` or in the
@@ -354,7 +412,9 @@ mod tests {
         fs::write(&log, b"epoch,loss\n1,0.5\n").unwrap();
         let files = vec![job_out.clone(), log.clone()];
         check_carried(&files, &roots).unwrap();
-        let err = check_carried(&[tmp.path().join("elsewhere")], &roots).unwrap_err();
+        let err = check_carried(&[tmp.path().join("elsewhere")], &roots)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("outside the directories a move carries"),
             "{err}"
@@ -372,7 +432,9 @@ mod tests {
         assert_eq!(fs::read(&job_out).unwrap(), b"epoch 1\n");
         assert_eq!(fs::read(&log).unwrap(), b"epoch,loss\n1,0.5\n");
         // A bundle holding a file outside the roots is refused.
-        let err = place_files(&bundle, std::slice::from_ref(&logs)).unwrap_err();
+        let err = place_files(&bundle, std::slice::from_ref(&logs))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("outside the directories a move may write"),
             "{err}"
@@ -407,7 +469,7 @@ mod tests {
         let check = |p: &Path| {
             for _ in 0..20 {
                 match check(p) {
-                    Err(e) if e.contains("Text file busy") => {
+                    Err(e) if e.to_string().contains("Text file busy") => {
                         std::thread::sleep(std::time::Duration::from_millis(50))
                     }
                     other => return other,
@@ -416,12 +478,12 @@ mod tests {
             check(p)
         };
         let good = script("good", "[ \"$1\" = check ] && echo 'Looks good.'");
-        assert_eq!(check(&good), Ok(()));
+        assert!(check(&good).is_ok());
         let bad = script(
             "bad",
             "echo 'Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area bounds' >&2\necho 'Error (criu/crtools.c:260): Could not initialize kernel features detection.' >&2\nexit 1",
         );
-        let err = check(&bad).unwrap_err();
+        let err = check(&bad).unwrap_err().to_string();
         assert!(err.contains("check` failed"), "{err}");
         assert!(
             err.contains("Unexpected rt vDSO area bounds; Error (criu/crtools.c:260)"),

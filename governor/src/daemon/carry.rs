@@ -32,6 +32,28 @@ struct Incoming {
     next: u64,
 }
 
+/// Why a carried checkpoint cannot be used for a start (the start is refused with this text).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CarryError {
+    #[error("its checkpoint did not arrive")]
+    NotArrived,
+    /// What the download said (checksum, size, the source's own packing error).
+    #[error("its checkpoint did not arrive intact: {0}")]
+    NotIntact(String),
+    #[error("cannot open its checkpoint {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot unpack its checkpoint: {0}")]
+    Unpack(#[from] governor_proto::archive::ArchiveError),
+    #[error("the unpacking task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A CRIU dump's files could not go back where the job wrote them.
+    #[error(transparent)]
+    Place(#[from] crate::criu::CriuError),
+}
+
 /// Uploads and downloads of carried checkpoints.
 pub(super) struct Carrier {
     dir: PathBuf,
@@ -206,11 +228,11 @@ impl Carrier {
         attempt: u32,
         dir: &Path,
         fresh: bool,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, CarryError> {
         let archive = match self.received.remove(&(job.to_owned(), attempt)) {
             Some(Ok(path)) => path,
-            Some(Err(why)) => return Err(format!("its checkpoint did not arrive intact: {why}")),
-            None => return Err("its checkpoint did not arrive".into()),
+            Some(Err(why)) => return Err(CarryError::NotIntact(why)),
+            None => return Err(CarryError::NotArrived),
         };
         let dir = dir.to_owned();
         tokio::task::spawn_blocking(move || {
@@ -218,16 +240,15 @@ impl Carrier {
                 let _ = fs::remove_dir_all(&dir);
             }
             let result = fs::File::open(&archive)
-                .map_err(|e| e.to_string())
-                .and_then(|f| {
-                    archive::unpack(&mut std::io::BufReader::new(f), &dir)
-                        .map_err(|e| format!("cannot unpack its checkpoint: {e}"))
-                });
+                .map_err(|source| CarryError::Open {
+                    path: archive.clone(),
+                    source,
+                })
+                .and_then(|f| Ok(archive::unpack(&mut std::io::BufReader::new(f), &dir)?));
             let _ = fs::remove_file(&archive);
             result
         })
-        .await
-        .unwrap_or_else(|e| Err(format!("the unpacking task failed: {e}")))
+        .await?
     }
 }
 
@@ -288,13 +309,14 @@ mod tests {
             });
         }
         let e = target.unpack_for("j1", 2, &dest, false).await.unwrap_err();
-        assert!(e.contains("checksum mismatch"), "{e}");
+        assert!(matches!(e, CarryError::NotIntact(_)), "{e:?}");
+        assert!(e.to_string().contains("checksum mismatch"), "{e}");
         // Nothing arrived at all.
         let e = target
             .unpack_for("j1", 3, Path::new("/nonexistent"), false)
             .await
             .unwrap_err();
-        assert!(e.contains("did not arrive"), "{e}");
+        assert!(matches!(e, CarryError::NotArrived), "{e:?}");
     }
 
     #[tokio::test]

@@ -620,7 +620,7 @@ struct ClusterReceivers {
 struct DumpDone {
     job_id: String,
     replica: u32,
-    result: Result<u64, String>,
+    result: Result<u64, crate::criu::CriuError>,
 }
 
 async fn next_dump(rx: &mut Option<mpsc::UnboundedReceiver<DumpDone>>) -> Option<DumpDone> {
@@ -837,7 +837,8 @@ impl Shell {
                             info!(job = %start.job_id, dir = %dir.display(), files, placed, "carried checkpoint unpacked")
                         }
                         Err(reason) => {
-                            c.launcher.refuse(start, reason);
+                            // The edge: the refusal is reported as text.
+                            c.launcher.refuse(start, reason.to_string());
                             self.publish_report(now);
                             return;
                         }

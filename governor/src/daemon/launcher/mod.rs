@@ -35,6 +35,38 @@ use crate::control::AdoptJob;
 use crate::coordinator_client::{RunState, SaveJob, StartJob, StopJob};
 
 pub use journal::JOURNAL_FILE_NAME;
+
+/// Why a job the coordinator asked for could not be started here (reported as its message).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("no program to run (argv is empty)")]
+    NoProgram,
+    #[error("log path {0:?} is not absolute")]
+    RelativeLog(String),
+    #[error("GPU list {0:?} names a GPU twice")]
+    GpuTwice(Vec<u32>),
+    #[error("GPU {gpu} does not exist on this node (it has {has:?})")]
+    NoSuchGpu { gpu: u32, has: BTreeSet<u32> },
+    #[error("cannot create the job's cgroup: {0}")]
+    Cgroup(#[source] crate::cgroup::CgroupError),
+    #[error("cannot create the output directory {}: {source}", .path.display())]
+    OutputDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open {}: {source}", .path.display())]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot prepare the job to start in its cgroup: {0}")]
+    Prepare(#[source] crate::cgroup::CgroupError),
+    #[error("cannot start {program:?}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+}
 use journal::JournalEntry;
 use recovery::take_exit_record;
 
@@ -367,7 +399,9 @@ impl Launcher {
                 self.persist();
                 StartOutcome::Started(Box::new(started))
             }
-            Err(reason) => {
+            Err(error) => {
+                // The edge: the node's report says why as text.
+                let reason = error.to_string();
                 self.warn_once(
                     format!("start:{}:{}", s.job_id, s.replica),
                     &format!(
@@ -395,44 +429,46 @@ impl Launcher {
         fs: &CgroupFs,
         s: &StartJob,
         launched: &mut Launched,
-    ) -> Result<StartedJob, String> {
+    ) -> Result<StartedJob, LaunchError> {
         if s.argv.first().is_none_or(|p| p.trim().is_empty()) {
-            return Err("no program to run (argv is empty)".into());
+            return Err(LaunchError::NoProgram);
         }
         if !Path::new(&s.log_path).is_absolute() {
-            return Err(format!("log path {:?} is not absolute", s.log_path));
+            return Err(LaunchError::RelativeLog(s.log_path.clone()));
         }
         let distinct: BTreeSet<u32> = s.gpu_indices.iter().copied().collect();
         if distinct.len() != s.gpu_indices.len() {
-            return Err(format!("GPU list {:?} names a GPU twice", s.gpu_indices));
+            return Err(LaunchError::GpuTwice(s.gpu_indices.clone()));
         }
-        if let Some(missing) = distinct.iter().find(|g| !self.config.gpus.contains(g)) {
-            return Err(format!(
-                "GPU {missing} does not exist on this node (it has {:?})",
-                self.config.gpus
-            ));
+        if let Some(&missing) = distinct.iter().find(|g| !self.config.gpus.contains(g)) {
+            return Err(LaunchError::NoSuchGpu {
+                gpu: missing,
+                has: self.config.gpus.clone(),
+            });
         }
         let group_name = group_name(&s.name, &s.job_id, s.replica, s.replicas);
         let group = fs
             .create_job_group(&self.config.subtree, &group_name)
-            .map_err(|e| format!("cannot create the job's cgroup: {e}"))?;
+            .map_err(LaunchError::Cgroup)?;
         launched.group = Some(group.clone());
         launched.info.cgroup = Some(group.to_string());
-        std::fs::create_dir_all(&self.config.output_dir).map_err(|e| {
-            format!(
-                "cannot create the output directory {}: {e}",
-                self.config.output_dir.display()
-            )
+        std::fs::create_dir_all(&self.config.output_dir).map_err(|source| {
+            LaunchError::OutputDir {
+                path: self.config.output_dir.clone(),
+                source,
+            }
         })?;
         let output_path = self.config.output_dir.join(format!("{group_name}.out"));
+        let open_error = |source| LaunchError::Output {
+            path: output_path.clone(),
+            source,
+        };
         let output = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&output_path)
-            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
-        let errors = output
-            .try_clone()
-            .map_err(|e| format!("cannot open {}: {e}", output_path.display()))?;
+            .map_err(open_error)?;
+        let errors = output.try_clone().map_err(open_error)?;
         let mut command = match &self.config.supervisor {
             Some(governor) => {
                 let exit_file = self.config.output_dir.join(format!("{group_name}.exit"));
@@ -487,7 +523,7 @@ impl Launcher {
             command.env("CUDA_VISIBLE_DEVICES", list.join(","));
         }
         fs.prepare_command(&group, &mut command)
-            .map_err(|e| format!("cannot prepare the job to start in its cgroup: {e}"))?;
+            .map_err(LaunchError::Prepare)?;
         launched.info.message = if launched.info.message.is_empty() {
             format!("output in {}", output_path.display())
         } else {
@@ -524,7 +560,10 @@ impl Launcher {
         let mut child = tokio::process::Command::from(command)
             .kill_on_drop(false)
             .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", s.argv[0]))?;
+            .map_err(|source| LaunchError::Spawn {
+                program: s.argv[0].clone(),
+                source,
+            })?;
         let pid = child.id().unwrap_or(0);
         adopt.pid = pid;
         let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<Signal>();
@@ -628,7 +667,7 @@ impl Launcher {
                     let files = crate::criu::written_files(proc_root, &members);
                     let roots: Vec<PathBuf> =
                         std::iter::once(output_dir).chain(l.log_dir.clone()).collect();
-                    crate::criu::check_carried(&files, &roots)?;
+                    crate::criu::check_carried(&files, &roots).map_err(|e| e.to_string())?;
                     Ok(crate::criu::DumpRequest {
                         job_id: s.job_id.clone(),
                         replica: l.info.replica,
@@ -686,7 +725,7 @@ impl Launcher {
         fs: &CgroupFs,
         job_id: &str,
         replica: u32,
-        result: Result<u64, String>,
+        result: Result<u64, crate::criu::CriuError>,
         now: Instant,
     ) -> Option<JobCgroup> {
         let l = self.jobs.get_mut(&(job_id.to_owned(), replica))?;
@@ -702,7 +741,8 @@ impl Launcher {
                 warn!(job = %job_id, reason = %why, "the CRIU dump failed; the job runs on");
                 l.dump = Dump::None;
                 l.saving = false;
-                l.info.save_error = why;
+                // The edge: the report carries the reason as text.
+                l.info.save_error = why.to_string();
                 l.info.message = "running (its dump for a move failed)".into();
             }
         }

@@ -849,7 +849,7 @@ async fn the_end_of_a_job_under_a_criu_dump_is_held_and_is_a_save_only_if_the_du
         let result = if dump_ok {
             Ok(10)
         } else {
-            Err("criu dump failed".to_owned())
+            Err(failed_dump("image write error"))
         };
         let group = bed
             .launcher
@@ -865,8 +865,20 @@ async fn the_end_of_a_job_under_a_criu_dump_is_held_and_is_a_save_only_if_the_du
                 (job.state, job.saved, job.exit_code),
                 (RunState::Exited, false, Some(137))
             );
-            assert_eq!(job.save_error, "criu dump failed");
+            assert_eq!(
+                job.save_error,
+                "criu dump failed (exit status: 1): image write error"
+            );
         }
+    }
+}
+
+/// `criu dump` exited 1 having logged `errors`.
+fn failed_dump(errors: &str) -> crate::criu::CriuError {
+    use std::os::unix::process::ExitStatusExt;
+    crate::criu::CriuError::DumpFailed {
+        status: std::process::ExitStatus::from_raw(1 << 8),
+        errors: errors.into(),
     }
 }
 
@@ -884,12 +896,12 @@ async fn a_failed_dump_leaves_the_job_running_with_the_reason_reported() {
     l.dump = Dump::InFlight;
     let none = bed
         .launcher
-        .on_dumped(&bed.fs, "j7", 0, Err("no".into()), Instant::now());
+        .on_dumped(&bed.fs, "j7", 0, Err(failed_dump("no")), Instant::now());
     assert!(none.is_none());
     let job = bed.state("j7");
     assert_eq!(
         (job.state, job.save_error.as_str()),
-        (RunState::Running, "no")
+        (RunState::Running, "criu dump failed (exit status: 1): no")
     );
     // A later save may try again.
     assert!(!bed.launcher.jobs[&("j7".to_owned(), 0)].saving);
