@@ -44,6 +44,9 @@ pub struct MlflowDb {
     last_rowid: i64,
     grouper: RowGrouper,
     history_read: bool,
+    /// The `metrics` table was seen (checked at open, or at the first read when the writer held
+    /// its lock at open).
+    checked: bool,
 }
 
 fn sql_error(path: &Path, e: rusqlite::Error) -> ProgressError {
@@ -84,26 +87,44 @@ impl MlflowDb {
         .map_err(|e| sql_error(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(path, e))?;
-        let has_metrics: bool = conn
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'metrics'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| sql_error(path, e))?;
-        if !has_metrics {
-            return Err(ProgressError::FormatNotFound {
-                file: path.display().to_string(),
-                format: Format::MlflowSqlite,
-            });
-        }
-        Ok(MlflowDb {
+        let mut db = MlflowDb {
             conn,
             path: Arc::from(path),
             last_rowid: 0,
             grouper: RowGrouper::new(),
             history_read: false,
-        })
+            checked: false,
+        };
+        match db.check() {
+            // A writer mid-commit: opened all the same, checked at the first read (which the
+            // caller retries while the database is busy), never refused for being busy.
+            Err(e) if Self::is_busy(&e) => Ok(db),
+            Err(e) => Err(e),
+            Ok(()) => Ok(db),
+        }
+    }
+
+    /// Fails unless the database has MLflow's `metrics` table.
+    fn check(&mut self) -> Result<(), ProgressError> {
+        if self.checked {
+            return Ok(());
+        }
+        let has_metrics: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'metrics'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| sql_error(&self.path, e))?;
+        if !has_metrics {
+            return Err(ProgressError::FormatNotFound {
+                file: self.path.display().to_string(),
+                format: Format::MlflowSqlite,
+            });
+        }
+        self.checked = true;
+        Ok(())
     }
 
     /// The database's path.
@@ -115,6 +136,7 @@ impl MlflowDb {
     /// started), then rows written since. A database busy beyond [`BUSY_TIMEOUT`] is an error
     /// the caller retries at the next change.
     pub fn read_new(&mut self, out: &mut Vec<RecordData>) -> Result<(), ProgressError> {
+        self.check()?;
         let rows = if self.history_read {
             self.new_rows()
         } else {
@@ -252,6 +274,38 @@ mod tests {
             .unwrap();
         assert!(matches!(
             MlflowDb::open(&path),
+            Err(ProgressError::FormatNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn a_database_busy_when_opened_is_opened_and_read_once_the_writer_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mlflow.db");
+        let w = Connection::open(&path).unwrap();
+        w.execute_batch(SCHEMA).unwrap();
+        // The writer holds its lock through the open (a rollback journal: readers wait).
+        w.execute_batch(
+            "BEGIN EXCLUSIVE; INSERT INTO metrics VALUES ('loss', 0.5, 10, 'a', 0, 0);",
+        )
+        .unwrap();
+        let mut db = MlflowDb::open(&path).expect("a busy database is still opened");
+        let mut out = Vec::new();
+        let busy = db.read_new(&mut out).unwrap_err();
+        assert!(MlflowDb::is_busy(&busy), "{busy}");
+        w.execute_batch("COMMIT").unwrap();
+        db.read_new(&mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].metrics.get("loss"), Some(0.5));
+        // A database without MLflow's tables, busy at open, is refused at its first read.
+        let other = dir.path().join("other.db");
+        let w = Connection::open(&other).unwrap();
+        w.execute_batch("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+            .unwrap();
+        let mut db = MlflowDb::open(&other).unwrap();
+        w.execute_batch("COMMIT").unwrap();
+        assert!(matches!(
+            db.read_new(&mut out),
             Err(ProgressError::FormatNotFound { .. })
         ));
     }
