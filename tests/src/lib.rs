@@ -18,6 +18,31 @@ use std::time::{Duration, Instant};
 /// that `cargo test -- --ignored` on a workstation never rewrites the host's cgroups.
 pub const IN_VM_ENV: &str = "GOVERNOR_IN_VM";
 
+/// Call `f` every `every` until it returns `Some`, and return that; past `within`, panic saying
+/// what was awaited and, after it, `context()` (a daemon's log tail, the last state seen). The
+/// one polling loop of the integration tests: each file's `wait_for` says only what it shows on
+/// a timeout.
+pub fn poll_until<T>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    context: impl FnOnce() -> String,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let context = context();
+            let sep = if context.is_empty() { "" } else { "; " };
+            panic!("timed out after {within:?} waiting for {what}{sep}{context}");
+        }
+        sleep(every);
+    }
+}
+
 /// Panic unless running inside the test VM.
 pub fn require_vm() {
     assert!(

@@ -20,27 +20,17 @@ use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, govctl_command, try_govctl};
+use governor_integration_tests::poll_until;
 use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
 
-fn wait_for<T>(
-    what: &str,
-    within: Duration,
-    daemon: &Daemon,
-    mut f: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}; daemon status: {:?}\ndaemon log:\n{}",
+fn wait_for<T>(what: &str, within: Duration, daemon: &Daemon, f: impl FnMut() -> Option<T>) -> T {
+    poll_until(what, within, Duration::from_millis(100), f, || {
+        format!(
+            "daemon status: {:?}\ndaemon log:\n{}",
             daemon.status_json(),
             daemon.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        )
+    })
 }
 
 /// The job's row in the coordinator's list.

@@ -19,7 +19,7 @@ use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::{demo_trainer_argv, keras_epochs};
+use governor_integration_tests::{demo_trainer_argv, keras_epochs, poll_until};
 use governor_proto::control::{JobSpec, JobStatus, MovePhase, NodeStatus};
 use governor_proto::node::{Checkpoint, DEFAULT_SAVE_SIGNAL};
 
@@ -27,22 +27,12 @@ fn wait_for<T>(
     what: &str,
     within: Duration,
     daemons: &[&Daemon],
-    mut f: impl FnMut() -> Option<T>,
+    f: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let logs: Vec<String> = daemons.iter().map(|d| d.log_tail()).collect();
-            panic!(
-                "timed out after {within:?} waiting for {what}; daemon logs:\n{}",
-                logs.join("\n----\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until(what, within, Duration::from_millis(100), f, || {
+        let logs: Vec<String> = daemons.iter().map(|d| d.log_tail()).collect();
+        format!("daemon logs:\n{}", logs.join("\n----\n"))
+    })
 }
 
 /// A coordinator (first-fit) and the daemons of node-a and node-b, joined over mTLS.

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use coordinator::cli::Client;
 use coordinator::server::{self, ServerConfig, web::WebConfig};
@@ -88,21 +88,8 @@ fn prom(port: u16, path: &str) -> Option<serde_json::Value> {
     (v["status"] == "success").then(|| v["data"].clone())
 }
 
-fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        if std::env::var_os("OBS_DEBUG").is_some() {
-            eprintln!("waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+fn wait_for<T>(what: &str, within: Duration, f: impl FnMut() -> Option<T>) -> T {
+    governor_integration_tests::poll_until(what, within, Duration::from_millis(250), f, String::new)
 }
 
 struct Killed(Child);
