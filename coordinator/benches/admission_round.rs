@@ -19,35 +19,10 @@ use std::time::Instant;
 
 use coordinator::state::{ClusterState, StateConfig};
 use governor_proto::control::JobSpec;
-use governor_proto::node::{
-    Category, GpuDevice, Hello, JobOrigin, JobReport, NodeCapacity, NodeCommand, NodeReport,
-};
+use governor_proto::node::{JobReport, NodeCommand, NodeReport};
 
-fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn local_job(k: usize, node: usize, t: u64) -> JobReport {
-    let mut j = JobReport::running(format!("local-{k}"), format!("train-{k}"));
-    j.origin = JobOrigin::Local;
-    j.category = Category::ALL[(node + k + (t as usize / 60)) % 4];
-    j.progress = Some(1.0 / (1.0 + t as f64 + k as f64));
-    j.cpu_cores = 2.0;
-    j.memory_bytes = 4 << 30;
-    j
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
+mod common;
+use common::{arg, local_job, node_hello, percentile};
 
 fn main() {
     let nodes: usize = arg("--nodes", 10_000);
@@ -60,27 +35,7 @@ fn main() {
     let mut sessions = Vec::with_capacity(nodes);
     let started = Instant::now();
     for (i, name) in names.iter().enumerate() {
-        let gpus = if i.is_multiple_of(10) {
-            (0..8)
-                .map(|g| GpuDevice {
-                    index: g,
-                    model: "H100".into(),
-                    memory_bytes: 80 << 30,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let hello = Hello {
-            node_name: name.clone(),
-            capacity: NodeCapacity {
-                cores: 32.0,
-                memory_bytes: 256 << 30,
-                gpus,
-            },
-            agent_version: "bench".into(),
-            can_dump: false,
-        };
+        let hello = node_hello(name.clone(), i);
         sessions.push(state.register(now, hello, format!("10.0.0.{i}")).session_id);
     }
     let mut t = 1u64;

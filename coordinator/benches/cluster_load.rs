@@ -20,9 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use governor_proto::control::JobSpec;
-use governor_proto::node::{
-    Category, GpuDevice, Hello, JobOrigin, JobReport, NodeCapacity, NodeMessage, NodeReport,
-};
+use governor_proto::node::{JobReport, NodeMessage, NodeReport};
 use governor_proto::pb;
 use governor_proto::pb::control_service_client::ControlServiceClient;
 use governor_proto::pb::node_service_client::NodeServiceClient;
@@ -30,14 +28,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::{arg, local_job, node_hello, percentile};
 
 /// (CPU seconds, RSS bytes, peak RSS bytes) of a process.
 fn proc_usage(pid: u32) -> (f64, u64, u64) {
@@ -59,45 +51,10 @@ fn proc_usage(pid: u32) -> (f64, u64, u64) {
     (ticks / 100.0, kib("VmRSS:"), kib("VmHWM:"))
 }
 
-fn local_job(k: usize, node: usize, t: u64) -> JobReport {
-    let mut j = JobReport::running(format!("local-{k}"), format!("train-{k}"));
-    j.origin = JobOrigin::Local;
-    j.category = Category::ALL[(node + k + (t as usize / 60)) % 4];
-    j.progress = Some(1.0 / (1.0 + t as f64 + k as f64));
-    j.growth = Some(0.01);
-    j.growth_efficiency = Some(0.005);
-    j.cpu_cores = 2.0;
-    j.memory_bytes = 4 << 30;
-    j.epoch = Some(t / 30);
-    j.max_epochs = Some(100);
-    j.epoch_seconds = Some(30.0);
-    j
-}
-
 /// One simulated node: register, report every second (phase-shifted), start what it is told.
 async fn node(channel: Channel, index: usize, phase: Duration) {
     let name = format!("sim{index:05}");
-    let gpus = if index.is_multiple_of(10) {
-        (0..8)
-            .map(|g| GpuDevice {
-                index: g,
-                model: "H100".into(),
-                memory_bytes: 80 << 30,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let hello = Hello {
-        node_name: name,
-        capacity: NodeCapacity {
-            cores: 32.0,
-            memory_bytes: 256 << 30,
-            gpus,
-        },
-        agent_version: "bench".into(),
-        can_dump: false,
-    };
+    let hello = node_hello(name, index);
     let mut client = NodeServiceClient::new(channel);
     let (tx, rx) = mpsc::channel(4);
     tx.send(NodeMessage::Hello(hello).into()).await.unwrap();
@@ -140,19 +97,12 @@ async fn node(channel: Channel, index: usize, phase: Duration) {
     }
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 #[tokio::main]
 async fn main() {
-    let nodes = arg("--nodes", 10_000) as usize;
-    let seconds = arg("--seconds", 30);
-    let connections = arg("--connections", 100).max(1) as usize;
-    let submit_rate = arg("--submit-rate", 20).max(1);
+    let nodes = arg("--nodes", 10_000u64) as usize;
+    let seconds = arg("--seconds", 30u64);
+    let connections = arg("--connections", 100u64).max(1) as usize;
+    let submit_rate = arg("--submit-rate", 20u64).max(1);
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
