@@ -52,8 +52,8 @@ fn fuzz_dir() -> PathBuf {
 }
 
 /// The coverage instrumentation of cargo-fuzz 0.13's `cargo fuzz build --release
-/// --debug-assertions --sanitizer none` on Linux, without its `-C codegen-units=1` (a faster
-/// fuzzing binary for a slower build: our runs are a minute long, the build several).
+/// --debug-assertions --sanitizer none` on Linux, without its `-C codegen-units=1` (which buys a
+/// faster fuzzing binary with a slower build: our runs are a minute long, the build several).
 const FUZZ_RUSTFLAGS: &[&str] = &[
     "-Cpasses=sancov-module",
     "-Cllvm-args=-sanitizer-coverage-level=4",

@@ -468,7 +468,6 @@ impl ClusterState {
         }))
     }
 
-    /// Record the nodes of a job's members in the index.
     /// The jobs submitted to the coordinator, finished ones included, in id order (not the
     /// nodes' local jobs, which it can neither move nor resize nor preempt).
     pub(super) fn submitted_jobs(&self) -> impl Iterator<Item = &JobRecord> {
@@ -491,6 +490,7 @@ impl ClusterState {
         }
     }
 
+    /// Record the nodes of a job's members in the index.
     pub(super) fn index_job(&mut self, id: &str) {
         let Some(job) = self.jobs.get(id) else { return };
         for m in &job.members {

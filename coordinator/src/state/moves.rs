@@ -771,26 +771,24 @@ impl ClusterState {
         target: &str,
         reason: &str,
     ) {
-        if self.config.move_payoff <= 0.0 {
-            // The gate is off: every move Algorithm 2 (or 3) asks for is made.
-            if let Err(e) = self.migrate(now, id, Some(target), reason) {
-                warn!(job = %id, error = %e, "cannot act on a migration request");
-            }
-            return;
-        }
-        let (source_free, target_free) = (self.free_cores(source), self.free_cores(target));
-        let Some(estimate) = self
-            .jobs
-            .get(id)
-            .and_then(|job| self.move_payoff(job, source, source_free, target_free, now))
-            .filter(|e| e.pays)
-        else {
-            return;
+        // With the gate off (`move_payoff` 0) every move Algorithm 2 (or 3) asks for is made.
+        let why = if self.config.move_payoff <= 0.0 {
+            reason.to_owned()
+        } else {
+            let (source_free, target_free) = (self.free_cores(source), self.free_cores(target));
+            let Some(estimate) = self
+                .jobs
+                .get(id)
+                .and_then(|job| self.move_payoff(job, source, source_free, target_free, now))
+                .filter(|e| e.pays)
+            else {
+                return;
+            };
+            format!(
+                "{reason}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
+                estimate.gain, estimate.cost_s, estimate.remaining_s
+            )
         };
-        let why = format!(
-            "{reason}; pays: {:.0} core-s back for a {:.1} s pause over ~{:.0} s left",
-            estimate.gain, estimate.cost_s, estimate.remaining_s
-        );
         if let Err(e) = self.migrate(now, id, Some(target), &why) {
             warn!(job = %id, error = %e, "cannot act on a migration request");
         }
@@ -843,7 +841,8 @@ impl ClusterState {
         let here = specon.score(&self.view.nodes[current]);
         best.candidates
             .iter()
-            .filter(|c| c.score < here && c.node != source)
+            // Below the job's own node (which is never below itself).
+            .filter(|c| c.score < here)
             .find(|c| {
                 self.nodes
                     .get(&c.node)
