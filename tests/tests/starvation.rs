@@ -8,6 +8,14 @@
 //! job itself records (a wall-clock timestamp written when its quiet phase ends), so a job
 //! that gets CPU only seconds later fails.
 //!
+//! The policy serves jobs of unknown size least-attained-first in quanta
+//! ([`ATTAINED_QUANTUM`]): a job that has had about as much CPU as the one being served waits
+//! its turn, as a newcomer would, its pace guarded by its fair twin, not by the 2-5 s bound.
+//! So the quiet job stays quiet until the busy jobs have each had clearly more than a quantum
+//! more CPU than it (measured, not assumed from a duration: machines differ several-fold in
+//! speed), and the bound asserts what the policy owes a job that has had the least: its fair
+//! share within the probe.
+//!
 //! The same scenarios run on the host's cgroup v1 cpu controller (`root_host_v1_*`, run by
 //! `cargo xtask test` on hybrid hosts as root) and on cgroup v2 in the VM (`vm_*`, run by
 //! `cargo xtask vm-test starvation`). Each job is a shell script: busy loops (one per thread)
@@ -26,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use governor_integration_tests::daemon::{Daemon, bin};
 use governor_integration_tests::{require_v1_cpu_host, require_vm};
+use governor_policy::governor::ATTAINED_QUANTUM;
 
 /// Where the kernel accounts a run-job group's CPU time.
 #[derive(Clone, Copy)]
@@ -67,7 +76,8 @@ impl Layout {
 enum Phase {
     /// `threads` busy loops for `secs` seconds, logging a falling loss every 200 ms.
     Busy { threads: u32, secs: u32 },
-    /// Nothing at all for `secs` seconds (loading data, waiting for a file).
+    /// Nothing at all for at least `secs` seconds (loading data, waiting for a file), and then
+    /// until the test says the other jobs have had enough CPU more than this one ([`go_file`]).
     Quiet { secs: u32 },
 }
 
@@ -77,24 +87,58 @@ fn wants_file(log: &Path) -> PathBuf {
     log.with_extension("wants")
 }
 
+/// What a job's script creates as its quiet phase starts.
+fn quiet_file(log: &Path) -> PathBuf {
+    log.with_extension("quiet")
+}
+
+/// What the test creates to end a quiet phase (once past its `secs`).
+fn go_file(log: &Path) -> PathBuf {
+    log.with_extension("go")
+}
+
+/// What the test creates to end every busy phase of every job early (the busy jobs' phases
+/// are bounded generously, since the quiet job's phase lasts as long as the machine needs).
+fn stop_file(log: &Path) -> PathBuf {
+    log.with_file_name("stop")
+}
+
+/// How much more CPU (CPU-seconds) each busy job must have had than the quiet one when it
+/// wants CPU again: clearly more than the policy's quantum, so that least-attained-first
+/// serves the quiet job first.
+const AHEAD_BY: f64 = 1.5 * ATTAINED_QUANTUM;
+
+/// The longest a quiet phase waits for the busy jobs to get [`AHEAD_BY`] ahead; a machine
+/// that cannot do that in this long cannot measure the bound.
+const GO_WAIT_MAX: u32 = 60;
+
 fn script(log: &Path, phases: &[Phase]) -> String {
     let mut s = format!(
-        "log='{}'\nwants='{}'\necho epoch,loss > \"$log\"\nk=0\n",
+        "log='{}'\nwants='{}'\nquiet='{}'\ngo='{}'\nstop='{}'\necho epoch,loss > \"$log\"\nk=0\n",
         log.display(),
-        wants_file(log).display()
+        wants_file(log).display(),
+        quiet_file(log).display(),
+        go_file(log).display(),
+        stop_file(log).display(),
     );
     for p in phases {
         match *p {
             Phase::Quiet { secs } => {
-                s.push_str(&format!("sleep {secs}\ndate +%s.%N >> \"$wants\"\n"));
+                s.push_str(&format!(
+                    "touch \"$quiet\"\nsleep {secs}\n\
+                     n=0; while [ ! -e \"$go\" ] && [ $n -lt {} ]; do sleep 0.05; n=$((n + 1)); done\n\
+                     date +%s.%N >> \"$wants\"\n",
+                    GO_WAIT_MAX * 20
+                ));
             }
             Phase::Busy { threads, secs } => {
-                // Wall-clock bounds: a job held at its floor logs slowly, but its phases end
-                // on time, so the scenario's timeline does not depend on the policy.
+                // Wall-clock bounds (or the test's stop file): a job held at its floor logs
+                // slowly, but its phases end on time, so the scenario's timeline does not
+                // depend on the policy.
                 s.push_str(&format!(
-                    "for t in $(seq {threads}); do timeout {secs} sh -c 'while :; do :; done' & done\n\
+                    "for t in $(seq {threads}); do timeout {secs} sh -c \"while [ ! -e '$stop' ]; do :; done\" & done\n\
                      end=$(($(date +%s) + {secs}))\n\
-                     while [ $(date +%s) -lt $end ]; do v=$((20000 - 50 * k)); \
+                     while [ $(date +%s) -lt $end ] && [ ! -e \"$stop\" ]; do v=$((20000 - 50 * k)); \
                      echo \"$k,$((v / 10000)).$(printf %04d $((v % 10000)))\" >> \"$log\"; \
                      k=$((k + 1)); sleep 0.2; done\n\
                      wait\n"
@@ -156,6 +200,15 @@ impl Drop for Job {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// Creates the stop file when dropped: every busy phase ends within a second.
+struct StopOnDrop(PathBuf);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.0, b"");
     }
 }
 
@@ -266,9 +319,11 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
             Phase::Busy { secs, .. } | Phase::Quiet { secs } => secs,
         })
         .sum();
+    // a and b run until the test stops them (bounded, should it not): q's quiet phase lasts
+    // as long as they need to get ahead of it.
     let busy = [Phase::Busy {
         threads: 2,
-        secs: total + 4,
+        secs: total + 4 + GO_WAIT_MAX,
     }];
     let mut jobs = [
         start_job(&d, layout, &format!("{prefix}-a"), &busy),
@@ -284,10 +339,10 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
         at: Vec::new(),
         cpu: Vec::new(),
     };
+    let q_log = d.dir.path().join(format!("{prefix}-q.csv"));
     // When q wanted CPU: its own timestamp (written as its quiet phase ends), on the samples'
-    // clock. Sampled until 5 s after it, whatever delays the jobs' start; a and b run until
-    // `total + 4` s, so that is the bound.
-    let wants = wants_file(&d.dir.path().join(format!("{prefix}-q.csv")));
+    // clock. Sampled until 5 s after it.
+    let wants = wants_file(&q_log);
     let stamps = || -> Vec<f64> {
         fs::read_to_string(&wants)
             .unwrap_or_default()
@@ -295,8 +350,12 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
             .filter_map(|l| l.trim().parse().ok())
             .collect()
     };
+    // Stops the busy jobs however this scenario ends.
+    let stop = StopOnDrop(stop_file(&q_log));
     let mut wanted: Option<f64> = None;
-    while start.elapsed() < Duration::from_secs(u64::from(total + 4)) {
+    // The CPU each job had when the test let q want CPU again.
+    let mut at_go: Option<[f64; 3]> = None;
+    while start.elapsed() < Duration::from_secs(u64::from(total + 4 + GO_WAIT_MAX)) {
         let now = start.elapsed().as_secs_f64();
         if wanted.is_some_and(|w| now > w + 5.2) {
             break;
@@ -305,12 +364,21 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
         if let [Some(a), Some(b), Some(q)] = cpu {
             samples.at.push(now);
             samples.cpu.push([a, b, q]);
+            if at_go.is_none() && quiet_file(&q_log).exists() && a.min(b) - q >= AHEAD_BY {
+                fs::write(go_file(&q_log), b"").expect("go file");
+                at_go = Some([a, b, q]);
+            }
         }
         if wanted.is_none() {
             wanted = stamps().first().map(|stamp| stamp - start_wall);
         }
         sleep(Duration::from_millis(100));
     }
+    let Some(at_go) = at_go else {
+        return Err(format!(
+            "a and b did not get {AHEAD_BY} CPU-s ahead of q within {GO_WAIT_MAX} s of its quiet phase"
+        ));
+    };
     let status = d.status_json();
     let stamps = stamps();
     let &[stamp] = stamps.as_slice() else {
@@ -324,7 +392,7 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
     let settled = samples.rates(wanted + 2.0, wanted + 5.0)?;
     let equal = settled.iter().sum::<f64>() / 3.0;
     eprintln!(
-        "{prefix}: q wanted CPU at {wanted:.2} s; first second {floor:.2?} cores; from 2 s to 5 s after {settled:.2?} (equal split {equal:.2})"
+        "{prefix}: q wanted CPU at {wanted:.2} s (CPU-s then: {at_go:.1?}); first second {floor:.2?} cores; from 2 s to 5 s after {settled:.2?} (equal split {equal:.2})"
     );
     assert!(
         floor[2] >= 0.05,
@@ -339,6 +407,7 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
         settled[2],
         d.log_tail()
     );
+    drop(stop);
     for job in &mut jobs {
         assert!(
             job.wait_for_end(Duration::from_secs(30)),
