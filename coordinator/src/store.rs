@@ -195,7 +195,7 @@ fn encode<T: serde::Serialize>(record: &T) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::state::{ClusterState, StateConfig};
-    use governor_proto::control::{JobSpec, JobStatus};
+    use governor_proto::control::{JobSpec, JobState};
     use governor_proto::node::{Hello, NodeCapacity};
 
     fn save_all(store: &Store, s: &mut ClusterState) {
@@ -245,7 +245,7 @@ mod tests {
         ids.sort_by_key(|(id, _)| *id);
         assert_eq!(
             ids,
-            [("j1", JobStatus::Starting), ("j2", JobStatus::Starting)]
+            [("j1", JobState::Starting), ("j2", JobState::Starting)]
         );
     }
 

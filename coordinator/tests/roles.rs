@@ -9,7 +9,7 @@ use coordinator::certs::{self, Kind};
 use coordinator::server::{self, RunningServer, ServerConfig};
 use governor_proto::control::JobSpec;
 use governor_proto::node::{
-    Category, Hello, JobReport, MigrationRequest, NodeCapacity, NodeMessage, NodeReport, RunState,
+    Category, Hello, JobReport, MoveRequest, NodeCapacity, NodeMessage, NodeReport, RunState,
 };
 use governor_proto::pb;
 use governor_proto::pb::control_service_client::ControlServiceClient;
@@ -350,7 +350,7 @@ async fn a_node_speaks_only_for_the_node_in_its_certificate() {
     let report = NodeReport {
         cpu_used_cores: 3.5,
         jobs: vec![claim],
-        migrations: vec![MigrationRequest {
+        move_requests: vec![MoveRequest {
             job_id: job.id.clone(),
             reason: "node-b wants it gone".into(),
         }],
@@ -389,7 +389,7 @@ async fn a_node_speaks_only_for_the_node_in_its_certificate() {
         .unwrap();
     let summary = detail.summary.unwrap();
     assert_eq!(
-        summary.migration_request, "",
+        summary.move_request, "",
         "node-b asked to move node-a's job"
     );
     assert_eq!(summary.members[0].node, "node-a");

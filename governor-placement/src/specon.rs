@@ -10,7 +10,7 @@
 //! Readings we took:
 //! - Algorithm 2 is written for *migrating* a converged container c_j off its host w_i; lines
 //!   8-10 keep c_j where it is when w_i is among the candidates. For an incoming job there is no
-//!   current host, so only lines 2-7 and 11-21 apply. [`SpeCon::migration_target`] implements
+//!   current host, so only lines 2-7 and 11-21 apply. [`SpeCon::move_target`] implements
 //!   the whole algorithm for the migration issue.
 //! - New containers are in PC (Algorithm 1, line 2: every container joins PC when it arrives),
 //!   so jobs the node has not categorised yet and pending placements count as PC.
@@ -45,7 +45,7 @@ impl Default for SpeCon {
 
 /// Where Algorithm 2 sends a converged job.
 #[derive(Clone, Debug, PartialEq)]
-pub enum MigrationTarget {
+pub enum MoveDecision {
     /// Lines 8-10: its host is among the best; it stays (and is marked migrated).
     Stay,
     /// Lines 11-21: move it to this node (index in the view).
@@ -119,12 +119,12 @@ impl SpeCon {
 
     /// The whole of Algorithm 2 for a job on node `current` (a converged job a node asked to
     /// move). Nodes that cannot take the job are left out, except its current host.
-    pub fn migration_target(
+    pub fn move_target(
         &self,
         cluster: &ClusterView,
         job: &JobRequest,
         current: usize,
-    ) -> Result<MigrationTarget, NoFit> {
+    ) -> Result<MoveDecision, NoFit> {
         let mut nodes = feasible_nodes(cluster, job).unwrap_or_default();
         if !nodes.contains(&current) {
             nodes.push(current);
@@ -133,9 +133,9 @@ impl SpeCon {
         let (ranked, _) = self.ranked(cluster, &nodes);
         let min = Self::key(ranked[0].1);
         if Self::key(self.score(&cluster.nodes[current])) == min {
-            return Ok(MigrationTarget::Stay);
+            return Ok(MoveDecision::Stay);
         }
-        Ok(MigrationTarget::MoveTo(finish(
+        Ok(MoveDecision::MoveTo(finish(
             cluster,
             job,
             &ranked,
@@ -445,7 +445,7 @@ mod tests {
     }
 
     #[test]
-    fn the_papers_migration_example_moves_job_14_to_worker_1() {
+    fn the_papers_example_moves_job_14_to_worker_1() {
         // Section VI-D: when Job-14 on Worker-2 converged, the workers scored 63, 88, 92, 72 and
         // Job-14 went to Worker-1. Category mixes giving exactly those scores with 2/1.5/1:
         // 63 = 2·20 + 1.5·10 + 8; 88 = 2·30 + 1.5·12 + 10; 92 = 2·30 + 1.5·16 + 8;
@@ -471,17 +471,14 @@ mod tests {
         let s = SpeCon::default();
         let scores: Vec<f64> = c.nodes.iter().map(|n| s.score(n)).collect();
         assert_eq!(scores, vec![63.0, 88.0, 92.0, 72.0]);
-        match s
-            .migration_target(&c, &JobRequest::new("job-14", 0), 1)
-            .unwrap()
-        {
-            MigrationTarget::MoveTo(p) => assert_eq!(chosen(&c, &p), "worker-1"),
-            MigrationTarget::Stay => panic!("job-14 should move to worker-1"),
+        match s.move_target(&c, &JobRequest::new("job-14", 0), 1).unwrap() {
+            MoveDecision::MoveTo(p) => assert_eq!(chosen(&c, &p), "worker-1"),
+            MoveDecision::Stay => panic!("job-14 should move to worker-1"),
         }
         // A job converged on worker-1, already the best: it stays (lines 8-10).
         assert_eq!(
-            s.migration_target(&c, &JobRequest::new("j", 0), 0).unwrap(),
-            MigrationTarget::Stay
+            s.move_target(&c, &JobRequest::new("j", 0), 0).unwrap(),
+            MoveDecision::Stay
         );
     }
 }

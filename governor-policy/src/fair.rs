@@ -47,7 +47,7 @@ impl NodePolicy for Fair {
                     )
                 })
                 .collect(),
-            migrations: Vec::new(),
+            move_requests: Vec::new(),
             next_decision_at: None,
         }
     }
@@ -76,6 +76,6 @@ mod tests {
             plan.allocations[&JobId::from("b")].cpu,
             CpuAllocation::DEFAULT
         );
-        assert!(plan.migrations.is_empty());
+        assert!(plan.move_requests.is_empty());
     }
 }

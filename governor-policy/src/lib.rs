@@ -32,6 +32,7 @@ pub mod governor;
 pub mod gpu_power;
 pub mod quality;
 pub mod share;
+pub mod spec;
 pub mod specon;
 pub mod speedup;
 pub mod stage;
@@ -239,7 +240,7 @@ impl Allocation {
 
 /// A request to move a job to another node (SpeCon); consumed by the coordinator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MigrationRequest {
+pub struct MoveRequest {
     pub job: JobId,
     pub reason: String,
 }
@@ -250,7 +251,7 @@ pub struct Plan {
     /// One entry per known job.
     pub allocations: BTreeMap<JobId, Allocation>,
     /// Jobs this node would like moved elsewhere.
-    pub migrations: Vec<MigrationRequest>,
+    pub move_requests: Vec<MoveRequest>,
     /// Ask to be called again at this time at the latest (`None`: only on events).
     pub next_decision_at: Option<Seconds>,
 }
@@ -262,7 +263,7 @@ pub trait NodePolicy: Send {
     fn name(&self) -> &'static str;
     /// A job arrived on the node.
     fn job_added(&mut self, now: Seconds, spec: &JobSpec);
-    /// A job left the node (finished, killed, migrated away).
+    /// A job left the node (finished, killed, moved away).
     fn job_removed(&mut self, now: Seconds, id: &JobId);
     /// A new finite value of a job's progress signal.
     fn progress(&mut self, now: Seconds, id: &JobId, point: ProgressPoint);

@@ -12,8 +12,9 @@
 //! [`Category::Progressing`]); then, for every job not yet sent away:
 //! - `G(t_m) < G(t_{m-1})` and `G(t_m) < α` (slowing down and slow): PC → WC, WC → CC; a job
 //!   already in CC stays there and, if more than one other job on the node is in PC or WC, the
-//!   node asks the coordinator to migrate it ([`MigrationRequest`]) and marks it migrated: a job
-//!   is requested at most once, and a migrated job is no longer categorised;
+//!   node asks the coordinator to move it ([`MoveRequest`]; the paper's "migrate") and marks it
+//!   (the paper's "migrated"): a job is asked for at most once, and a marked job is no longer
+//!   categorised;
 //! - `G(t_m) ≥ G(t_{m-1})` and `G(t_m) < α` (slow, but bouncing): the job stays where it is;
 //! - `G(t_m) > α`: back to PC, "to accommodate a sudden change of the evaluation function".
 //!
@@ -47,7 +48,7 @@ use std::collections::BTreeMap;
 
 use super::ParamError;
 use super::{
-    Allocation, Category, JobId, JobSpec, MigrationRequest, NodePolicy, NodeResources, Plan,
+    Allocation, Category, JobId, JobSpec, MoveRequest, NodePolicy, NodeResources, Plan,
     ProgressPoint, Seconds, Usage,
 };
 
@@ -102,7 +103,7 @@ impl SpeConParams {
 #[derive(Clone, Debug, Default)]
 struct JobState {
     category: SpeConCategory,
-    migrated: bool,
+    move_asked: bool,
     /// Latest observed value of E.
     latest: Option<f64>,
     /// E at the previous tick.
@@ -136,7 +137,7 @@ pub struct SpeCon {
     jobs: BTreeMap<JobId, JobState>,
     next_tick_at: Option<Seconds>,
     /// Requests made since the last plan.
-    pending: Vec<MigrationRequest>,
+    pending: Vec<MoveRequest>,
 }
 
 impl Default for SpeCon {
@@ -160,9 +161,9 @@ impl SpeCon {
         self.jobs.get(id).map(|j| j.category.category())
     }
 
-    /// Whether a migration has been requested for the job.
-    pub fn migrated(&self, id: &JobId) -> bool {
-        self.jobs.get(id).is_some_and(|j| j.migrated)
+    /// Whether a move has been requested for the job (the paper marks it "migrated").
+    pub fn move_asked(&self, id: &JobId) -> bool {
+        self.jobs.get(id).is_some_and(|j| j.move_asked)
     }
 
     fn gain(&self, now: f64, before: f64) -> f64 {
@@ -179,7 +180,7 @@ impl SpeCon {
         let ids: Vec<JobId> = self.jobs.keys().cloned().collect();
         for id in ids {
             let job = &self.jobs[&id];
-            if job.migrated {
+            if job.move_asked {
                 continue;
             }
             let Some(value) = job.latest else { continue };
@@ -205,8 +206,8 @@ impl SpeCon {
                             .count();
                         if learning >= self.params.min_learning_others {
                             let job = self.jobs.get_mut(&id).expect("job listed above");
-                            job.migrated = true;
-                            self.pending.push(MigrationRequest {
+                            job.move_asked = true;
+                            self.pending.push(MoveRequest {
                                 job: id.clone(),
                                 reason: format!(
                                     "specon: converged (gain {gain:.2e} < {alpha} and falling) \
@@ -265,8 +266,8 @@ impl NodePolicy for SpeCon {
             .jobs
             .iter()
             .map(|(id, job)| {
-                let reason = if job.migrated {
-                    "specon: converged, migration requested; kernel default sharing".to_owned()
+                let reason = if job.move_asked {
+                    "specon: converged, move requested; kernel default sharing".to_owned()
                 } else {
                     format!(
                         "specon: {}; kernel default sharing",
@@ -281,7 +282,7 @@ impl NodePolicy for SpeCon {
             .collect();
         Plan {
             allocations,
-            migrations: std::mem::take(&mut self.pending),
+            move_requests: std::mem::take(&mut self.pending),
             next_decision_at: if self.jobs.is_empty() {
                 None
             } else {
@@ -343,7 +344,7 @@ mod tests {
         let a = &plan.allocations[&id("a")];
         assert_eq!(a.category, Category::Progressing);
         assert_eq!(a.cpu, CpuAllocation::DEFAULT);
-        assert!(plan.migrations.is_empty());
+        assert!(plan.move_requests.is_empty());
     }
 
     #[test]
@@ -357,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn pc_to_wc_to_cc_then_migration_requested_once() {
+    fn pc_to_wc_to_cc_then_move_requested_once() {
         let mut p = with_jobs(&["a", "b", "c"]);
         // b and c keep learning fast (20% per interval).
         let fast = |r: u32| 100.0 * 0.8f64.powi(r as i32);
@@ -378,14 +379,14 @@ mod tests {
                 _ => assert_eq!(p.category(&id("a")), Some(Category::Converged)),
             }
         }
-        let requests: Vec<&MigrationRequest> = plans.iter().flat_map(|p| &p.migrations).collect();
+        let requests: Vec<&MoveRequest> = plans.iter().flat_map(|p| &p.move_requests).collect();
         assert_eq!(requests.len(), 1, "at most once: {requests:?}");
         assert_eq!(requests[0].job, id("a"));
         assert!(
-            !plans[4].migrations.is_empty(),
+            !plans[4].move_requests.is_empty(),
             "requested at the first CC round that is still slowing"
         );
-        assert!(p.migrated(&id("a")));
+        assert!(p.move_asked(&id("a")));
         assert_eq!(
             p.decide(200.0, &NODE).allocations[&id("a")].cpu,
             CpuAllocation::DEFAULT
@@ -393,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn no_migration_while_fewer_than_two_others_learn() {
+    fn no_move_while_fewer_than_two_others_learn() {
         let mut p = with_jobs(&["a", "b"]);
         let a = [100.0, 90.0, 89.55, 89.19, 88.92, 88.74];
         for (r, av) in a.iter().enumerate() {
@@ -403,10 +404,10 @@ mod tests {
                 r,
                 &[("a", *av), ("b", 100.0 * 0.8f64.powi(r as i32))],
             );
-            assert!(plan.migrations.is_empty(), "round {r}: {plan:?}");
+            assert!(plan.move_requests.is_empty(), "round {r}: {plan:?}");
         }
         assert_eq!(p.category(&id("a")), Some(Category::Converged));
-        assert!(!p.migrated(&id("a")));
+        assert!(!p.move_asked(&id("a")));
     }
 
     #[test]

@@ -49,7 +49,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::cgroup::knob::{cores_to_quota, encode_cpu_max};
 use governor::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup};
-use governor::daemon::core::{CoreSettings, CpuSource, JobSource, NewJob, NodeCore};
+use governor::daemon::node_core::{CoreSettings, CpuSampler, JobSource, NewJob, NodeCore};
 use governor::policy::{
     self, Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage,
@@ -115,7 +115,7 @@ impl NodePolicy for LossCap {
             .collect();
         Plan {
             allocations,
-            migrations: Vec::new(),
+            move_requests: Vec::new(),
             next_decision_at: None,
         }
     }
@@ -132,7 +132,7 @@ fn make_policy(name: &str) -> Box<dyn NodePolicy> {
 /// CPU usage from the cgroup files, as the daemon does without eBPF.
 struct CgroupFileCpu;
 
-impl CpuSource for CgroupFileCpu {
+impl CpuSampler for CgroupFileCpu {
     fn name(&self) -> String {
         "cpu.stat".into()
     }

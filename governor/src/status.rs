@@ -83,7 +83,7 @@ pub fn render_table(s: &NodeStatus) -> String {
                     if let Some(f) = &j.finish {
                         why.push_str(&format!(" [{f}]"));
                     }
-                    if let Some(m) = &j.migration_request {
+                    if let Some(m) = &j.move_request {
                         why.push_str(&format!(" [move asked: {m}]"));
                     }
                     if let Some(p) = &j.log_problem {
@@ -246,7 +246,7 @@ mod tests {
                     memory_max_bytes: Some(1 << 30),
                     log_problem: Some("no known format".into()),
                     decision: "converged".into(),
-                    migration_request: Some("others progress".into()),
+                    move_request: Some("others progress".into()),
                     ..Default::default()
                 },
             ],

@@ -155,8 +155,12 @@ pub struct JobStatus {
     /// Seconds since the job was adopted.
     pub age_seconds: f64,
     /// The policy asks for the job to be moved to another node (SpeCon), and why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub migration_request: Option<String>,
+    #[serde(
+        default,
+        alias = "migration_request",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub move_request: Option<String>,
     /// Time to quality so far: seconds from the job's adoption until its quality signal
     /// (validation loss, else the progress signal) first came within 5% of its reduction so far
     /// (`governor_policy::quality`); it only moves later as the job keeps improving.

@@ -34,7 +34,7 @@ pub struct PolicyOutcome {
     pub makespan_vs_fair: f64,
     /// `makespan / (a lower bound on any policy's makespan)`.
     pub makespan_vs_lower_bound: f64,
-    pub migration_requests: usize,
+    pub move_requests: usize,
     pub decisions: u64,
     /// Full run (timeline included when recorded), for `--verbose` output.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -95,7 +95,7 @@ fn outcome(name: &str, run: NodeRun, fair: &NodeRun, keep_run: bool) -> PolicyOu
         avg_ttq_vs_fair: ratio(run.avg_ttq, fair.avg_ttq),
         makespan_vs_fair: ratio(run.makespan, fair.makespan),
         makespan_vs_lower_bound: ratio(run.makespan, run.makespan_lower_bound),
-        migration_requests: run.migrations.len(),
+        move_requests: run.move_requests.len(),
         decisions: run.decisions,
         jobs,
         run: keep_run.then_some(run),

@@ -23,7 +23,7 @@
 //! grows, on its node or another), `kubeflow` (its queue, scale-up after every round, scale-down
 //! for higher priorities), and ours (`soonest`: grow while none wait, shrink for any waiting
 //! job of the same or higher priority, then preemption by checkpoint). Every resize pays the
-//! job's save and restore ([`crate::cluster::MigrationCost`]); no work is lost.
+//! job's save and restore ([`crate::cluster::MoveCost`]); no work is lost.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::cluster::{ClusterConfig, MigrationCost, PolicySpec, run_cluster};
+use crate::cluster::{ClusterConfig, MoveCost, PolicySpec, run_cluster};
 use crate::curves::RealCurve;
 use crate::priority::{self, HIGH, PriorityReport};
 use crate::trace::{self, Arrival, Trace, TraceParams};
@@ -136,14 +136,14 @@ pub fn run_scenario(
     name: &str,
     curves: &[RealCurve],
     seeds: &[u64],
-    move_cost: Option<&MigrationCost>,
+    move_cost: Option<&MoveCost>,
 ) -> Result<Vec<ElasticRow>> {
     let mut per_seed: Vec<Vec<PriorityReport>> = Vec::new();
     let mut resizes = vec![0u32; SYSTEMS.len()];
     for &seed in seeds {
         let (mut config, trace) = scenario(name, curves, seed)?;
         if let Some(c) = move_cost {
-            config.migration = *c;
+            config.move_cost = *c;
         }
         let mut rows = Vec::new();
         for (k, (_, spec)) in SYSTEMS.iter().enumerate() {
@@ -224,7 +224,7 @@ pub fn command(
     let curves = crate::paper::curves_or_synthetic(logs)?;
     let cost = move_cost
         .map(|name| {
-            MigrationCost::by_name(name)
+            MoveCost::by_name(name)
                 .with_context(|| format!("no move cost {name:?} (default, framework, criu-tcg)"))
         })
         .transpose()?;

@@ -22,7 +22,7 @@ pub struct JobReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     #[serde(skip_serializing_if = "is_zero")]
-    pub migrations: u32,
+    pub moves: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -57,7 +57,7 @@ pub struct RunReport {
     /// Jobs that did not finish before the horizon.
     pub unfinished: usize,
     /// Jobs moved between workers.
-    pub migrations: usize,
+    pub moves: usize,
     /// The full run (timelines included when recorded); not serialised.
     #[serde(skip)]
     pub run: Option<ClusterRun>,
@@ -102,7 +102,7 @@ pub fn report(run: ClusterRun, fair: &ClusterRun) -> RunReport {
                 _ => None,
             },
             worker: r.worker.clone(),
-            migrations: r.migrations,
+            moves: r.moves,
         })
         .collect();
     let slowdowns: Vec<f64> = jobs.iter().filter_map(|j| j.slowdown_vs_fair).collect();
@@ -133,7 +133,7 @@ pub fn report(run: ClusterRun, fair: &ClusterRun) -> RunReport {
         best_job_change: slowdowns.iter().copied().fold(f64::INFINITY, f64::min) - 1.0,
         worst_job_change: slowdowns.iter().copied().fold(f64::NEG_INFINITY, f64::max) - 1.0,
         unfinished: run.unfinished,
-        migrations: run.migrations.iter().filter(|m| m.to.is_some()).count(),
+        moves: run.moves.iter().filter(|m| m.to.is_some()).count(),
         jobs,
         run: Some(run),
     }
@@ -146,7 +146,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// A Markdown table of reports (one row per policy).
 pub fn markdown_table(reports: &[RunReport]) -> String {
     let mut out = String::from(
-        "| policy | avg JCT (s) | vs fair | makespan (s) | vs fair | jobs faster than fair | best / worst job | max slowdown | migrations |\n\
+        "| policy | avg JCT (s) | vs fair | makespan (s) | vs fair | jobs faster than fair | best / worst job | max slowdown | moves |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in reports {
@@ -161,7 +161,7 @@ pub fn markdown_table(reports: &[RunReport]) -> String {
             r.best_job_change * 100.0,
             r.worst_job_change * 100.0,
             r.max_slowdown_vs_fair,
-            r.migrations,
+            r.moves,
         ));
     }
     out

@@ -136,7 +136,7 @@ pub struct JobModel {
     /// true the policy is told the fraction of work done at each log line.
     #[serde(default)]
     pub reports_total: bool,
-    /// Resident memory, bytes (reported in usage samples; migrations will cost time in
+    /// Resident memory, bytes (reported in usage samples; moves will cost time in
     /// proportion to it).
     #[serde(default)]
     pub memory_bytes: u64,

@@ -4,7 +4,7 @@
 //!
 //! - [`node::run_node`]: one node (`govsim node`, `govsim sweep`);
 //! - [`cluster::run_cluster`]: a cluster replaying a [`trace::Trace`] under a
-//!   [`cluster::PolicySpec`] (`govsim run`), with migrations;
+//!   [`cluster::PolicySpec`] (`govsim run`), with moves;
 //! - [`evaluate::evaluate`]: policies against `fair` on the same trace (`govsim compare`),
 //!   [`paper`]: the papers' setups (`govsim paper`), [`priority`]: a mixed-priority trace with
 //!   and without preemption (`govsim priority`), [`plot`]: SVG charts;

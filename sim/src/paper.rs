@@ -363,7 +363,7 @@ pub struct Aggregate {
     /// Mean of the runs' average JCT and makespan, seconds.
     pub mean_avg_jct: f64,
     pub mean_makespan: f64,
-    pub migrations: usize,
+    pub moves: usize,
 }
 
 /// Aggregate per-seed reports (one `Vec<RunReport>` per seed, same policy order).
@@ -404,7 +404,7 @@ pub fn aggregate(per_seed: &[Vec<RunReport>]) -> Vec<Aggregate> {
                     .count(),
                 mean_avg_jct: mean(&|r| r.avg_jct),
                 mean_makespan: mean(&|r| r.makespan),
-                migrations: rs.iter().map(|r| r.migrations).sum(),
+                moves: rs.iter().map(|r| r.moves).sum(),
             }
         })
         .collect()
@@ -531,7 +531,7 @@ pub fn run_scenario_with(
     curves: &[RealCurve],
     seeds: &[u64],
     record_timeline: bool,
-    move_cost: Option<crate::cluster::MigrationCost>,
+    move_cost: Option<crate::cluster::MoveCost>,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
     let specs = s
         .policies()
@@ -544,7 +544,7 @@ pub fn run_scenario_with(
     let mut config = s.cluster();
     config.record_timeline = record_timeline;
     if let Some(cost) = move_cost {
-        config.migration = cost;
+        config.move_cost = cost;
     }
     seeds
         .iter()
@@ -569,7 +569,7 @@ pub fn command(
 ) -> Result<()> {
     let move_cost = move_cost
         .map(|m| {
-            crate::cluster::MigrationCost::by_name(m).ok_or_else(|| {
+            crate::cluster::MoveCost::by_name(m).ok_or_else(|| {
                 anyhow::anyhow!("--move-cost {m:?}: one of default, framework, criu-tcg")
             })
         })
@@ -706,7 +706,7 @@ mod tests {
             best_job_change: -0.2,
             worst_job_change: slow - 1.0,
             unfinished: 0,
-            migrations: 1,
+            moves: 1,
             run: None,
         };
         let rows = aggregate(&[vec![fair(50.0, 100.0, 1.05)], vec![fair(200.0, 100.0, 1.3)]]);
@@ -717,6 +717,6 @@ mod tests {
         );
         assert_eq!(rows[0].max_slowdown_vs_fair, 1.3);
         assert_eq!(rows[0].seeds_within_10pct, 1);
-        assert_eq!(rows[0].migrations, 2);
+        assert_eq!(rows[0].moves, 2);
     }
 }

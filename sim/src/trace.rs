@@ -21,7 +21,7 @@
 //!       "memory_bytes": 2147483648,
 //!       "priority": 0,
 //!       "gpus": 0,                           // whole GPUs it needs on one worker
-//!       "checkpoint_bytes": 1610612736,      // what a migration moves (default: memory_bytes)
+//!       "checkpoint_bytes": 1610612736,      // what a move carries (default: memory_bytes)
 //!       "curve": "keras_csv/cat-classifier_training.log"   // where the loss curve came from
 //!     }
 //!   ]
@@ -76,7 +76,7 @@ pub struct TraceJob {
     /// Whole GPUs the job needs, all on one worker.
     #[serde(default)]
     pub gpus: u32,
-    /// Bytes a migration checkpoints, moves and restores; `None` means `memory_bytes`.
+    /// Bytes a move checkpoints, carries and restores; `None` means `memory_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_bytes: Option<u64>,
     /// Where the loss curve came from (informative).
@@ -100,7 +100,7 @@ impl TraceJob {
         }
     }
 
-    /// What a migration moves.
+    /// What a move carries.
     pub fn checkpoint_bytes(&self) -> u64 {
         self.checkpoint_bytes.unwrap_or(self.model.memory_bytes)
     }

@@ -21,7 +21,7 @@ use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, govctl_command, try_govctl};
 use governor_integration_tests::poll_until;
-use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
+use governor_proto::control::{JobSpec, JobState, NodeState};
 
 fn wait_for<T>(what: &str, within: Duration, daemon: &Daemon, f: impl FnMut() -> Option<T>) -> T {
     poll_until(what, within, Duration::from_millis(100), f, || {
@@ -146,7 +146,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         || {
             let nodes = rt.block_on(govctl.nodes()).ok()?;
             let n = nodes.iter().find(|n| n.name == "node-a")?;
-            (n.status == NodeStatus::Ready).then_some(())
+            (n.status == NodeState::Ready).then_some(())
         },
     );
     let nodes = rt.block_on(govctl.nodes()).unwrap();
@@ -210,7 +210,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             j.status.is_finished().then_some(j)
         },
     );
-    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(done.status, JobState::Completed, "{done:?}");
     let output = std::fs::read_to_string(out.join("train-j1.out")).expect("train's output file");
     assert_eq!(output, "starting\ndone\n");
     // The same through the coordinator, from the node (`govctl logs`), whole or its end.
@@ -246,7 +246,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         let j = job(&rt, &mut govctl, "j2");
         j.status.is_finished().then_some(j)
     });
-    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert_eq!(failed.status, JobState::Failed, "{failed:?}");
     assert!(
         failed
             .message
@@ -263,7 +263,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     );
     assert_eq!(rt.block_on(govctl.submit(sleeper)).unwrap().id, "j3");
     wait_for("cancel-me to run", Duration::from_secs(20), &daemon, || {
-        (job(&rt, &mut govctl, "j3").status == JobStatus::Running).then_some(())
+        (job(&rt, &mut govctl, "j3").status == JobState::Running).then_some(())
     });
     assert_eq!(
         daemon.job("cancel-me").expect("cancel-me is governed")["source"],
@@ -276,7 +276,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         &daemon,
         || daemon.job("cancel-me").is_none().then_some(()),
     );
-    assert_eq!(job(&rt, &mut govctl, "j3").status, JobStatus::Cancelled);
+    assert_eq!(job(&rt, &mut govctl, "j3").status, JobState::Cancelled);
     assert!(
         daemon
             .log_text()
@@ -301,7 +301,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     );
     assert_eq!(rt.block_on(govctl.submit(survivor)).unwrap().id, "j4");
     wait_for("survivor to run", Duration::from_secs(20), &daemon, || {
-        (job(&rt, &mut govctl, "j4").status == JobStatus::Running).then_some(())
+        (job(&rt, &mut govctl, "j4").status == JobState::Running).then_some(())
     });
     // Its node's decision about it, and why, reaches the coordinator (the page shows it).
     let decided = wait_for(
@@ -377,7 +377,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let jobs = rt.block_on(govctl.jobs(true)).expect("govctl jobs");
     assert_eq!(
         jobs.iter().find(|j| j.id == "j4").map(|j| j.status),
-        Some(JobStatus::Running),
+        Some(JobState::Running),
         "{jobs:?}"
     );
     assert!(
@@ -391,7 +391,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     });
     // It is not the new daemon's child, yet its exit status is known: its supervisor
     // (`governor supervise`, its parent since the start) recorded it.
-    assert_eq!(done.status, JobStatus::Failed, "{done:?}");
+    assert_eq!(done.status, JobState::Failed, "{done:?}");
     assert!(done.message.contains("exited with status 3"), "{done:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let ended = loop {
@@ -448,7 +448,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             j.status.is_finished().then_some(j)
         },
     );
-    assert_eq!(ended.status, JobStatus::Completed, "{ended:?}");
+    assert_eq!(ended.status, JobState::Completed, "{ended:?}");
     assert!(ended.message.contains("stopped: converged"), "{ended:?}");
 
     // Two trials of one sweep (`govctl submit --sweep s:3:2`, Keras CSV logs with epochs):
@@ -497,7 +497,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             j.status.is_finished().then_some(j)
         },
     );
-    assert_eq!(cut.status, JobStatus::Completed, "{cut:?}");
+    assert_eq!(cut.status, JobState::Completed, "{cut:?}");
     assert!(
         cut.message
             .contains("stopped: outranked in its sweep at 2 epochs"),
@@ -512,7 +512,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             j.status.is_finished().then_some(j)
         },
     );
-    assert_eq!(kept.status, JobStatus::Completed, "{kept:?}");
+    assert_eq!(kept.status, JobState::Completed, "{kept:?}");
     assert!(!kept.message.contains("outranked"), "{kept:?}");
 
     // The coordinator goes away: the node keeps governing and says it is retrying.
@@ -542,7 +542,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
 /// names it too. Plain-text session (`--insecure`); the categorisation interval is shortened
 /// from SpeCon's 30 s to 0.5 s (`--policy specon:interval=0.5`).
 #[test]
-fn a_specon_nodes_migration_request_reaches_the_coordinator() {
+fn a_specon_nodes_move_request_reaches_the_coordinator() {
     use governor_integration_tests::daemon::KerasLog;
 
     let dir = tempfile::tempdir().unwrap();
@@ -611,12 +611,12 @@ fn a_specon_nodes_migration_request_reaches_the_coordinator() {
         writers[1].append(10.0 * (-t).exp());
         writers[2].append(20.0 * (-t).exp());
         let jobs = rt.block_on(govctl.jobs(true)).expect("govctl jobs");
-        if let Some(j) = jobs.iter().find(|j| j.migration_request.is_some()) {
+        if let Some(j) = jobs.iter().find(|j| j.move_request.is_some()) {
             break j.clone();
         }
         assert!(
             t < 30.0,
-            "no migration request reached the coordinator in 30 s; jobs: {jobs:#?}\nnode status: {:?}\nlog:\n{}",
+            "no move request reached the coordinator in 30 s; jobs: {jobs:#?}\nnode status: {:?}\nlog:\n{}",
             daemon.status_json(),
             daemon.log_tail()
         );
@@ -624,16 +624,16 @@ fn a_specon_nodes_migration_request_reaches_the_coordinator() {
     };
     assert_eq!(asked.name, "calm", "{asked:?}");
     assert!(asked.local, "a job the node found by itself: {asked:?}");
-    let request = asked.migration_request.as_deref().unwrap();
+    let request = asked.move_request.as_deref().unwrap();
     assert!(request.starts_with("node node-s asks: "), "{request}");
     let on_node = daemon.job("calm").expect("calm is governed");
     assert!(
-        on_node["migration_request"].is_string(),
+        on_node["move_request"].is_string(),
         "the node's status names the request: {on_node}"
     );
     for other in ["eager", "keen"] {
         let j = daemon.job(other).unwrap();
-        assert!(j.get("migration_request").is_none(), "{j}");
+        assert!(j.get("move_request").is_none(), "{j}");
     }
     assert!(
         daemon

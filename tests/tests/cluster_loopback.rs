@@ -16,7 +16,7 @@ use governor::coordinator_client::{
     AgentConfig, AgentStatus, Backoff, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport,
     RunState, TlsFiles,
 };
-use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
+use governor_proto::control::{JobSpec, JobState, NodeState};
 use governor_proto::pb;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -148,7 +148,7 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     // Both nodes register.
     eventually("both nodes ready", async || {
         let nodes = govctl.nodes().await.unwrap();
-        (nodes.len() == 2 && nodes.iter().all(|n| n.status == NodeStatus::Ready)).then_some(())
+        (nodes.len() == 2 && nodes.iter().all(|n| n.status == NodeState::Ready)).then_some(())
     })
     .await;
 
@@ -160,7 +160,7 @@ async fn nodes_and_govctl_work_together_over_mtls() {
     eventually("the job running and progressing", async || {
         let jobs = govctl.jobs(false).await.unwrap();
         let j = jobs.iter().find(|j| j.id == job_id)?;
-        (j.status == JobStatus::Running && j.category == governor::policy::Category::Progressing)
+        (j.status == JobState::Running && j.category == governor::policy::Category::Progressing)
             .then_some(())
     })
     .await;
@@ -207,11 +207,11 @@ async fn nodes_and_govctl_work_together_over_mtls() {
         let nodes = govctl.nodes().await.unwrap();
         let lost = nodes
             .iter()
-            .any(|n| n.name == "node-b" && n.status == NodeStatus::Lost);
+            .any(|n| n.name == "node-b" && n.status == NodeState::Lost);
         let jobs = govctl.jobs(false).await.unwrap();
         let unknown = jobs.iter().any(|j| {
             j.name == "gpt"
-                && j.status == JobStatus::Unknown
+                && j.status == JobState::Unknown
                 && j.message.contains("node node-b is lost")
         });
         (lost && unknown).then_some(())
@@ -245,7 +245,7 @@ async fn nodes_and_govctl_work_together_over_mtls() {
             .iter()
             .filter(|j| j.members.iter().any(|m| m.node == "node-a"))
             .collect();
-        (a_jobs.len() == 2 && a_jobs.iter().all(|j| j.status == JobStatus::Running)).then_some(())
+        (a_jobs.len() == 2 && a_jobs.iter().all(|j| j.status == JobState::Running)).then_some(())
     })
     .await;
     let status = a.status.borrow().clone();

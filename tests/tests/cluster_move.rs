@@ -1,5 +1,5 @@
 //! A running job moved between two real `governor daemon`s by the real coordinator over mTLS,
-//! on the host: `govctl migrate` (the client's `migrate`) asks node-a to save the job, the job
+//! on the host: `govctl move` (the client's `move_job`) asks node-a to save the job, the job
 //! (`demo-trainer --checkpoint-dir`, a framework checkpoint) saves at its next epoch boundary
 //! and exits, and node-b starts the same command, which resumes from the checkpoint on the path
 //! both nodes share. Its log goes on from the epoch it left, and its final loss equals, bit for
@@ -20,7 +20,7 @@ use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::{Daemon, bin};
 use governor_integration_tests::{demo_trainer_argv, keras_epochs, poll_until};
-use governor_proto::control::{JobSpec, JobStatus, MovePhase, NodeStatus};
+use governor_proto::control::{JobSpec, JobState, MovePhase, NodeState};
 use governor_proto::node::{Checkpoint, DEFAULT_SAVE_SIGNAL};
 
 fn wait_for<T>(
@@ -136,7 +136,7 @@ impl Cluster {
                 let nodes = rt.block_on(govctl.nodes()).ok()?;
                 (nodes
                     .iter()
-                    .filter(|n| n.status == NodeStatus::Ready)
+                    .filter(|n| n.status == NodeState::Ready)
                     .count()
                     == 2)
                     .then_some(())
@@ -228,8 +228,8 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
         .spawn()
         .expect("govctl logs --follow");
     let moving =
-        c.rt.block_on(c.govctl.migrate("j1", Some("node-b")))
-            .expect("govctl migrate");
+        c.rt.block_on(c.govctl.move_job("j1", Some("node-b")))
+            .expect("govctl move");
     assert_eq!(
         (moving.from_node.as_str(), moving.to_node.as_str()),
         ("node-a", "node-b")
@@ -257,7 +257,7 @@ fn a_job_moved_by_its_framework_checkpoint_resumes_where_it_left_and_ends_bit_fo
             d.summary.status.is_finished().then_some(d)
         },
     );
-    assert_eq!(done.summary.status, JobStatus::Completed, "{done:?}");
+    assert_eq!(done.summary.status, JobState::Completed, "{done:?}");
     assert_eq!(done.summary.members[0].node, "node-b");
 
     // Every epoch once, in order: it went on from the epoch it left.
@@ -356,8 +356,8 @@ fn bench_framework_move() {
             });
             let asked = Instant::now();
             let before = seen.len();
-            c.rt.block_on(c.govctl.migrate(&id, Some(target)))
-                .expect("migrate");
+            c.rt.block_on(c.govctl.move_job(&id, Some(target)))
+                .expect("govctl move");
             let mv = wait_for("the move", Duration::from_secs(600), &[&c.a, &c.b], || {
                 watch(&mut seen);
                 let d = c.rt.block_on(c.govctl.job(&id)).ok()?;

@@ -634,7 +634,7 @@ fn coordinator_node(n: u32) {
         wait_for("a few epochs", 240, || {
             (keras_epochs(&job.log).len() >= 3).then_some(())
         });
-        govctl(&certs, &["migrate", &job.id, "--to", "node3"]);
+        govctl(&certs, &["move", &job.id, "--to", "node3"]);
         let _ = coordinator.0.kill();
         let _ = coordinator.0.wait();
         eprintln!("node1: coordinator killed mid-move; restarting on the same store");
@@ -875,7 +875,7 @@ fn move_a_job_both_ways(certs: &Path) {
         wait_for("a few more epochs", 240, || {
             (keras_epochs(&job.log).len() >= at + 3).then_some(())
         });
-        let said = govctl(certs, &["migrate", &job.id, "--to", to]);
+        let said = govctl(certs, &["move", &job.id, "--to", to]);
         eprintln!("node1: {}", said.trim());
         let m = wait_move(certs, &job.id, "done", to);
         eprintln!("node1: moved to {to}: {m}");
@@ -904,7 +904,7 @@ fn move_a_job_by_criu_both_ways(certs: &Path) {
         wait_for("a few more epochs", 240, || {
             (keras_epochs(&job.log).len() >= at + 3).then_some(())
         });
-        let said = govctl(certs, &["migrate", &job.id, "--to", to]);
+        let said = govctl(certs, &["move", &job.id, "--to", to]);
         eprintln!("node1: {}", said.trim());
         assert!(said.contains("CRIU dump"), "{said}");
         let m = wait_move(certs, &job.id, "done", to);
@@ -923,7 +923,7 @@ fn move_by_criu_to_a_target_that_cannot_restore_it(certs: &Path) {
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back from a failed CRIU restore: {m}");
     assert!(
@@ -944,7 +944,7 @@ fn move_by_criu_with_its_upload_cut(certs: &Path) {
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    govctl(certs, &["move", &job.id, "--to", "node3"]);
     let seen = wait_for("the dump to be under way or carried", 240, || {
         let d: serde_json::Value =
             serde_json::from_str(&try_govctl(certs, &["job", &job.id, "--json"]).ok()?).ok()?;
@@ -1365,7 +1365,7 @@ fn move_a_job_without_a_shared_path(certs: &Path) {
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    let said = govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    let said = govctl(certs, &["move", &job.id, "--to", "node3"]);
     assert!(said.contains("carried by the coordinator"), "{said}");
     let m = wait_move(certs, &job.id, "done", "node3");
     eprintln!("node1: carried to node3: {m}");
@@ -1382,7 +1382,7 @@ fn move_with_a_checkpoint_corrupted_at_rest(certs: &Path) {
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back from a corrupted checkpoint: {m}");
     assert!(
@@ -1422,7 +1422,7 @@ fn move_to_a_target_that_dies(certs: &Path) {
         60,
     );
     assert!(reply.starts_with("armed"), "node3 answered {reply:?}");
-    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    govctl(certs, &["move", &job.id, "--to", "node3"]);
     wait_for("node3 to be lost", 240, || {
         (node_status(certs, "node3").as_deref() == Some("lost")).then_some(())
     });
@@ -1461,7 +1461,7 @@ fn move_to_a_target_that_cannot_run_it(certs: &Path) {
     wait_for("a few epochs", 240, || {
         (keras_epochs(&job.log).len() >= 3).then_some(())
     });
-    govctl(certs, &["migrate", &job.id, "--to", "node3"]);
+    govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back: {m}");
     assert!(
@@ -1621,7 +1621,7 @@ fn worker_node(me: u32) {
 /// Node 1 runs the coordinator, the others the node side: jobs submitted with govctl land where
 /// the policy says, `govctl top` shows their live categories, a killed node daemon's node is
 /// marked lost and, started again, the daemon takes its running job back under the job's id,
-/// a coordinator killed and restarted loses no job, and (3 nodes) `govctl migrate` moves a
+/// a coordinator killed and restarted loses no job, and (3 nodes) `govctl move` moves a
 /// running job by its framework checkpoint to node3 and back without losing an epoch.
 #[test]
 #[ignore = "vm: needs the multi-node bed; run with `cargo xtask vm-test --nodes 3`"]

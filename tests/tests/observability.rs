@@ -28,7 +28,7 @@ use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor_integration_tests::daemon::Daemon;
 use governor_integration_tests::free_port;
-use governor_proto::control::{JobSpec, NodeStatus};
+use governor_proto::control::{JobSpec, NodeState};
 
 fn tool(names: &[&str]) -> Option<PathBuf> {
     for name in names {
@@ -188,7 +188,7 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
     daemon.spawn();
     wait_for("node-a to be ready", Duration::from_secs(30), || {
         let nodes = rt.block_on(govctl.nodes()).ok()?;
-        (nodes.iter().find(|n| n.name == "node-a")?.status == NodeStatus::Ready).then_some(())
+        (nodes.iter().find(|n| n.name == "node-a")?.status == NodeState::Ready).then_some(())
     });
 
     // A job that learns for a minute: a falling loss, one line every 0.5 s.

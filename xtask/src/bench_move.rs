@@ -348,8 +348,8 @@ fn summary(results: &[MoveResult]) -> String {
         let _ = writeln!(
             md,
             "\nFitted to the plain dumps (least squares, seconds = fixed + bytes / rate): dump \
-             {:.2} s + {:.0} MB/s, restore {:.2} s + {:.0} MB/s. As govsim's migration cost \
-             (`MigrationCost`, transfer excluded): fixed_seconds {:.2}, \
+             {:.2} s + {:.0} MB/s, restore {:.2} s + {:.0} MB/s. As govsim's move cost \
+             (`MoveCost`, transfer excluded): fixed_seconds {:.2}, \
              checkpoint_bytes_per_second {:.3e}, restore_bytes_per_second {:.3e}.",
             fit.dump.0,
             fit.dump.1 / 1e6,

@@ -24,7 +24,7 @@ use sim::job::{JobModel, LogEvery, LossCurve, QuietPhase, Speedup};
 use sim::node::{NodeConfig, NodeRun, run_node};
 
 use crate::bench_real::{
-    JobResult, RunResult, Sizes, Workload, job_values, policy_option, run_dir, spread,
+    JobResult, RunResult, Sizes, Workload, job_values, node_spec, policy_option, run_dir, spread,
 };
 use governor_policy::quality::FinishRule;
 use governor_policy::sweep::SweepTrial;
@@ -318,7 +318,7 @@ pub(crate) fn fit_enforcement(
 fn finish_rule(policy: &str) -> Result<Option<FinishRule>> {
     policy_option(policy, "finish")
         .map(|v| {
-            FinishRule::parse(v).with_context(|| {
+            FinishRule::parse(&v).with_context(|| {
                 format!(
                     "+finish={v}: PATIENCE[:MIN_DELTA], PATIENCE at least 1, MIN_DELTA at least 0"
                 )
@@ -332,7 +332,7 @@ fn finish_rule(policy: &str) -> Result<Option<FinishRule>> {
 fn sweep_trial(policy: &str) -> Result<Option<SweepTrial>> {
     policy_option(policy, "sweep")
         .map(|v| {
-            SweepTrial::parse(v).with_context(|| {
+            SweepTrial::parse(&v).with_context(|| {
                 format!("+sweep={v}: NAME[:ETA:FIRST_RUNG], ETA at least 2, FIRST_RUNG above 0")
             })
         })
@@ -360,8 +360,8 @@ pub(crate) fn simulate(
         })
         .collect();
     let models = &models[..];
-    let base = policy.split('+').next().unwrap_or(policy);
-    let mut p = governor_policy::by_spec(base).with_context(|| format!("policy {policy:?}"))?;
+    let mut p = governor_policy::by_spec(&node_spec(policy))
+        .with_context(|| format!("policy {policy:?}"))?;
     let config = NodeConfig {
         cores,
         usage_interval: 1.0,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use governor_proto::control::{
-    JobDetail, JobStatus, JobSummary, NodeStatus, NodeSummary, PolicyState, Stats,
+    JobDetail, JobState, JobSummary, NodeState, NodeSummary, PolicyState, Stats,
 };
 use governor_proto::node::Category;
 
@@ -146,9 +146,9 @@ pub fn jobs_table(jobs: &[JobSummary], now: f64) -> String {
     );
     for j in jobs {
         let progress = j.progress.map_or("-".to_owned(), |p| format!("{p:.4}"));
-        let where_ = if j.status == JobStatus::Queued
-            || j.status == JobStatus::Failed
-            || j.status == JobStatus::Unknown
+        let where_ = if j.status == JobState::Queued
+            || j.status == JobState::Failed
+            || j.status == JobState::Unknown
         {
             let node = placement_of(j);
             if j.message.is_empty() {
@@ -161,7 +161,7 @@ pub fn jobs_table(jobs: &[JobSummary], now: f64) -> String {
         } else if let Some(moving) = &j.moving {
             moving.clone()
         } else {
-            match &j.migration_request {
+            match &j.move_request {
                 // Running where it is, but its node would rather see it elsewhere.
                 Some(_) => format!("{} (move asked)", placement_of(j)),
                 None => placement_of(j),
@@ -217,8 +217,8 @@ pub fn job_detail(d: &JobDetail, now: f64) -> String {
     if !j.message.is_empty() {
         let _ = writeln!(out, "  why:        {}", j.message);
     }
-    if let Some(m) = &j.migration_request {
-        let _ = writeln!(out, "  migration:  {m}");
+    if let Some(m) = &j.move_request {
+        let _ = writeln!(out, "  move asked: {m}");
     }
     if let Some(m) = &j.moving {
         let _ = writeln!(out, "  moving:     {m}");
@@ -455,16 +455,10 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
     let mut out = String::new();
     let ready = nodes
         .iter()
-        .filter(|n| n.status == NodeStatus::Ready)
+        .filter(|n| n.status == NodeState::Ready)
         .count();
-    let lost = nodes
-        .iter()
-        .filter(|n| n.status == NodeStatus::Lost)
-        .count();
-    let queued = jobs
-        .iter()
-        .filter(|j| j.status == JobStatus::Queued)
-        .count();
+    let lost = nodes.iter().filter(|n| n.status == NodeState::Lost).count();
+    let queued = jobs.iter().filter(|j| j.status == JobState::Queued).count();
     let cores: f64 = nodes.iter().map(|n| n.capacity.cores).sum();
     let used: f64 = nodes.iter().map(|n| n.cpu_used_cores).sum();
     let _ = writeln!(
@@ -546,7 +540,7 @@ pub fn top(nodes: &[NodeSummary], jobs: &[JobSummary], policy: &str, now: f64) -
             format!("{:.2}", j.cpu_cores),
             share,
             j.progress.map_or("-".to_owned(), |p| format!("{p:.4}")),
-            match &j.migration_request {
+            match &j.move_request {
                 Some(_) => format!("{} (move asked)", placement_of(j)),
                 None => placement_of(j),
             }
@@ -584,7 +578,7 @@ mod tests {
         assert_eq!(duration(-3.0), "0s");
     }
 
-    fn summary(status: JobStatus) -> JobSummary {
+    fn summary(status: JobState) -> JobSummary {
         JobSummary {
             id: "j7".into(),
             name: "resnet50-imagenet-long-name".into(),
@@ -608,7 +602,7 @@ mod tests {
             finished_at_unix: None,
             message: "node node2 is lost".into(),
             local: false,
-            migration_request: None,
+            move_request: None,
             time_to_quality_s: None,
             moving: None,
             cores: None,
@@ -618,9 +612,9 @@ mod tests {
     }
 
     #[test]
-    fn a_jobs_migration_request_shows_in_the_list_and_the_detail() {
-        let mut j = summary(JobStatus::Running);
-        j.migration_request = Some("node node2 asks: converged while others progress".into());
+    fn a_jobs_move_request_shows_in_the_list_and_the_detail() {
+        let mut j = summary(JobState::Running);
+        j.move_request = Some("node node2 asks: converged while others progress".into());
         let t = jobs_table(std::slice::from_ref(&j), 160.0);
         let row = t.lines().nth(1).unwrap();
         assert!(row.ends_with("node2[3] (move asked)"), "{row}");
@@ -636,7 +630,7 @@ mod tests {
             160.0,
         );
         assert!(
-            d.contains("  migration:  node node2 asks: converged while others progress"),
+            d.contains("  move asked: node node2 asks: converged while others progress"),
             "{d}"
         );
         assert!(
@@ -647,7 +641,7 @@ mod tests {
 
     #[test]
     fn a_jobs_moves_show_with_their_phases_and_pause() {
-        let mut j = summary(JobStatus::Running);
+        let mut j = summary(JobState::Running);
         j.moving = Some("restoring on node3 (from node2)".into());
         let d_summary = j.clone();
         let d = job_detail(
@@ -660,7 +654,7 @@ mod tests {
                 moves: vec![governor_proto::control::JobMove {
                     from_node: "node2".into(),
                     to_node: "node3".into(),
-                    reason: "govctl migrate".into(),
+                    reason: "govctl move".into(),
                     phase: governor_proto::control::MovePhase::Restoring,
                     requested_at_unix: 120.0,
                     saved_at_unix: Some(125.0),
@@ -698,7 +692,7 @@ mod tests {
         );
 
         // A preemption: saved for a higher-priority job, requeued, resumed elsewhere.
-        let mut j = summary(JobStatus::Running);
+        let mut j = summary(JobState::Running);
         j.moving = None;
         let d = job_detail(
             &JobDetail {
@@ -732,7 +726,7 @@ mod tests {
         );
 
         // An elastic job shrunk on its node to make room.
-        let mut j = summary(JobStatus::Running);
+        let mut j = summary(JobState::Running);
         j.moving = None;
         j.cores = Some(2.0);
         j.gpu_energy_joules = Some(1500.0);
@@ -781,7 +775,7 @@ mod tests {
 
     #[test]
     fn jobs_table_shows_where_and_why() {
-        let t = jobs_table(&[summary(JobStatus::Unknown)], 160.0);
+        let t = jobs_table(&[summary(JobState::Unknown)], 160.0);
         let row = t.lines().nth(1).unwrap();
         assert!(row.starts_with("j7 "), "{row}");
         assert!(row.contains("resnet50-imagenet…"), "{row}");
@@ -794,7 +788,7 @@ mod tests {
     fn top_shows_nodes_categories_and_shares() {
         let node = NodeSummary {
             name: "node2".into(),
-            status: NodeStatus::Ready,
+            status: NodeState::Ready,
             capacity: NodeCapacity::cpu_only(4.0, 8 << 30),
             address: String::new(),
             agent_version: String::new(),
@@ -806,8 +800,8 @@ mod tests {
             category_counts: [0, 0, 1, 0],
             can_dump: true,
         };
-        let mut job = summary(JobStatus::Running);
-        job.migration_request = Some("node node2 asks: converged".into());
+        let mut job = summary(JobState::Running);
+        job.move_request = Some("node node2 asks: converged".into());
         let frame = top(&[node], &[job], "soonest", 0.0);
         assert!(frame.contains("1 nodes (1 ready, 0 lost)"), "{frame}");
         assert!(frame.contains("[#####.....]   2.0"), "{frame}");

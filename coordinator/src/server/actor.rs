@@ -80,7 +80,7 @@ enum Msg {
         id: String,
         reply: oneshot::Sender<Result<JobSummary, ControlError>>,
     },
-    Migrate {
+    Move {
         id: String,
         target: Option<String>,
         reply: oneshot::Sender<Result<JobMove, ControlError>>,
@@ -270,12 +270,12 @@ impl Coordinator {
         self.ask(|reply| Msg::Cancel { id, reply }).await
     }
 
-    pub async fn migrate(
+    pub async fn move_job(
         &self,
         id: String,
         target: Option<String>,
     ) -> Result<Result<JobMove, ControlError>, Status> {
-        self.ask(|reply| Msg::Migrate { id, target, reply }).await
+        self.ask(|reply| Msg::Move { id, target, reply }).await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeSummary>, Status> {
@@ -524,9 +524,8 @@ impl Actor {
                 let r = self.timed(|s, now| s.cancel(now, &id));
                 let _ = reply.send(r);
             }
-            Msg::Migrate { id, target, reply } => {
-                let r =
-                    self.timed(|s, now| s.migrate(now, &id, target.as_deref(), "govctl migrate"));
+            Msg::Move { id, target, reply } => {
+                let r = self.timed(|s, now| s.move_job(now, &id, target.as_deref(), "govctl move"));
                 let _ = reply.send(r);
             }
             Msg::Nodes(reply) => {

@@ -18,7 +18,7 @@
 //! | `NodeService/Session`                     | no                 | yes, as node `NAME` only      | no      |
 //! | `ControlService/SubmitJob`                | yes                | no                            | no      |
 //! | `ControlService/CancelJob`                | yes                | no                            | no      |
-//! | `ControlService/MigrateJob`               | yes                | no                            | no      |
+//! | `ControlService/MoveJob`                  | yes                | no                            | no      |
 //! | `ControlService/SetPolicy`                | yes                | no                            | no      |
 //! | `ControlService/GetJob`                   | yes                | no (the detail holds the job's command and environment) | no |
 //! | `ControlService/JobOutput`                | yes                | no (a job's output may hold anything it prints) | no |
@@ -27,7 +27,7 @@
 //! A node session speaks for one node: its hello must name the node in the certificate's CN
 //! (else `PERMISSION_DENIED`), and every later report of the session is that node's. Reports of a
 //! coordinator job member placed on another node are ignored (logged) and change nothing, its
-//! migration request included; a node's local jobs are listed under `NODE/ID`, so they cannot
+//! move request included; a node's local jobs are listed under `NODE/ID`, so they cannot
 //! collide with another node's.
 //!
 //! Without TLS (`--insecure`) there is nobody to check and everything is allowed.
@@ -68,7 +68,7 @@ pub(super) enum Method {
     NodeSession,
     SubmitJob,
     CancelJob,
-    MigrateJob,
+    MoveJob,
     SetPolicy,
     GetJob,
     JobOutput,
@@ -93,7 +93,7 @@ impl Method {
             Method::NodeSession => Allowed::NodeOnly,
             Method::SubmitJob
             | Method::CancelJob
-            | Method::MigrateJob
+            | Method::MoveJob
             | Method::SetPolicy
             | Method::GetJob
             | Method::JobOutput => Allowed::AdminOnly,
@@ -109,7 +109,7 @@ impl Method {
             Method::NodeSession => "open a node session",
             Method::SubmitJob => "submit jobs",
             Method::CancelJob => "cancel jobs",
-            Method::MigrateJob => "move jobs between nodes",
+            Method::MoveJob => "move jobs between nodes",
             Method::SetPolicy => "change the placement policy",
             Method::GetJob => "read a job's details (its command and environment)",
             Method::JobOutput => "read a job's output",
@@ -227,7 +227,7 @@ mod tests {
             NodeSession,
             SubmitJob,
             CancelJob,
-            MigrateJob,
+            MoveJob,
             SetPolicy,
             GetJob,
             ListNodes,
@@ -244,8 +244,8 @@ mod tests {
         assert_eq!(
             for_role(Role::Admin),
             [
-                SubmitJob, CancelJob, MigrateJob, SetPolicy, GetJob, ListNodes, ListJobs,
-                GetPolicy, GetStats
+                SubmitJob, CancelJob, MoveJob, SetPolicy, GetJob, ListNodes, ListJobs, GetPolicy,
+                GetStats
             ]
         );
         assert_eq!(for_role(Role::Other), []);

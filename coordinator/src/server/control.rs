@@ -270,18 +270,18 @@ impl ControlService for ControlSvc {
         }))
     }
 
-    async fn migrate_job(
+    async fn move_job(
         &self,
-        request: Request<pb::MigrateJobRequest>,
-    ) -> Result<Response<pb::MigrateJobResponse>, Status> {
-        self.authorize(&request, Method::MigrateJob)?;
+        request: Request<pb::MoveJobRequest>,
+    ) -> Result<Response<pb::MoveJobResponse>, Status> {
+        self.authorize(&request, Method::MoveJob)?;
         let r = request.into_inner();
         let moved = self
             .coordinator
-            .migrate(r.job_id, r.target_node.filter(|t| !t.is_empty()))
+            .move_job(r.job_id, r.target_node.filter(|t| !t.is_empty()))
             .await?
             .map_err(control_status)?;
-        Ok(Response::new(pb::MigrateJobResponse {
+        Ok(Response::new(pb::MoveJobResponse {
             r#move: Some(moved.into()),
         }))
     }

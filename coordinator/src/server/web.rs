@@ -187,7 +187,7 @@ pub fn render_metrics(snap: &Snapshot) -> String {
     let moves = Family::<MoveLabels, Counter>::default();
     registry.register(
         "moves",
-        "Moves of running jobs that ended, by kind (migration, preemption, resize) and result",
+        "Moves of running jobs that ended, by kind (move, preemption, resize) and result",
         moves.clone(),
     );
     for (kind, result, n) in &snap.moves {
@@ -274,7 +274,7 @@ pub fn every_family() -> String {
         "members": [], "category": "progressing", "progress": 1.0, "cpu_cores": 1.0,
         "cpu_limit_cores": null, "memory_bytes": 0, "submitted_at_unix": 0.0,
         "started_at_unix": null, "finished_at_unix": null, "message": "", "local": false,
-        "migration_request": null
+        "move_request": null
     }))
     .expect("a job summary");
     job.time_to_quality_s = Some(1.0);
@@ -293,7 +293,7 @@ pub fn every_family() -> String {
             placements: 1,
             policy: String::new(),
         },
-        moves: vec![("migration", "done", 1)],
+        moves: vec![("move", "done", 1)],
         placement: PlacementHistogram::default(),
         history: History::default(),
     };
@@ -376,7 +376,7 @@ mod tests {
                 placements: 1,
                 policy: "soonest".into(),
             },
-            moves: vec![("migration", "done", 3)],
+            moves: vec![("move", "done", 3)],
             placement: PlacementHistogram::default(),
             history: History::default(),
         };
@@ -388,7 +388,7 @@ mod tests {
             "governor_cluster_queue_length 2",
             "governor_cluster_node_reports_total 5",
             "governor_cluster_placement_duration_seconds_count 1",
-            "governor_cluster_moves_total{kind=\"migration\",result=\"done\"} 3",
+            "governor_cluster_moves_total{kind=\"move\",result=\"done\"} 3",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

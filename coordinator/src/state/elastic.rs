@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 
 use governor_placement::elastic::{self, ElasticJob, Grow};
-use governor_proto::control::{JobStatus, MovePhase};
+use governor_proto::control::{JobState, MovePhase};
 use governor_proto::node::RunState;
 use tracing::info;
 
@@ -33,7 +33,7 @@ impl ClusterState {
     fn elastic_candidates(&self, now: Seconds) -> Vec<ElasticJob> {
         let min_run = self.config.resize_min_run_s;
         self.elastic_jobs()
-            .filter(|j| j.status == JobStatus::Running)
+            .filter(|j| j.status == JobState::Running)
             .filter_map(|j| {
                 let spec = j.spec.as_ref().filter(|s| s.is_elastic())?;
                 let m = j.members.first()?;

@@ -1,7 +1,7 @@
 //! Elastic jobs driven by hand: each resize is a save and a start again at the new size, on
 //! the job's node or (Schedulearn's elastic FIFO) on another one.
 
-use governor_proto::control::{JobSpec, JobStatus, MovePhase};
+use governor_proto::control::{JobSpec, JobState, MovePhase};
 use governor_proto::job_env;
 use governor_proto::node::{Checkpoint, NodeCommand, RunState};
 
@@ -76,7 +76,7 @@ fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
 
     // A 2-core job of the same priority arrives before the minimum run time: it waits.
     s.submit(10.0, job("eval", 2.0, None, 0));
-    assert_eq!(status(&s, "j2"), JobStatus::Queued);
+    assert_eq!(status(&s, "j2"), JobState::Queued);
     assert!(commands(&mut s).is_empty());
     // Then j1 gives back exactly 2 cores: saved, and started again with 2 on its own node,
     // from its own directory (nothing carried).
@@ -129,7 +129,7 @@ fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
         ),
         (Some(4.0), Some(2.0), Some("j2"))
     );
-    assert_eq!(status(&s, "j1"), JobStatus::Running);
+    assert_eq!(status(&s, "j1"), JobState::Running);
 
     // j2 completes: j1 grows back into the 2 cores once it has run its minimum time again.
     s.report(
@@ -273,7 +273,7 @@ fn kubeflow_grows_while_jobs_wait_and_shrinks_only_for_higher_priority() {
     s.submit(40.0, job("peer", 2.0, None, 0));
     s.tick(41.0);
     assert!(commands(&mut s).is_empty());
-    assert_eq!(status(&s, "j2"), JobStatus::Queued);
+    assert_eq!(status(&s, "j2"), JobState::Queued);
     // Higher priority: j1 shrinks to its least (2) for it.
     s.submit(42.0, job("urgent", 2.0, None, 5));
     s.tick(43.0);

@@ -4,8 +4,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use governor_proto::control::{
-    JobSpec, JobStatus, JobSummary, MovePhase, NodeStatus, PlacementDecision, PolicyInfo,
-    PolicyState,
+    JobSpec, JobState, JobSummary, MovePhase, NodeState, PlacementDecision, PolicyInfo, PolicyState,
 };
 use governor_proto::job_env;
 use governor_proto::node::{Category, NodeCommand, RunState, StartJob, StopJob};
@@ -27,13 +26,13 @@ impl ClusterState {
     /// Derive a job's status from its members and their nodes.
     pub(super) fn refresh_job(&mut self, id: &str, now: Seconds) {
         let Some(job) = self.jobs.get(id) else { return };
-        if job.status.is_finished() || job.status == JobStatus::Queued || job.is_local() {
+        if job.status.is_finished() || job.status == JobState::Queued || job.is_local() {
             return;
         }
         let node_down = job.members.iter().find_map(|m| {
             let n = self.nodes.get(&m.node)?;
             // A node that reconnected has not confirmed its jobs until its first report.
-            let unconfirmed = n.status != NodeStatus::Ready || (!n.synced && m.seen);
+            let unconfirmed = n.status != NodeState::Ready || (!n.synced && m.seen);
             (unconfirmed && !m.state.is_finished()).then(|| (m.node.clone(), n.status))
         });
         // A member its node stopped at convergence (as the job asked) completed, whatever the
@@ -61,7 +60,7 @@ impl ClusterState {
                 ),
             };
             (
-                JobStatus::Failed,
+                JobState::Failed,
                 if job.members.len() > 1 {
                     format!(
                         "member {} on node {} {what}; the other members were stopped",
@@ -79,7 +78,7 @@ impl ClusterState {
                 .iter()
                 .find(|m| m.converged || m.exit_code.is_none());
             (
-                JobStatus::Completed,
+                JobState::Completed,
                 match noted {
                     Some(m) => format!("on node {}: {}", m.node, m.message),
                     None => String::new(),
@@ -87,24 +86,24 @@ impl ClusterState {
             )
         } else if let Some((node, st)) = node_down {
             (
-                JobStatus::Unknown,
+                JobState::Unknown,
                 match st {
-                    NodeStatus::Resyncing => {
+                    NodeState::Resyncing => {
                         format!("waiting for node {node} to re-sync after a coordinator restart")
                     }
-                    NodeStatus::Ready => {
+                    NodeState::Ready => {
                         format!("node {node} reconnected; waiting for its first report")
                     }
-                    NodeStatus::Lost => format!(
+                    NodeState::Lost => format!(
                         "node {node} is lost (no report for over {:.0} s); the job may still run there",
                         self.config.lost_after_s
                     ),
                 },
             )
         } else if all_running {
-            (JobStatus::Running, String::new())
+            (JobState::Running, String::new())
         } else {
-            (JobStatus::Starting, String::new())
+            (JobState::Starting, String::new())
         };
         let job = self.jobs.get_mut(id).expect("checked above");
         if job.status == status && job.message == message {
@@ -113,16 +112,16 @@ impl ClusterState {
         info!(job = id, from = %job.status, to = %status, %message, "job status");
         job.status = status;
         job.message = message;
-        if status == JobStatus::Running && job.started_at.is_none() {
+        if status == JobState::Running && job.started_at.is_none() {
             job.started_at = Some(now);
         }
         if status.is_finished() {
             self.needs_dispatch = true;
-            if status == JobStatus::Completed {
+            if status == JobState::Completed {
                 self.completions += 1;
             }
             job.finished_at = Some(now);
-            if status == JobStatus::Failed {
+            if status == JobState::Failed {
                 // All or nothing: stop the members still running.
                 for m in job.members.iter().filter(|m| !m.state.is_finished()) {
                     self.outbox.push((
@@ -148,15 +147,15 @@ impl ClusterState {
             .filter(|n| {
                 // A node still resyncing has not reconnected since the restart (`restore`).
                 let allowed = match n.status {
-                    NodeStatus::Lost => return false,
-                    NodeStatus::Resyncing => lost_after + resync_grace,
-                    NodeStatus::Ready => lost_after,
+                    NodeState::Lost => return false,
+                    NodeState::Resyncing => lost_after + resync_grace,
+                    NodeState::Ready => lost_after,
                 };
                 now - n.last_seen > allowed
             })
             .map(|n| {
                 warn!(node = %n.record.name, silent_s = now - n.last_seen, "node lost");
-                n.status = NodeStatus::Lost;
+                n.status = NodeState::Lost;
                 n.session = None;
                 n.record.name.clone()
             })
@@ -172,13 +171,13 @@ impl ClusterState {
         for job in self
             .jobs
             .values_mut()
-            .filter(|j| j.status == JobStatus::Starting)
+            .filter(|j| j.status == JobState::Starting)
         {
             for m in job.members.iter_mut() {
                 let ready = self
                     .nodes
                     .get(&m.node)
-                    .is_some_and(|n| n.status == NodeStatus::Ready);
+                    .is_some_and(|n| n.status == NodeState::Ready);
                 if ready && !m.seen && m.state == RunState::Starting && now - m.placed_at > timeout
                 {
                     m.state = RunState::Failed;
@@ -208,7 +207,7 @@ impl ClusterState {
             id: id.clone(),
             name: spec.name.clone(),
             spec: Some(spec),
-            status: JobStatus::Queued,
+            status: JobState::Queued,
             seq,
             submitted_at: now,
             started_at: None,
@@ -221,7 +220,7 @@ impl ClusterState {
             progress_step_s: 0.0,
             placements: Vec::new(),
             deadline,
-            migration_request: None,
+            move_request: None,
             time_to_quality_s: None,
             moves: Vec::new(),
             cores_now: None,
@@ -268,7 +267,7 @@ impl ClusterState {
                 }),
             ));
         }
-        job.status = JobStatus::Cancelled;
+        job.status = JobState::Cancelled;
         job.message = "cancelled with govctl".into();
         job.finished_at = Some(now);
         self.dirty.jobs.insert(id.into());
@@ -331,7 +330,7 @@ impl ClusterState {
         for expired in round.expired {
             if let Some(job) = self.jobs.get_mut(&expired.job.id) {
                 warn!(job = %job.id, reason = %expired.reason, "gang timed out");
-                job.status = JobStatus::Failed;
+                job.status = JobState::Failed;
                 job.message = expired.reason;
                 job.finished_at = Some(now);
                 self.dirty.jobs.insert(job.id.clone());
@@ -350,7 +349,7 @@ impl ClusterState {
             let Some(job) = self.jobs.get_mut(&a.job.id) else {
                 continue;
             };
-            job.status = JobStatus::Starting;
+            job.status = JobState::Starting;
             job.message = String::new();
             // A preempted job resumes: its next start continues its attempts.
             let resuming = job

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use governor_proto::control::{
-    CategoryChange, JobMember, JobMove, JobSpec, JobStatus, JobSummary, NodeStatus,
+    CategoryChange, JobMember, JobMove, JobSpec, JobState, JobSummary, NodeState,
     PlacementDecision, ProgressSample,
 };
 use governor_proto::node::{Category, NodeCapacity, NodeCommand, NodeReport, RunState};
@@ -27,6 +27,8 @@ use crate::queue::{Queue, Seconds};
 
 mod elastic;
 mod jobs;
+mod move_phases;
+mod move_requests;
 mod moves;
 mod nodes;
 mod preemption;
@@ -46,7 +48,7 @@ pub enum MoveTarget {
     /// SpeCon's Algorithm 2 as the paper gives it: the node with the lowest weighted count of
     /// its jobs by stage (progressing 2, watching 1.5, converged 1; least CPU and memory in use
     /// among ties), unless the job's own node is among the lowest
-    /// ([`governor_placement::specon::SpeCon::migration_target`], the code govsim runs). Nodes
+    /// ([`governor_placement::specon::SpeCon::move_target`], the code govsim runs). Nodes
     /// that cannot take the job now (not connected, without the declared cores or memory
     /// unreserved, unable to restore a CRIU dump) are passed over for the next best.
     #[default]
@@ -84,12 +86,12 @@ pub struct StateConfig {
     /// A job asked to save for a move that has not within this long keeps running where it is
     /// (the move fails). Its save waits for the end of an epoch: leave room for a long one.
     pub save_timeout_s: f64,
-    /// Act on the nodes' migration requests (SpeCon Algorithm 2) for jobs that declared a
+    /// Act on the nodes' move requests (SpeCon Algorithm 2) for jobs that declared a
     /// checkpoint: move them to the node [`StateConfig::move_target`] picks.
     pub auto_move: bool,
     /// How the target of a move a node asks for is chosen.
     pub move_target: MoveTarget,
-    /// A migration request must stand this long before the coordinator acts on it.
+    /// A move request must stand this long before the coordinator acts on it.
     pub move_after_s: f64,
     /// A job is not moved automatically again within this long of its last move.
     pub move_cooldown_s: f64,
@@ -214,7 +216,7 @@ pub struct JobRecord {
     /// `None` for a job a node found by itself.
     pub spec: Option<JobSpec>,
     pub name: String,
-    pub status: JobStatus,
+    pub status: JobState,
     /// Submission order.
     pub seq: u64,
     pub submitted_at: Seconds,
@@ -235,7 +237,7 @@ pub struct JobRecord {
     /// A node's policy asks for the job to be moved elsewhere (SpeCon's converged jobs). Acted
     /// on for jobs that declared a checkpoint ([`StateConfig::auto_move`]).
     #[serde(default)]
-    pub migration_request: Option<MigrationAsk>,
+    pub move_request: Option<MoveAsk>,
     /// Time to quality so far as its node reports it (seconds from its start there).
     #[serde(default)]
     pub time_to_quality_s: Option<f64>,
@@ -249,7 +251,7 @@ pub struct JobRecord {
 
 /// A node's request to move one of its jobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MigrationAsk {
+pub struct MoveAsk {
     pub node: String,
     pub reason: String,
     /// When the node first asked (this time).
@@ -312,8 +314,8 @@ impl JobRecord {
             finished_at_unix: self.finished_at,
             message: self.message.clone(),
             local: self.is_local(),
-            migration_request: self
-                .migration_request
+            move_request: self
+                .move_request
                 .as_ref()
                 .map(|m| format!("node {} asks: {}", m.node, m.reason)),
             cores: self.cores(),
@@ -422,7 +424,7 @@ impl Dirty {
 #[derive(Clone, Debug)]
 struct Node {
     record: NodeRecord,
-    status: NodeStatus,
+    status: NodeState,
     /// The live session, if connected.
     session: Option<u64>,
     last_seen: Seconds,
@@ -446,7 +448,7 @@ pub enum ControlError {
     #[error("no job {id}: `govctl jobs --all` lists the known jobs")]
     NoSuchJob { id: String },
     #[error("job {id} already {status}; nothing to cancel")]
-    AlreadyFinished { id: String, status: JobStatus },
+    AlreadyFinished { id: String, status: JobState },
     #[error("job {id} is a local job of node {node}; stop it on that node")]
     LocalJob { id: String, node: String },
     #[error("job {id} has no output to show: {why}")]
@@ -549,7 +551,7 @@ impl ClusterState {
                 record.name.clone(),
                 Node {
                     record,
-                    status: NodeStatus::Resyncing,
+                    status: NodeState::Resyncing,
                     session: None,
                     last_seen: now,
                     report: NodeReport::default(),
@@ -563,10 +565,10 @@ impl ClusterState {
                 continue; // the node reports it again when it reconnects
             }
             match job.status {
-                JobStatus::Queued => s.queue.push(queued(&job)),
+                JobState::Queued => s.queue.push(queued(&job)),
                 st if st.is_finished() => {}
                 _ => {
-                    job.status = JobStatus::Unknown;
+                    job.status = JobState::Unknown;
                     job.message =
                         "the coordinator restarted; waiting for its node(s) to re-sync".into();
                 }

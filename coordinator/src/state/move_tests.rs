@@ -1,9 +1,9 @@
 //! Moves driven by hand: every path ends with the job running on exactly one node.
 
-use governor_proto::control::{JobMove, JobSpec, JobStatus, MovePhase};
+use governor_proto::control::{JobMove, JobSpec, JobState, MovePhase};
 use governor_proto::node::{
-    Category, Checkpoint, Hello, JobReport, MigrationRequest, NodeCapacity, NodeCommand,
-    NodeReport, RunState,
+    Category, Checkpoint, Hello, JobReport, MoveRequest, NodeCapacity, NodeCommand, NodeReport,
+    RunState,
 };
 
 use super::super::{ClusterState, ControlError, MoveTarget, StateConfig};
@@ -62,7 +62,7 @@ fn running_on_a() -> (ClusterState, u64, u64) {
         .unwrap();
     s.report(2.0, "b", b, idle()).unwrap();
     s.take_outbox();
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Running);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Running);
     (s, a, b)
 }
 
@@ -84,7 +84,7 @@ fn phase(s: &ClusterState) -> MovePhase {
     s.job_record("j1").unwrap().moves.last().unwrap().phase
 }
 
-fn runs_on(s: &ClusterState) -> (String, RunState, JobStatus) {
+fn runs_on(s: &ClusterState) -> (String, RunState, JobState) {
     let j = s.job_record("j1").unwrap();
     (j.members[0].node.clone(), j.members[0].state, j.status)
 }
@@ -95,7 +95,7 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     let mut with_quality = j1(RunState::Running, 0, false);
     with_quality.jobs[0].time_to_quality_s = Some(5.0);
     s.report(3.0, "a", a, with_quality).unwrap();
-    let m = s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    let m = s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     assert_eq!((m.from_node.as_str(), m.to_node.as_str()), ("a", "b"));
     assert!(m.message.contains("/shared/ckpt/train"), "{}", m.message);
     assert_eq!(commands(&mut s), ["save j1 on a"]);
@@ -108,7 +108,7 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
         .unwrap();
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
     // Saved and exited: started on b, next attempt; not "completed".
     s.report(14.0, "a", a, j1(RunState::Exited, 0, true))
@@ -117,7 +117,7 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     assert_eq!(phase(&s), MovePhase::Restoring);
     assert_eq!(
         runs_on(&s),
-        ("b".into(), RunState::Starting, JobStatus::Starting)
+        ("b".into(), RunState::Starting, JobState::Starting)
     );
     // a keeps reporting the saved run for a while: ignored, nothing sent.
     s.report(15.0, "a", a, j1(RunState::Exited, 0, true))
@@ -132,11 +132,11 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     s.report(27.0, "b", b, resumed).unwrap();
     assert_eq!(phase(&s), MovePhase::Done);
     // Counted once for `/metrics`, however many reports follow.
-    assert_eq!(s.move_outcomes(), vec![("migration", "done", 1)]);
+    assert_eq!(s.move_outcomes(), vec![("move", "done", 1)]);
     assert_eq!(s.job_record("j1").unwrap().time_to_quality_s, Some(5.0));
     assert_eq!(
         runs_on(&s),
-        ("b".into(), RunState::Running, JobStatus::Running)
+        ("b".into(), RunState::Running, JobState::Running)
     );
     let mv = &s.job_detail("j1").unwrap().moves[0];
     assert_eq!(mv.saved_at_unix, Some(14.0));
@@ -146,25 +146,25 @@ fn a_moved_job_saves_on_its_source_and_runs_on_the_target() {
     // It ends on b: completed there.
     s.report(30.0, "b", b, j1(RunState::Exited, 1, false))
         .unwrap();
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Completed);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Completed);
 }
 
 #[test]
 fn what_cannot_move_is_refused_with_the_reason() {
     let (mut s, _, _) = running_on_a();
     let err = |r: Result<_, ControlError>| r.unwrap_err().to_string();
-    assert!(err(s.migrate(10.0, "j1", Some("a"), "x")).contains("already runs on a"));
-    assert!(err(s.migrate(10.0, "j1", Some("zz"), "x")).contains("no node zz"));
-    assert!(err(s.migrate(10.0, "j9", None, "x")).contains("no job j9"));
+    assert!(err(s.move_job(10.0, "j1", Some("a"), "x")).contains("already runs on a"));
+    assert!(err(s.move_job(10.0, "j1", Some("zz"), "x")).contains("no node zz"));
+    assert!(err(s.move_job(10.0, "j9", None, "x")).contains("no job j9"));
     s.submit(10.0, JobSpec::new("plain", vec!["t".into()], "/tmp/p.log"));
     assert!(matches!(
-        s.migrate(10.0, "j2", None, "x"),
+        s.move_job(10.0, "j2", None, "x"),
         Err(ControlError::Move(MoveError::NoCheckpoint { .. }))
     ));
     // The coordinator picks b (the only other node); a second move waits for the first.
-    assert_eq!(s.migrate(10.0, "j1", None, "x").unwrap().to_node, "b");
+    assert_eq!(s.move_job(10.0, "j1", None, "x").unwrap().to_node, "b");
     assert!(matches!(
-        s.migrate(11.0, "j1", None, "x"),
+        s.move_job(11.0, "j1", None, "x"),
         Err(ControlError::Move(MoveError::AlreadyMoving { .. }))
     ));
     assert_eq!(
@@ -176,7 +176,7 @@ fn what_cannot_move_is_refused_with_the_reason() {
 #[test]
 fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
     let (mut s, a, b) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     commands(&mut s);
@@ -195,24 +195,24 @@ fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
         .unwrap();
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Starting, JobStatus::Starting)
+        ("a".into(), RunState::Starting, JobState::Starting)
     );
     s.report(14.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
     s.report(25.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
     assert_eq!(phase(&s), MovePhase::RolledBack);
-    assert_eq!(s.move_outcomes(), vec![("migration", "rolled_back", 1)]);
+    assert_eq!(s.move_outcomes(), vec![("move", "rolled_back", 1)]);
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
     // b's failed report no longer counts.
     s.report(15.0, "b", b, j1(RunState::Failed, 1, false))
         .unwrap();
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
     assert!(commands(&mut s).is_empty());
 }
@@ -220,7 +220,7 @@ fn a_target_that_cannot_run_the_job_hands_it_back_to_its_source() {
 #[test]
 fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns() {
     let (mut s, a, _) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     assert_eq!(
@@ -239,7 +239,7 @@ fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns()
         let message = &s.job_record("j1").unwrap().moves[0].message;
         assert!(message.contains("waiting up to 300 s"), "{message}");
     }
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Unknown);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Unknown);
     // It did not come back in time: the job starts again on a.
     let t = give_up + 1.0;
     s.report(t, "a", a, idle()).unwrap();
@@ -266,7 +266,7 @@ fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns()
     );
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
     // b comes back running it after all: it is told to stop there.
     let t = t + 10.0;
@@ -276,7 +276,7 @@ fn a_target_lost_mid_move_hands_the_job_back_and_must_not_run_it_if_it_returns()
     assert_eq!(commands(&mut s), ["stop j1 on b"]);
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
 }
 
@@ -287,7 +287,7 @@ fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
     // journal): the move is done, never run twice.
     for reported_before in [false, true] {
         let (mut s, a, b) = running_on_a();
-        s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+        s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
         s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
             .unwrap();
         assert_eq!(
@@ -330,7 +330,7 @@ fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
         assert!(commands(&mut s).is_empty());
         assert_eq!(
             runs_on(&s),
-            ("b".into(), RunState::Running, JobStatus::Running)
+            ("b".into(), RunState::Running, JobState::Running)
         );
     }
 }
@@ -338,7 +338,7 @@ fn a_target_lost_after_it_got_the_start_is_waited_for_and_keeps_the_job() {
 #[test]
 fn a_target_lost_before_it_got_the_start_hands_the_job_back_at_once() {
     let (mut s, a, b) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     commands(&mut s);
     // b's session ends while the job saves; it is lost before the save comes.
     s.disconnected("b", b);
@@ -361,7 +361,7 @@ fn a_target_lost_before_it_got_the_start_hands_the_job_back_at_once() {
 fn a_job_that_does_not_save_in_time_keeps_running_and_a_late_save_restarts_it_in_place() {
     let (mut s, a, b) = running_on_a();
     let timeout = s.config().save_timeout_s;
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     commands(&mut s);
     let later = 10.0 + timeout + 1.0;
     s.report(later, "a", a, j1(RunState::Running, 0, false))
@@ -376,7 +376,7 @@ fn a_job_that_does_not_save_in_time_keeps_running_and_a_late_save_restarts_it_in
     );
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
     assert!(commands(&mut s).is_empty());
     // The save signal took effect after all: it exited saved on a, so it starts there again.
@@ -385,19 +385,19 @@ fn a_job_that_does_not_save_in_time_keeps_running_and_a_late_save_restarts_it_in
     assert_eq!(commands(&mut s), ["start j1 on a attempt 1"]);
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Starting, JobStatus::Starting)
+        ("a".into(), RunState::Starting, JobState::Starting)
     );
 }
 
 #[test]
 fn a_job_that_ends_on_its_own_while_saving_keeps_its_own_outcome() {
     let (mut s, a, _) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     commands(&mut s);
     s.report(11.0, "a", a, j1(RunState::Exited, 0, false))
         .unwrap();
     assert_eq!(phase(&s), MovePhase::Failed);
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Completed);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Completed);
     assert!(commands(&mut s).is_empty());
 }
 
@@ -405,7 +405,7 @@ fn a_job_that_ends_on_its_own_while_saving_keeps_its_own_outcome() {
 fn a_restarted_coordinator_carries_on_with_the_move() {
     for saved in [false, true] {
         let (mut s, a, _) = running_on_a();
-        s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+        s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
         if saved {
             s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
                 .unwrap();
@@ -430,7 +430,7 @@ fn a_restarted_coordinator_carries_on_with_the_move() {
             assert_eq!(phase(&r), MovePhase::Done);
             assert_eq!(
                 runs_on(&r),
-                ("b".into(), RunState::Running, JobStatus::Running)
+                ("b".into(), RunState::Running, JobState::Running)
             );
         } else {
             // The save it has not confirmed is sent again.
@@ -448,7 +448,7 @@ fn a_target_slow_to_reconnect_after_a_restart_still_gets_the_move() {
     // come back; the agents were backing off, so the source reconnected past `lost_after_s` and
     // the target later still. The target is not lost yet: the move waits for it.
     let (mut s, _, _) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     commands(&mut s);
     let nodes = s.nodes.values().map(|n| n.record.clone()).collect();
     let jobs = s.jobs.values().cloned().collect();
@@ -472,16 +472,16 @@ fn a_target_slow_to_reconnect_after_a_restart_still_gets_the_move() {
     assert_eq!(phase(&r), MovePhase::Done);
     assert_eq!(
         runs_on(&r),
-        ("b".into(), RunState::Running, JobStatus::Running)
+        ("b".into(), RunState::Running, JobState::Running)
     );
 }
 
 #[test]
-fn a_standing_migration_request_moves_a_job_that_declared_a_checkpoint() {
+fn a_standing_move_request_moves_a_job_that_declared_a_checkpoint() {
     let (mut s, a, b) = running_on_a();
     let mut report = j1(RunState::Running, 0, false);
     report.cpu_used_cores = 3.9;
-    report.migrations = vec![MigrationRequest {
+    report.move_requests = vec![MoveRequest {
         job_id: "j1".into(),
         reason: "converged while others progress".into(),
     }];
@@ -516,7 +516,7 @@ fn a_standing_request_is_not_acted_on_when_the_move_would_not_pay_for_itself() {
     let job = &mut report.jobs[0];
     (job.cpu_cores, job.memory_bytes) = (1.0, 4 << 30);
     (job.epoch, job.max_epochs, job.epoch_seconds) = (Some(99), Some(100), Some(0.5));
-    report.migrations = vec![MigrationRequest {
+    report.move_requests = vec![MoveRequest {
         job_id: "j1".into(),
         reason: "converged while others progress".into(),
     }];
@@ -536,7 +536,7 @@ fn a_standing_request_is_not_acted_on_when_the_move_would_not_pay_for_itself() {
 #[test]
 fn a_job_cancelled_while_it_moves_ends_its_move_and_runs_nowhere() {
     let (mut s, a, _) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     commands(&mut s);
@@ -549,7 +549,7 @@ fn a_job_cancelled_while_it_moves_ends_its_move_and_runs_nowhere() {
             .message
             .contains("cancelled")
     );
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Cancelled);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Cancelled);
 }
 
 #[test]
@@ -560,7 +560,7 @@ fn a_saved_exit_without_a_known_move_is_resumed_not_completed() {
     assert_eq!(commands(&mut s), ["start j1 on a attempt 1"]);
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Starting, JobStatus::Starting)
+        ("a".into(), RunState::Starting, JobState::Starting)
     );
 }
 
@@ -596,7 +596,7 @@ fn carried_starts(s: &mut ClusterState) -> Vec<String> {
 #[test]
 fn a_carried_checkpoint_goes_through_the_coordinator_before_the_target_starts() {
     let (mut s, a, b) = carried_running_on_a();
-    let m = s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    let m = s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     assert!(
         m.message.contains("carried by the coordinator"),
         "{}",
@@ -611,7 +611,7 @@ fn a_carried_checkpoint_goes_through_the_coordinator_before_the_target_starts() 
     );
     assert_eq!(phase(&s), MovePhase::Transferring);
     // Saved is not completed: it waits to be resumed.
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Starting);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Starting);
     assert_eq!(
         s.job_detail("j1").unwrap().summary.moving.as_deref(),
         Some("carrying its checkpoint from a for b")
@@ -634,7 +634,7 @@ fn a_carried_checkpoint_goes_through_the_coordinator_before_the_target_starts() 
 #[test]
 fn a_checkpoint_that_does_not_arrive_whole_sends_the_job_back_to_its_source() {
     let (mut s, a, _) = carried_running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     s.take_outbox();
@@ -663,7 +663,7 @@ fn a_checkpoint_that_does_not_arrive_whole_sends_the_job_back_to_its_source() {
 #[test]
 fn an_upload_that_never_ends_times_out_and_a_reconnecting_source_is_asked_again() {
     let (mut s, a, b) = carried_running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     s.take_outbox();
@@ -687,7 +687,7 @@ fn a_restore_that_fails_just_after_it_started_goes_back_to_the_source() {
     // Seen in the 3-guest bed: the target reported the job running, and 0.2 s later it exited
     // 3 (its restore failed). That must roll back, not fail the job.
     let (mut s, a, b) = running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
         .unwrap();
     commands(&mut s);
@@ -700,7 +700,7 @@ fn a_restore_that_fails_just_after_it_started_goes_back_to_the_source() {
     assert_eq!(commands(&mut s), ["start j1 on a attempt 2"]);
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Starting, JobStatus::Starting)
+        ("a".into(), RunState::Starting, JobState::Starting)
     );
     s.report(14.0, "a", a, j1(RunState::Running, 2, false))
         .unwrap();
@@ -745,23 +745,23 @@ fn a_job_without_a_checkpoint_moves_by_criu_between_nodes_that_can_dump() {
     let (mut s, a, b) = plain_running_on_a();
     // c cannot restore a dump: named, refused; picked, never.
     assert!(matches!(
-        s.migrate(10.0, "j1", Some("c"), "x"),
+        s.move_job(10.0, "j1", Some("c"), "x"),
         Err(ControlError::Move(MoveError::TargetCannotDump { .. }))
     ));
-    let m = s.migrate(10.0, "j1", None, "govctl migrate").unwrap();
+    let m = s.move_job(10.0, "j1", None, "govctl move").unwrap();
     assert_eq!(m.to_node, "b");
     assert!(m.message.contains("CRIU dump"), "{}", m.message);
     let spec = s.job_record("j1").unwrap().spec.clone().unwrap();
     assert_eq!(spec.checkpoint, Some(Checkpoint::transparent()));
     assert_eq!(
         carried_starts(&mut s),
-        ["Save(SaveJob { job_id: \"j1\", reason: \"govctl migrate\" })"]
+        ["Save(SaveJob { job_id: \"j1\", reason: \"govctl move\" })"]
     );
     // Dumped (CRIU killed it): not completed, not failed; its dump goes up (the node knows
     // where its dump is: no directory named).
     s.report(12.0, "a", a, dumped()).unwrap();
     assert_eq!(carried_starts(&mut s), ["upload j1 from a ()"]);
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Starting);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Starting);
     s.checkpoint_arrived(14.0, "j1", "a", Ok(1 << 20));
     let starts: Vec<_> = s
         .take_outbox()
@@ -789,7 +789,7 @@ fn a_job_without_a_checkpoint_moves_by_criu_between_nodes_that_can_dump() {
 #[test]
 fn a_dump_that_fails_ends_the_move_and_the_job_runs_on_where_it_was() {
     let (mut s, a, _) = plain_running_on_a();
-    s.migrate(10.0, "j1", Some("b"), "govctl migrate").unwrap();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
     s.take_outbox();
     let mut r = j1(RunState::Running, 0, false);
     r.jobs[0].save_error = "criu dump failed: Error (criu/files-reg.c:1): x".into();
@@ -804,7 +804,7 @@ fn a_dump_that_fails_ends_the_move_and_the_job_runs_on_where_it_was() {
     assert!(s.take_outbox().is_empty(), "nothing started anywhere");
     assert_eq!(
         runs_on(&s),
-        ("a".into(), RunState::Running, JobStatus::Running)
+        ("a".into(), RunState::Running, JobState::Running)
     );
 }
 
@@ -823,7 +823,7 @@ fn a_job_without_a_checkpoint_on_a_node_that_cannot_dump_does_not_move() {
     s.submit(1.0, JobSpec::new("train", vec!["t".into()], "/tmp/t.log"));
     s.report(2.0, "a", a, j1(RunState::Running, 0, false))
         .unwrap();
-    let err = s.migrate(10.0, "j1", Some("b"), "x").unwrap_err();
+    let err = s.move_job(10.0, "j1", Some("b"), "x").unwrap_err();
     assert!(
         err.to_string().contains("node a cannot dump it with CRIU"),
         "{err}"
@@ -848,7 +848,7 @@ fn left_behind_by_algorithm_2(config: StateConfig) -> Option<(f64, JobMove)> {
     on_a.jobs[0].cpu_cores = 1.0;
     on_a.jobs.push(local("l1"));
     on_a.cpu_used_cores = 3.9;
-    on_a.migrations = vec![MigrationRequest {
+    on_a.move_requests = vec![MoveRequest {
         job_id: "j1".into(),
         reason: "converged while others progress".into(),
     }];
@@ -947,7 +947,7 @@ fn algorithm_2_move(
     report_a.jobs[0].cpu_cores = 0.5;
     report_a.jobs.extend(local("a", on_a));
     report_a.cpu_used_cores = 3.9;
-    report_a.migrations = vec![MigrationRequest {
+    report_a.move_requests = vec![MoveRequest {
         job_id: "j1".into(),
         reason: "converged while others progress".into(),
     }];

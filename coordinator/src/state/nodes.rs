@@ -1,9 +1,9 @@
-//! Node registration and reports: sessions, each report's jobs into the registry, migration
+//! Node registration and reports: sessions, each report's jobs into the registry, move
 //! requests, local jobs.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use governor_proto::control::{CategoryChange, JobStatus, NodeStatus, ProgressSample};
+use governor_proto::control::{CategoryChange, JobState, NodeState, ProgressSample};
 use governor_proto::node::{
     Category, Hello, JobOrigin, JobReport, NodeCommand, NodeReport, RunState, StopJob, Welcome,
 };
@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::queue::Seconds;
 
 use super::{
-    ClusterState, Dirty, JobRecord, MemberRecord, MigrationAsk, Node, NodeRecord, SessionError,
+    ClusterState, Dirty, JobRecord, MemberRecord, MoveAsk, Node, NodeRecord, SessionError,
 };
 
 impl ClusterState {
@@ -37,7 +37,7 @@ impl ClusterState {
                 node.record.address = record.address;
                 node.record.agent_version = record.agent_version;
                 node.record.can_dump = record.can_dump;
-                node.status = NodeStatus::Ready;
+                node.status = NodeState::Ready;
                 node.session = Some(session);
                 node.last_seen = now;
                 node.synced = false;
@@ -48,7 +48,7 @@ impl ClusterState {
                     name.clone(),
                     Node {
                         record,
-                        status: NodeStatus::Ready,
+                        status: NodeState::Ready,
                         session: Some(session),
                         last_seen: now,
                         report: NodeReport::default(),
@@ -130,9 +130,9 @@ impl ClusterState {
             });
         }
         self.reports += 1;
-        if node.status != NodeStatus::Ready {
+        if node.status != NodeState::Ready {
             info!(node = node_name, was = %node.status, "node is back");
-            node.status = NodeStatus::Ready;
+            node.status = NodeState::Ready;
             self.dirty.nodes.insert(node_name.into());
         }
         node.last_seen = now;
@@ -149,7 +149,7 @@ impl ClusterState {
                     self.update_local(now, node_name, &id, job);
                 }
                 // A member placed on another node is not this node's to report: it changes
-                // nothing (not even a migration request), whatever the node claims.
+                // nothing (not even a move request), whatever the node claims.
                 JobOrigin::Coordinator => {
                     if self.update_member(now, node_name, session, job) {
                         present.insert((job.job_id.clone(), job.replica));
@@ -158,15 +158,15 @@ impl ClusterState {
             }
         }
         self.forget_vanished(now, node_name, &present);
-        self.note_migration_requests(now, node_name, &present);
+        self.note_move_requests(now, node_name, &present);
         self.advance_moves_on(node_name, now);
         self.refresh_jobs_on(node_name, now);
         self.sync_view(node_name);
         Ok(())
     }
 
-    /// Record the node's migration requests on its jobs (and clear those it withdrew).
-    pub(super) fn note_migration_requests(
+    /// Record the node's move requests on its jobs (and clear those it withdrew).
+    pub(super) fn note_move_requests(
         &mut self,
         now: Seconds,
         node_name: &str,
@@ -176,7 +176,7 @@ impl ClusterState {
             return;
         };
         // Nearly every report asks for nothing: then only requests made earlier are cleared.
-        let origin: HashMap<&str, JobOrigin> = if node.report.migrations.is_empty() {
+        let origin: HashMap<&str, JobOrigin> = if node.report.move_requests.is_empty() {
             HashMap::new()
         } else {
             node.report
@@ -187,7 +187,7 @@ impl ClusterState {
         };
         let asked: HashMap<String, String> = node
             .report
-            .migrations
+            .move_requests
             .iter()
             .filter_map(|m| {
                 let id = match origin.get(m.job_id.as_str())? {
@@ -203,16 +203,16 @@ impl ClusterState {
                 continue;
             };
             let from_here = job
-                .migration_request
+                .move_request
                 .as_ref()
                 .is_some_and(|m| m.node == node_name);
             let next = match asked.get(id) {
                 Some(_) if job.status.is_finished() => None,
-                Some(reason) => Some(MigrationAsk {
+                Some(reason) => Some(MoveAsk {
                     node: node_name.to_owned(),
                     reason: reason.clone(),
                     since: job
-                        .migration_request
+                        .move_request
                         .as_ref()
                         .filter(|m| m.node == node_name)
                         .map_or(now, |m| m.since),
@@ -220,7 +220,7 @@ impl ClusterState {
                 None if from_here => None,
                 None => continue,
             };
-            if job.migration_request != next {
+            if job.move_request != next {
                 match &next {
                     Some(m) if !from_here => {
                         info!(node = node_name, job = %id, reason = %m.reason, "node asks to move a job elsewhere")
@@ -230,7 +230,7 @@ impl ClusterState {
                     }
                     _ => {}
                 }
-                job.migration_request = next;
+                job.move_request = next;
                 self.dirty.jobs.insert(id.clone());
             }
         }
@@ -248,7 +248,7 @@ impl ClusterState {
                 id: id.to_owned(),
                 spec: None,
                 name: report.name.clone(),
-                status: JobStatus::Running,
+                status: JobState::Running,
                 seq,
                 submitted_at: now,
                 started_at: Some(now),
@@ -280,7 +280,7 @@ impl ClusterState {
                 progress_step_s: 0.0,
                 placements: Vec::new(),
                 deadline: None,
-                migration_request: None,
+                move_request: None,
                 time_to_quality_s: None,
                 moves: Vec::new(),
                 cores_now: None,
@@ -294,10 +294,10 @@ impl ClusterState {
         track_progress(job, now, report, limit, &mut self.dirty);
         job.status = match report.state {
             RunState::Exited if report.exit_code.unwrap_or(0) == 0 || report.converged => {
-                JobStatus::Completed
+                JobState::Completed
             }
-            RunState::Exited | RunState::Failed => JobStatus::Failed,
-            _ => JobStatus::Running,
+            RunState::Exited | RunState::Failed => JobState::Failed,
+            _ => JobState::Running,
         };
         if created {
             self.index_job(id);

@@ -23,7 +23,7 @@
 //! acts on declared resources only, as Kubernetes' does on requests.
 
 use governor_placement::preempt::{self, Candidate};
-use governor_proto::control::{JobStatus, MovePhase};
+use governor_proto::control::{JobState, MovePhase};
 use governor_proto::node::RunState;
 use tracing::info;
 
@@ -109,7 +109,7 @@ impl ClusterState {
     fn preemption_candidates(&self, now: Seconds) -> Vec<Candidate> {
         let min_run = self.config.preempt_min_run_s;
         self.submitted_jobs()
-            .filter(|j| j.status == JobStatus::Running)
+            .filter(|j| j.status == JobState::Running)
             .filter_map(|j| {
                 let spec = j.spec.as_ref()?;
                 let m = j.members.first()?;
@@ -145,7 +145,7 @@ impl ClusterState {
             .map(|m| m.node.clone())
             .unwrap_or_default();
         info!(job = id, node = %from, preempted_for = %for_job, "preempted job saved; queued to resume");
-        job.status = JobStatus::Queued;
+        job.status = JobState::Queued;
         // An elastic job resumes at its least size (and grows again if there is room).
         job.cores_now = None;
         job.message =

@@ -1,7 +1,7 @@
 //! Preemption by checkpoint, driven by hand: the displaced job is saved, requeued at the head
 //! of its priority and resumed; nothing is killed.
 
-use governor_proto::control::{JobSpec, JobStatus, MovePhase};
+use governor_proto::control::{JobSpec, JobState, MovePhase};
 use governor_proto::node::{Checkpoint, JobReport, NodeCommand, NodeReport, RunState};
 
 use super::super::moves::tests::hello;
@@ -73,7 +73,7 @@ fn commands(s: &mut ClusterState) -> Vec<String> {
         .collect()
 }
 
-pub(in crate::state) fn status(s: &ClusterState, id: &str) -> JobStatus {
+pub(in crate::state) fn status(s: &ClusterState, id: &str) -> JobState {
     s.job_record(id).unwrap().status
 }
 
@@ -101,7 +101,7 @@ fn a_high_priority_job_displaces_a_low_one_by_checkpoint_which_resumes_after_it(
     let (mut s, a, _b) = full_cluster(false);
     // Urgent arrives before the low jobs ran their minimum time: it waits.
     s.submit(30.0, whole_node("urgent", 10, false));
-    assert_eq!(status(&s, "j3"), JobStatus::Queued);
+    assert_eq!(status(&s, "j3"), JobState::Queued);
     assert!(commands(&mut s).is_empty());
     // Past the minimum run time: j1 (first by name among equals) is asked to save.
     s.tick(62.0);
@@ -121,13 +121,13 @@ fn a_high_priority_job_displaces_a_low_one_by_checkpoint_which_resumes_after_it(
     // One preemption at a time: no second victim while j1 saves.
     s.tick(63.0);
     assert!(commands(&mut s).is_empty());
-    assert_eq!(status(&s, "j2"), JobStatus::Running);
+    assert_eq!(status(&s, "j2"), JobState::Running);
 
     // j1 saved and exited: requeued (not completed), urgent starts on a.
     s.report(65.0, "a", a, report(&[("j1", RunState::Exited, 0, true)]))
         .unwrap();
     s.dispatch_if_needed(65.0);
-    assert_eq!(status(&s, "j1"), JobStatus::Queued);
+    assert_eq!(status(&s, "j1"), JobState::Queued);
     assert_eq!(
         s.job_record("j1").unwrap().moves[0].phase,
         MovePhase::Requeued
@@ -143,11 +143,11 @@ fn a_high_priority_job_displaces_a_low_one_by_checkpoint_which_resumes_after_it(
         ]),
     )
     .unwrap();
-    assert_eq!(status(&s, "j3"), JobStatus::Running);
+    assert_eq!(status(&s, "j3"), JobState::Running);
     // No chain: the requeued j1 does not displace j2 (same priority anyway) nor anyone.
     s.tick(200.0);
     assert!(commands(&mut s).is_empty());
-    assert_eq!(status(&s, "j2"), JobStatus::Running);
+    assert_eq!(status(&s, "j2"), JobState::Running);
 
     // Urgent completes: j1 resumes on a, its next attempt, from the shared checkpoint.
     s.report(
@@ -163,7 +163,7 @@ fn a_high_priority_job_displaces_a_low_one_by_checkpoint_which_resumes_after_it(
     s.report(300.0, "a", a, report(&[("j3", RunState::Exited, 0, false)]))
         .unwrap();
     s.dispatch_if_needed(300.0);
-    assert_eq!(status(&s, "j3"), JobStatus::Completed);
+    assert_eq!(status(&s, "j3"), JobState::Completed);
     assert_eq!(commands(&mut s), ["start j1 on a attempt 1"]);
     s.report(
         301.0,
@@ -185,7 +185,7 @@ fn a_high_priority_job_displaces_a_low_one_by_checkpoint_which_resumes_after_it(
         (MovePhase::Done, "a", "a")
     );
     assert_eq!(mv.preempted_for.as_deref(), Some("j3"));
-    assert_eq!(status(&s, "j1"), JobStatus::Running);
+    assert_eq!(status(&s, "j1"), JobState::Running);
 }
 
 #[test]
@@ -221,7 +221,7 @@ fn without_a_shared_path_the_checkpoint_is_carried_and_a_resume_elsewhere_gets_i
     assert_eq!(commands(&mut s), ["start j3 on a attempt 0"]);
     s.checkpoint_arrived(66.0, "j1", "a", Ok(4096));
     s.dispatch_if_needed(66.0);
-    assert_eq!(status(&s, "j1"), JobStatus::Queued);
+    assert_eq!(status(&s, "j1"), JobState::Queued);
     // b frees first: j1 resumes there, with the carried checkpoint.
     s.report(100.0, "b", b, report(&[("j2", RunState::Exited, 0, false)]))
         .unwrap();
@@ -255,7 +255,7 @@ fn nothing_is_displaced_without_priority_checkpoint_or_when_switched_off() {
     s.submit(30.0, whole_node("urgent", 10, false));
     s.tick(100.0);
     assert_eq!(commands(&mut s), ["start j1 on a attempt 0"]);
-    assert_eq!(status(&s, "j2"), JobStatus::Queued);
+    assert_eq!(status(&s, "j2"), JobState::Queued);
 }
 
 #[test]
@@ -267,6 +267,6 @@ fn a_preempted_job_cancelled_while_queued_ends_cancelled_and_the_queue_forgets_i
         .unwrap();
     s.dispatch_if_needed(65.0);
     s.cancel(70.0, "j1").unwrap();
-    assert_eq!(status(&s, "j1"), JobStatus::Cancelled);
+    assert_eq!(status(&s, "j1"), JobState::Cancelled);
     assert!(s.queue.get("j1").is_none());
 }

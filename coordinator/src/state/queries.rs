@@ -1,6 +1,6 @@
 //! What `govctl` reads: node and job listings, a job's detail, the service's counters.
 
-use governor_proto::control::{JobDetail, JobStatus, JobSummary, NodeStatus, NodeSummary};
+use governor_proto::control::{JobDetail, JobState, JobSummary, NodeState, NodeSummary};
 
 use crate::queue::Seconds;
 
@@ -123,7 +123,7 @@ impl ClusterState {
             .get(id)
             .ok_or_else(|| ControlError::NoSuchJob { id: id.into() })?;
         let mut summary = job.summary();
-        if job.status == JobStatus::Queued
+        if job.status == JobState::Queued
             && let Some(pos) = self.queue.position(id)
         {
             summary.message = format!("position {} in the queue; {}", pos + 1, summary.message);
@@ -150,7 +150,7 @@ impl ClusterState {
             ready_nodes: self
                 .nodes
                 .values()
-                .filter(|n| n.status == NodeStatus::Ready)
+                .filter(|n| n.status == NodeState::Ready)
                 .count() as u64,
             jobs: self
                 .jobs

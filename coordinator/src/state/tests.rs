@@ -1,6 +1,6 @@
 //! The state machine driven by hand: registrations, reports, submissions, ticks.
 
-use governor_proto::control::{JobSpec, JobStatus, NodeStatus};
+use governor_proto::control::{JobSpec, JobState, NodeState};
 use governor_proto::node::{
     Category, Hello, JobOrigin, JobReport, NodeCapacity, NodeCommand, NodeReport, RunState,
 };
@@ -72,7 +72,7 @@ fn two_nodes() -> (ClusterState, u64, u64) {
 }
 
 #[test]
-fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
+fn a_nodes_move_requests_are_kept_on_its_jobs_until_withdrawn() {
     let (mut s, a, _) = two_nodes();
     s.submit(1.0, spec("vae", 1));
     s.take_outbox();
@@ -83,19 +83,19 @@ fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
             ..running("/docker/abc", Category::Progressing)
         },
     ]);
-    report.migrations = vec![
-        governor_proto::node::MigrationRequest {
+    report.move_requests = vec![
+        governor_proto::node::MoveRequest {
             job_id: "j1".into(),
             reason: "converged while others progress".into(),
         },
         // A request for a job the report does not carry is ignored.
-        governor_proto::node::MigrationRequest {
+        governor_proto::node::MoveRequest {
             job_id: "j9".into(),
             reason: "?".into(),
         },
     ];
     s.report(2.0, "a", a, report.clone()).unwrap();
-    let asked = s.job_detail("j1").unwrap().summary.migration_request;
+    let asked = s.job_detail("j1").unwrap().summary.move_request;
     assert_eq!(
         asked.as_deref(),
         Some("node a asks: converged while others progress")
@@ -104,17 +104,14 @@ fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
         s.jobs
             .get("j1")
             .unwrap()
-            .migration_request
+            .move_request
             .as_ref()
             .unwrap()
             .since,
         2.0
     );
     assert_eq!(
-        s.job_detail("a//docker/abc")
-            .unwrap()
-            .summary
-            .migration_request,
+        s.job_detail("a//docker/abc").unwrap().summary.move_request,
         None
     );
     // Asked again: the request keeps its start.
@@ -123,16 +120,16 @@ fn a_nodes_migration_requests_are_kept_on_its_jobs_until_withdrawn() {
         s.jobs
             .get("j1")
             .unwrap()
-            .migration_request
+            .move_request
             .as_ref()
             .unwrap()
             .since,
         2.0
     );
     // Withdrawn.
-    report.migrations.clear();
+    report.move_requests.clear();
     s.report(4.0, "a", a, report).unwrap();
-    assert_eq!(s.job_detail("j1").unwrap().summary.migration_request, None);
+    assert_eq!(s.job_detail("j1").unwrap().summary.move_request, None);
 }
 
 #[test]
@@ -149,28 +146,24 @@ fn a_node_cannot_report_or_ask_to_move_another_nodes_job() {
     };
     claim.exit_code = Some(1);
     let mut report = report_of(vec![claim]);
-    report.migrations = vec![governor_proto::node::MigrationRequest {
+    report.move_requests = vec![governor_proto::node::MoveRequest {
         job_id: "j1".into(),
         reason: "b wants it gone".into(),
     }];
     s.report(2.0, "b", b, report).unwrap();
     let job = s.job_detail("j1").unwrap().summary;
-    assert_eq!(job.migration_request, None, "{job:?}");
+    assert_eq!(job.move_request, None, "{job:?}");
     assert_eq!(job.category, Category::Unknown, "{job:?}");
     assert_ne!(job.members[0].state, RunState::Failed, "{job:?}");
     // Its own node still can.
     let mut report = report_of(vec![running("j1", Category::Converged)]);
-    report.migrations = vec![governor_proto::node::MigrationRequest {
+    report.move_requests = vec![governor_proto::node::MoveRequest {
         job_id: "j1".into(),
         reason: "converged".into(),
     }];
     s.report(3.0, "a", a, report).unwrap();
     assert_eq!(
-        s.job_detail("j1")
-            .unwrap()
-            .summary
-            .migration_request
-            .as_deref(),
+        s.job_detail("j1").unwrap().summary.move_request.as_deref(),
         Some("node a asks: converged")
     );
 }
@@ -221,7 +214,7 @@ fn a_jobs_output_is_on_its_members_node_and_its_decision_shows_while_it_runs() {
     // A second job waits (the GPUs are taken): no output yet, nowhere.
     let queued = (0..6)
         .map(|i| s.submit(3.0, spec(&format!("more{i}"), 1)))
-        .find(|j| j.status == JobStatus::Queued)
+        .find(|j| j.status == JobState::Queued)
         .expect("a job waits for a GPU");
     assert_eq!(s.output_source(&queued.id, 0), Ok(OutputSource::NotPlaced));
 }
@@ -247,7 +240,7 @@ fn a_job_its_node_stopped_at_convergence_completed_whatever_its_exit_status() {
     s.report(3.0, "a", a, report_of(vec![ended.clone()]))
         .unwrap();
     let j = &s.list_jobs(true)[0];
-    assert_eq!(j.status, JobStatus::Completed, "{j:?}");
+    assert_eq!(j.status, JobState::Completed, "{j:?}");
     assert!(j.message.contains("stopped: converged"), "{j:?}");
     // Without the node's word, the same exit is a failure.
     s.submit(4.0, spec("other", 0));
@@ -261,7 +254,7 @@ fn a_job_its_node_stopped_at_convergence_completed_whatever_its_exit_status() {
         .into_iter()
         .find(|j| j.id == "j2")
         .unwrap();
-    assert_eq!(j2.status, JobStatus::Failed, "{j2:?}");
+    assert_eq!(j2.status, JobState::Failed, "{j2:?}");
 }
 
 #[test]
@@ -269,7 +262,7 @@ fn a_submitted_job_is_placed_started_and_runs() {
     let (mut s, a, _) = two_nodes();
     let job = s.submit(1.0, spec("resnet", 1));
     assert_eq!(job.id, "j1");
-    assert_eq!(job.status, JobStatus::Starting);
+    assert_eq!(job.status, JobState::Starting);
     let out = s.take_outbox();
     assert_eq!(starts(&out), [("a".to_string(), "j1".to_string(), 0)]);
     let NodeCommand::Start(start) = &out[0].1 else {
@@ -286,7 +279,7 @@ fn a_submitted_job_is_placed_started_and_runs() {
     )
     .unwrap();
     let j = &s.list_jobs(false)[0];
-    assert_eq!(j.status, JobStatus::Running);
+    assert_eq!(j.status, JobState::Running);
     assert_eq!(j.category, Category::Progressing);
     let d = s.job_detail("j1").unwrap();
     assert_eq!(d.placements[0].policy, "first-fit");
@@ -300,7 +293,7 @@ fn gpus_are_reserved_until_the_job_ends() {
     s.submit(0.0, spec("x", 2));
     s.submit(0.0, spec("y", 2));
     let third = s.submit(0.0, spec("z", 1));
-    assert_eq!(third.status, JobStatus::Queued);
+    assert_eq!(third.status, JobState::Queued);
     assert!(
         third.message.contains("fewer than 1 free GPUs"),
         "{}",
@@ -311,9 +304,9 @@ fn gpus_are_reserved_until_the_job_ends() {
     done.state = RunState::Exited;
     done.exit_code = Some(0);
     s.report(5.0, "a", a, report_of(vec![done])).unwrap();
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Completed);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Completed);
     s.tick(5.5);
-    assert_eq!(s.job_record("j3").unwrap().status, JobStatus::Starting);
+    assert_eq!(s.job_record("j3").unwrap().status, JobState::Starting);
     assert_eq!(s.job_record("j3").unwrap().members[0].node, "a");
 }
 
@@ -330,15 +323,15 @@ fn a_silent_node_is_lost_and_its_jobs_unknown_until_it_reports_again() {
     .unwrap();
     s.report(1.0, "b", b, report_of(vec![])).unwrap();
     s.tick(5.0);
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Running);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Running);
     // b keeps reporting, a stops.
     s.report(11.5, "b", b, report_of(vec![])).unwrap();
     s.tick(11.5);
     let nodes = s.list_nodes(11.5);
-    assert_eq!(nodes[0].status, NodeStatus::Lost);
-    assert_eq!(nodes[1].status, NodeStatus::Ready);
+    assert_eq!(nodes[0].status, NodeState::Lost);
+    assert_eq!(nodes[1].status, NodeState::Ready);
     let job = s.job_record("j1").unwrap();
-    assert_eq!(job.status, JobStatus::Unknown);
+    assert_eq!(job.status, JobState::Unknown);
     assert!(job.message.contains("node a is lost"), "{}", job.message);
     // New jobs avoid the lost node.
     s.submit(12.0, spec("y", 0));
@@ -350,7 +343,7 @@ fn a_silent_node_is_lost_and_its_jobs_unknown_until_it_reports_again() {
     let job = s.job_record("j1").unwrap();
     assert_eq!(
         job.status,
-        JobStatus::Unknown,
+        JobState::Unknown,
         "not confirmed before the node's first report"
     );
     assert!(
@@ -365,7 +358,7 @@ fn a_silent_node_is_lost_and_its_jobs_unknown_until_it_reports_again() {
         report_of(vec![running("j1", Category::Watching)]),
     )
     .unwrap();
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Running);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Running);
     // The old session is refused.
     assert_eq!(
         s.report(20.0, "a", a, report_of(vec![])),
@@ -378,10 +371,10 @@ fn a_start_the_node_never_confirms_fails_after_the_timeout() {
     let (mut s, a, _) = two_nodes();
     s.submit(0.0, spec("x", 0));
     s.report(30.0, "a", a, report_of(vec![])).unwrap();
-    assert_eq!(s.job_record("j1").unwrap().status, JobStatus::Starting);
+    assert_eq!(s.job_record("j1").unwrap().status, JobState::Starting);
     s.report(61.0, "a", a, report_of(vec![])).unwrap();
     let job = s.job_record("j1").unwrap();
-    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.status, JobState::Failed);
     assert!(
         job.message.contains("did not start it within 60 s"),
         "{}",
@@ -435,7 +428,7 @@ fn a_failed_gang_member_stops_the_others() {
     failed.message = "CUDA out of memory".into();
     s.report(1.0, "b", b, report_of(vec![failed])).unwrap();
     let job = s.job_record("j1").unwrap();
-    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.status, JobState::Failed);
     assert!(
         job.message
             .contains("member 1 on node b failed: CUDA out of memory"),
@@ -462,7 +455,7 @@ fn cancel_stops_a_running_job_and_refuses_twice() {
     )
     .unwrap();
     s.take_outbox();
-    assert_eq!(s.cancel(2.0, "j1").unwrap().status, JobStatus::Cancelled);
+    assert_eq!(s.cancel(2.0, "j1").unwrap().status, JobState::Cancelled);
     assert!(matches!(&s.take_outbox()[..], [(n, NodeCommand::Stop(_))] if n == "a"));
     assert_eq!(
         s.cancel(3.0, "j1").unwrap_err().to_string(),
@@ -590,9 +583,9 @@ fn restore_keeps_every_job_and_resyncs() {
     let mut r =
         ClusterState::restore(StateConfig::default(), 100.0, Some(s.meta()), nodes, jobs).unwrap();
     assert_eq!(r.policy_state().current, "specon");
-    assert_eq!(r.list_nodes(100.0)[0].status, NodeStatus::Resyncing);
-    assert_eq!(r.job_record("j1").unwrap().status, JobStatus::Unknown);
-    assert_eq!(r.job_record("j2").unwrap().status, JobStatus::Queued);
+    assert_eq!(r.list_nodes(100.0)[0].status, NodeState::Resyncing);
+    assert_eq!(r.job_record("j1").unwrap().status, JobState::Unknown);
+    assert_eq!(r.job_record("j2").unwrap().status, JobState::Queued);
     let a2 = r.register(101.0, hello("a", 2), "x:1".into()).session_id;
     r.report(
         101.0,
@@ -601,19 +594,19 @@ fn restore_keeps_every_job_and_resyncs() {
         report_of(vec![running("j1", Category::Progressing)]),
     )
     .unwrap();
-    assert_eq!(r.job_record("j1").unwrap().status, JobStatus::Running);
+    assert_eq!(r.job_record("j1").unwrap().status, JobState::Running);
     // New ids continue after the restored ones.
     assert_eq!(r.submit(102.0, spec("next", 0)).id, "j3");
     // b has not come back yet: its agent may be between reconnection attempts, so it gets the
     // resync grace on top of the timeout before it is lost.
     let grace = StateConfig::default().resync_grace_s;
     r.tick(111.0);
-    assert_eq!(r.list_nodes(111.0)[1].status, NodeStatus::Resyncing);
+    assert_eq!(r.list_nodes(111.0)[1].status, NodeState::Resyncing);
     r.tick(110.0 + grace);
-    assert_eq!(r.list_nodes(110.0 + grace)[1].status, NodeStatus::Resyncing);
+    assert_eq!(r.list_nodes(110.0 + grace)[1].status, NodeState::Resyncing);
     r.tick(111.0 + grace);
-    assert_eq!(r.list_nodes(111.0 + grace)[1].status, NodeStatus::Lost);
+    assert_eq!(r.list_nodes(111.0 + grace)[1].status, NodeState::Lost);
     // A node that reconnected has only the plain timeout again.
     r.tick(111.0 + grace);
-    assert_eq!(r.list_nodes(111.0 + grace)[0].status, NodeStatus::Lost);
+    assert_eq!(r.list_nodes(111.0 + grace)[0].status, NodeState::Lost);
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use governor_proto::control::NodeStatus;
+use governor_proto::control::NodeState;
 use governor_proto::node::JobOrigin;
 
 use crate::placement::{GpuView, JobRequest, JobView, NodeView};
@@ -123,7 +123,7 @@ impl ClusterState {
             node.record.capacity.cores,
             node.record.capacity.memory_bytes,
         );
-        view.schedulable = node.status == NodeStatus::Ready && node.session.is_some();
+        view.schedulable = node.status == NodeState::Ready && node.session.is_some();
         view.gpus = node
             .record
             .capacity

@@ -1,7 +1,7 @@
 //! `governor run-job --name N --log PATH [--metric M] -- CMD...`: start a command as a governed
 //! job in a cgroup of its own under the governor's subtree (`governor.slice/jobs/<name>`), hand
 //! it to the daemon, forward signals to it, and exit with its status. The cgroup (needed later
-//! for checkpoint/migration) is removed when the job ends.
+//! for a checkpoint or a move) is removed when the job ends.
 //!
 //! The command joins its cgroup between fork and exec, so it never runs outside it:
 //! - run by root, `run-job` creates the group itself and the child writes itself into the

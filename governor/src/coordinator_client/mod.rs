@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 pub use governor_proto::node::{
-    CheckpointChunk, GpuDevice, GpuUsage, JobOrigin, JobReport, MigrationRequest, NodeCapacity,
+    CheckpointChunk, GpuDevice, GpuUsage, JobOrigin, JobReport, MoveRequest, NodeCapacity,
     NodeCommand, NodeReport, RunState, SaveJob, StartJob, StopJob, UploadCheckpoint,
 };
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use tracing::{info, warn};
 
 use super::access::RunJobGrant;
-use super::core::{JobSource, NewJob, NodeCore};
+use super::node_core::{JobSource, NewJob, NodeCore};
 use crate::cgroup::adoption::AdoptionJournal;
 use crate::cgroup::{Controller, HierarchyKind, JobCgroup};
 use crate::config::{DaemonConfig, JobConfig, load_jobs_dir};

@@ -55,7 +55,7 @@ pub fn node_report<'a>(
     let mut claimed: HashSet<&str> = HashSet::new();
     let mut jobs = Vec::new();
     let mut seen_ids: BTreeSet<(String, u32)> = BTreeSet::new();
-    let mut migrations = Vec::new();
+    let mut move_requests = Vec::new();
     let mut asked: HashSet<String> = HashSet::new();
     for cj in coordinator_jobs {
         let job_id = clip(&cj.job_id, MAX_NAME_LEN);
@@ -82,7 +82,7 @@ pub fn node_report<'a>(
             && !cj.state.is_finished()
         {
             fill_figures(&mut report, g);
-            push_migration(&mut migrations, &mut asked, &report.job_id, g);
+            push_move(&mut move_requests, &mut asked, &report.job_id, g);
         }
         let distinct: BTreeSet<u32> = cj.gpu_indices.iter().copied().collect();
         report.gpu_indices = distinct.into_iter().collect();
@@ -117,7 +117,7 @@ pub fn node_report<'a>(
         let mut report = JobReport::running(job_id, name);
         report.origin = JobOrigin::Local;
         fill_figures(&mut report, j);
-        push_migration(&mut migrations, &mut asked, &report.job_id, j);
+        push_move(&mut move_requests, &mut asked, &report.job_id, j);
         jobs.push(report);
     }
     let cpu_used: f64 = status
@@ -131,7 +131,7 @@ pub fn node_report<'a>(
         cpu_used_cores: cpu_used,
         memory_used_bytes: status.jobs.iter().filter_map(|j| j.memory_bytes).sum(),
         jobs,
-        migrations,
+        move_requests,
         gpus: gpus
             .iter()
             .map(|g| WireGpuUsage {
@@ -145,19 +145,19 @@ pub fn node_report<'a>(
 
 /// The policy's request to move a job elsewhere, under the id the report gives the job (a
 /// replicated job's replicas are asked for once).
-fn push_migration(
-    migrations: &mut Vec<crate::coordinator_client::MigrationRequest>,
+fn push_move(
+    move_requests: &mut Vec<crate::coordinator_client::MoveRequest>,
     asked: &mut HashSet<String>,
     job_id: &str,
     j: &crate::status::JobStatus,
 ) {
-    let Some(reason) = &j.migration_request else {
+    let Some(reason) = &j.move_request else {
         return;
     };
     if !asked.insert(job_id.to_owned()) {
         return;
     }
-    migrations.push(crate::coordinator_client::MigrationRequest {
+    move_requests.push(crate::coordinator_client::MoveRequest {
         job_id: job_id.to_owned(),
         reason: clip(reason, MAX_MESSAGE_LEN),
     });
@@ -368,11 +368,11 @@ mod tests {
     }
 
     #[test]
-    fn migration_requests_name_the_job_as_the_report_does() {
+    fn move_requests_name_the_job_as_the_report_does() {
         let mut vae = governed("vae", "/governor.slice/jobs/vae-j3");
-        vae.migration_request = Some("converged while others progress".into());
+        vae.move_request = Some("converged while others progress".into());
         let mut local = governed("bert", "/docker/abc");
-        local.migration_request = Some("converged".into());
+        local.move_request = Some("converged".into());
         let status = NodeStatus {
             jobs: vec![vae, local, governed("gpt", "/docker/def")],
             ..NodeStatus::default()
@@ -385,7 +385,7 @@ mod tests {
         )];
         let report = over_the_wire(&node_report(&status, &jobs, &[]));
         let asked: Vec<(&str, &str)> = report
-            .migrations
+            .move_requests
             .iter()
             .map(|m| (m.job_id.as_str(), m.reason.as_str()))
             .collect();

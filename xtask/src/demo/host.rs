@@ -656,11 +656,11 @@ fn plot(sharing: &[RunResult], sweep: &[RunResult], cores: f64) -> String {
 
 /// A policy as a reader knows it: `governor+sweep=...` is the policy with the trial budget.
 fn display_policy(policy: &str) -> String {
-    let base = policy.split('+').next().unwrap_or(policy);
-    if policy.contains("+sweep=") {
+    let base = crate::bench_real::node_spec(policy);
+    if crate::bench_real::policy_option(policy, "sweep").is_some() {
         format!("{base} + budget")
     } else {
-        base.to_owned()
+        base
     }
 }
 

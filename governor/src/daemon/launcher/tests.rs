@@ -1,8 +1,11 @@
 //! The launcher on a fake cgroup root: starts, stops, bad commands, restarts.
 
 use super::journal::{JOURNAL_VERSION, Journal};
+use super::start::declared_epochs;
 use super::*;
+use crate::cgroup::CgroupFs;
 use crate::cgroup::fake::FakeCgroupRoot;
+use crate::coordinator_client::{SaveJob, StopJob};
 
 #[test]
 fn declared_epochs_must_be_a_positive_number() {
@@ -507,7 +510,7 @@ async fn a_job_asked_to_save_gets_its_signal_exits_saved_and_a_newer_start_runs_
     tokio::time::sleep(Duration::from_millis(300)).await;
     let save = SaveJob {
         job_id: "j4".into(),
-        reason: "govctl migrate".into(),
+        reason: "govctl move".into(),
     };
     assert_eq!(bed.launcher.save(&bed.fs, &save), SaveAction::Signalled);
     assert_eq!(

@@ -1,0 +1,196 @@
+//! What a job's logs say: each record moves its progress signal and its quality (validation
+//! loss), which the policy, the finish rule and the job's sweep are told; log problems are kept
+//! for status.
+
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use crate::cgroup::JobCgroup;
+use crate::policy::quality::{EarlyStop, QualityTracker};
+use crate::policy::sweep::Outranked;
+use crate::policy::{Direction, ProgressPoint};
+use crate::progress::{Format, Record, SignalUpdate};
+use crate::watch::{WatchEvent, WatchEventKind};
+
+use super::stop::{finish_on_quality, sweep_on_quality};
+use super::{GROWTH_WINDOW, NodeCore, RoundStats};
+
+impl NodeCore {
+    /// A record from one of a job's logs. Returns true when it moved the progress signal.
+    pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
+        let mut cuts = Vec::new();
+        let moved = self.on_record_inner(now, cgroup, record, &mut cuts);
+        // Only a trial's record can move its sweep, and only a job with a finish rule or a
+        // sweep can come to be stopped.
+        if self
+            .jobs
+            .get(cgroup)
+            .is_some_and(|e| e.sweep.is_some() || e.finish.is_some())
+        {
+            self.cut_trials(now, cuts);
+            self.sync_holds(now);
+        }
+        moved
+    }
+
+    fn on_record_inner(
+        &mut self,
+        now: Instant,
+        cgroup: &JobCgroup,
+        record: &Record,
+        cuts: &mut Vec<Outranked<JobCgroup>>,
+    ) -> bool {
+        let t = self.secs(now);
+        let Some(entry) = self.jobs.get_mut(cgroup) else {
+            return false;
+        };
+        let epochs = epochs_done(record);
+        entry.records += 1;
+        self.metrics.log_record(record.format.name());
+        entry.last_record_at = Some(now);
+        entry.log_file = Some(record.file.display().to_string());
+        entry.log_problem = None;
+        // The quality signal (validation loss): time to quality, and the policy's view of what
+        // the job still learns.
+        if let Some(v) = crate::progress::quality_value(record) {
+            if !entry.quality_from_validation {
+                entry.quality = QualityTracker::new(Direction::Minimise);
+                entry.quality_from_validation = true;
+                // The finish rule followed the training signal until now: start over on
+                // validation (unless the stop is already under way).
+                if let Some(stop) = entry.finish.as_mut()
+                    && entry.finishing.is_none()
+                {
+                    *stop = EarlyStop::new(stop.rule(), Direction::Minimise);
+                }
+            }
+            entry.quality.observe(t, v);
+            finish_on_quality(entry, &self.actuator, cgroup, now, v);
+            sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, v, cuts);
+            self.policy.quality(
+                t,
+                &entry.spec.id,
+                ProgressPoint {
+                    at: t,
+                    value: v,
+                    new_segment: false,
+                },
+            );
+        }
+        match entry.tracker.observe(record) {
+            SignalUpdate::Value { value, new_segment } => {
+                if new_segment {
+                    info!(job = %entry.name, file = %record.file.display(), "the log restarted its counters: new run segment");
+                    entry.history.clear();
+                    entry.first_value = None;
+                }
+                entry.first_value.get_or_insert(value);
+                entry.last_value = Some(value);
+                entry.history.push_back((now, value));
+                while entry
+                    .history
+                    .front()
+                    .is_some_and(|(t0, _)| now.saturating_duration_since(*t0) > GROWTH_WINDOW)
+                {
+                    entry.history.pop_front();
+                }
+                self.policy.progress(
+                    t,
+                    &entry.spec.id,
+                    ProgressPoint {
+                        at: t,
+                        value,
+                        new_segment,
+                    },
+                );
+                if new_segment {
+                    entry.quality = QualityTracker::new(entry.spec.direction);
+                    entry.quality_from_validation = false;
+                }
+                if !entry.quality_from_validation {
+                    if entry.quality.first().is_none() {
+                        entry.quality = QualityTracker::new(entry.spec.direction);
+                        if let Some(stop) = entry.finish.as_mut() {
+                            *stop = EarlyStop::new(stop.rule(), entry.spec.direction);
+                        }
+                    }
+                    entry.quality.observe(t, value);
+                    // A job that logs no validation loss: its training signal is its quality.
+                    finish_on_quality(entry, &self.actuator, cgroup, now, value);
+                    // Its sweep compares losses: a signal that rises (accuracy) is not one.
+                    if entry.spec.direction == Direction::Minimise {
+                        sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, value, cuts);
+                    }
+                }
+                if let Some(fraction) = work_fraction(record, entry.epochs) {
+                    self.policy.work_done(t, &entry.spec.id, fraction);
+                }
+                self.policy.decides_on_progress()
+            }
+            SignalUpdate::NonFinite { value } => {
+                if entry.tracker.non_finite() == 1 {
+                    warn!(job = %entry.name, file = %record.file.display(), value, "the progress signal is not finite (NaN/inf): ignored, never used as progress (reported once)");
+                }
+                false
+            }
+            SignalUpdate::Absent => false,
+        }
+    }
+
+    /// A problem with a job's logs (shown in status; the watcher logs it once).
+    pub fn on_log_problem(&mut self, cgroup: &JobCgroup, message: String) {
+        self.metrics.problem("log");
+        if let Some(entry) = self.jobs.get_mut(cgroup) {
+            entry.log_problem = Some(message);
+        }
+    }
+
+    /// The control loop's handling of one event of the log watcher: a record goes to its job's
+    /// signal and, when it moved the signal, to a decision (at once, or batched within the
+    /// decision budget: [`Self::on_progress_moved`]); a problem is shown in status. Returns the
+    /// decision's figures when it decided now. (The daemon and the decision-latency benchmark
+    /// both call this.)
+    pub fn on_watch_event(&mut self, now: Instant, ev: &WatchEvent) -> Option<RoundStats> {
+        let Ok(cgroup) = JobCgroup::new(&*ev.key) else {
+            return None;
+        };
+        match &ev.kind {
+            WatchEventKind::Record(record) => {
+                if self.on_record(now, &cgroup, record) {
+                    return self.on_progress_moved(now);
+                }
+                None
+            }
+            WatchEventKind::Problem(message) => {
+                self.on_log_problem(&cgroup, message.clone());
+                None
+            }
+            WatchEventKind::Format(_)
+            | WatchEventKind::Opened
+            | WatchEventKind::Truncated
+            | WatchEventKind::Closed => None,
+        }
+    }
+}
+
+/// How far along a job is, from the epoch its log reports and the total epochs the operator
+/// declared. Logs count epochs differently: Keras' `CSVLogger` writes a 0-based epoch when the
+/// epoch has ended (epoch 0 = one done); Hugging Face writes the fraction done (1.5 = one and a
+/// half); the others write the epoch they are in or have just finished, 1-based, or 0-based on
+/// rows written during the epoch (Lightning: epoch 1 rows start once epoch 0 is done). So the
+/// number done is the epoch, plus one for Keras CSV.
+pub(super) fn work_fraction(record: &Record, total_epochs: Option<f64>) -> Option<f64> {
+    let total = total_epochs.filter(|t| t.is_finite() && *t > 0.0)?;
+    Some((epochs_done(record)? / total).min(1.0))
+}
+
+/// Epochs a record says are done (see [`work_fraction`] for how logs count them).
+pub(super) fn epochs_done(record: &Record) -> Option<f64> {
+    let epoch = record.epoch.filter(|e| e.is_finite() && *e >= 0.0)?;
+    Some(if record.format == Format::KerasCsv {
+        epoch + 1.0
+    } else {
+        epoch
+    })
+}

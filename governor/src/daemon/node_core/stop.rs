@@ -1,0 +1,105 @@
+//! Stopping jobs that asked for it: finish at convergence and trials cut from their sweep
+//! (SIGINT, then SIGTERM after [`FINISH_GRACE`]), and the policy told which jobs to serve after
+//! the others meanwhile.
+
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+use tracing::{debug, info, warn};
+
+use crate::cgroup::{Actuator, JobCgroup};
+use crate::policy::sweep::{Outranked, Sweeps};
+
+use super::{FINISH_GRACE, Finishing, JobEntry, NodeCore};
+
+/// Signal every process of a job's cgroup (finish at convergence); a failure is logged, never
+/// fatal.
+pub(super) fn signal_group(actuator: &Actuator, cgroup: &JobCgroup, signal: Signal, name: &str) {
+    match actuator.fs().signal_job_group(cgroup, signal) {
+        Ok(n) => debug!(job = %name, ?signal, processes = n, "signalled the job"),
+        Err(e) => warn!(job = %name, ?signal, error = %e, "cannot signal the job"),
+    }
+}
+
+/// Feed a job's quality value to its finish rule; once it has converged, stop the job
+/// (SIGINT to its cgroup, SIGTERM after [`FINISH_GRACE`]).
+pub(super) fn finish_on_quality(
+    entry: &mut JobEntry,
+    actuator: &Actuator,
+    cgroup: &JobCgroup,
+    now: Instant,
+    value: f64,
+) {
+    if let Some(stop) = entry.finish.as_mut()
+        && stop.observe(value)
+        && entry.finishing.is_none()
+    {
+        let best = stop.best().unwrap_or(value);
+        info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+        entry.finishing = Some(Finishing {
+            at: now,
+            why: format!("stopped: converged (best loss {best:.6})"),
+            terminated: false,
+        });
+        signal_group(actuator, cgroup, Signal::SIGINT, &entry.name);
+    }
+}
+
+/// A trial logged a loss with `epochs` done: hand it to its sweep, whose verdicts (this trial
+/// or others cut at a rung) are returned for [`NodeCore::cut_trials`].
+pub(super) fn sweep_on_quality(
+    sweeps: &mut Sweeps<JobCgroup>,
+    entry: &JobEntry,
+    cgroup: &JobCgroup,
+    epochs: Option<f64>,
+    loss: f64,
+    cuts: &mut Vec<Outranked<JobCgroup>>,
+) {
+    if let (Some(_), Some(done)) = (&entry.sweep, epochs) {
+        cuts.extend(sweeps.observe(cgroup, done, loss));
+    }
+}
+
+impl NodeCore {
+    /// Tell the policy which jobs to serve after the others, and which no longer: trials that
+    /// wait at their sweep's rung for the others, and jobs being stopped (converged, or cut from
+    /// their sweep: their work is done, they keep their floor until they exit).
+    pub(super) fn sync_holds(&mut self, now: Instant) {
+        let t = self.secs(now);
+        for (cgroup, entry) in &mut self.jobs {
+            if entry.sweep.is_none() && entry.finish.is_none() {
+                continue;
+            }
+            let at = self.sweeps.waiting_at(cgroup);
+            let held = at.is_some() || entry.finishing.is_some();
+            if held != entry.held {
+                debug!(job = %entry.name, rung_epochs = ?at, stopping = entry.finishing.is_some(), held, "served after the others");
+                self.policy.hold(t, &entry.spec.id, held);
+                self.next_decision_at = Some(now);
+            }
+            entry.waiting_at_rung = at;
+            entry.held = held;
+        }
+    }
+
+    /// Stop the trials their sweep cut (SIGINT now, SIGTERM after [`FINISH_GRACE`]), as they
+    /// asked by joining it. A trial already being stopped is left as it is.
+    pub(super) fn cut_trials(&mut self, now: Instant, cuts: Vec<Outranked<JobCgroup>>) {
+        for cut in cuts {
+            let Some(entry) = self.jobs.get_mut(&cut.trial) else {
+                continue;
+            };
+            if entry.finishing.is_some() {
+                continue;
+            }
+            let sweep = entry.sweep.clone().unwrap_or_default();
+            info!(job = %entry.name, sweep = %sweep, rung_epochs = cut.rung_epochs, loss = cut.loss, place = cut.place, of = cut.of, kept = cut.kept, "outranked in its sweep: stopping the trial as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+            entry.finishing = Some(Finishing {
+                at: now,
+                why: format!("stopped: {}", cut.describe()),
+                terminated: false,
+            });
+            signal_group(&self.actuator, &cut.trial, Signal::SIGINT, &entry.name);
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The simulated cluster's shape and timings: its workers ([`WorkerSpec`]), what a move costs
+//! ([`MoveCost`]) and the whole configuration ([`ClusterConfig`]).
+
+use serde::{Deserialize, Serialize};
+
+/// One worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub name: String,
+    pub cores: f64,
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub gpus: u32,
+}
+
+/// What moving a job costs. The job makes no progress for
+/// `fixed_seconds + bytes/checkpoint + bytes/transfer + bytes/restore`.
+///
+/// Defaults: a 2 s fixed part (freeze, process tree, cgroup and mount set-up: SpeCon measured
+/// under 5 s save + resume for its small models), CRIU dumping at 500 MB/s to local disk, a
+/// 10 Gbit/s network (1.25 GB/s) and restoring at 1 GB/s. A 4 GiB job is down for about 18 s.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MoveCost {
+    pub fixed_seconds: f64,
+    pub checkpoint_bytes_per_second: f64,
+    pub transfer_bytes_per_second: f64,
+    pub restore_bytes_per_second: f64,
+}
+
+impl Default for MoveCost {
+    fn default() -> Self {
+        MoveCost {
+            fixed_seconds: 2.0,
+            checkpoint_bytes_per_second: 500e6,
+            transfer_bytes_per_second: 1.25e9,
+            restore_bytes_per_second: 1e9,
+        }
+    }
+}
+
+impl MoveCost {
+    /// A framework-checkpoint move as `cargo xtask bench-move --framework` measured it on the
+    /// development host (2026-11-26; local disk as the shared path): 0.3 s fixed (exit, start,
+    /// the coordinator's report and command), the save at ~330 MB/s (write and fsync), nothing
+    /// carried, the load from the page cache at ~1.5 GB/s. 64 MiB: 0.32 s lost, 1 GiB: 3.9 s.
+    pub fn framework_measured() -> Self {
+        MoveCost {
+            fixed_seconds: 0.3,
+            checkpoint_bytes_per_second: 330e6,
+            transfer_bytes_per_second: 0.0,
+            restore_bytes_per_second: 1.5e9,
+        }
+    }
+
+    /// A CRIU move as `cargo xtask bench-move` measured it in the VM bed (2026-11-26, TCG:
+    /// several times slower than real hardware): dump 0.7 s + 126 MB/s, restore 0.5 s +
+    /// 85 MB/s, images carried over a 10 Gbit/s network. 64 MiB: 2.8 s, 1 GiB: 22 s.
+    pub fn criu_measured_tcg() -> Self {
+        MoveCost {
+            fixed_seconds: 1.2,
+            checkpoint_bytes_per_second: 126e6,
+            transfer_bytes_per_second: 1.25e9,
+            restore_bytes_per_second: 85e6,
+        }
+    }
+
+    /// A named preset: `default`, `framework` or `criu-tcg`.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(MoveCost::default()),
+            "framework" => Some(MoveCost::framework_measured()),
+            "criu-tcg" => Some(MoveCost::criu_measured_tcg()),
+            _ => None,
+        }
+    }
+
+    /// Seconds a job with a checkpoint of `bytes` is down while it moves.
+    pub fn seconds(&self, bytes: u64) -> f64 {
+        let b = bytes as f64;
+        let per = |rate: f64| if rate > 0.0 { b / rate } else { 0.0 };
+        self.fixed_seconds.max(0.0)
+            + per(self.checkpoint_bytes_per_second)
+            + per(self.transfer_bytes_per_second)
+            + per(self.restore_bytes_per_second)
+    }
+}
+
+/// The simulated cluster and the daemon's and coordinator's timings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    pub workers: Vec<WorkerSpec>,
+    /// Seconds between usage samples and node reports (the daemon samples every second).
+    pub usage_interval: f64,
+    /// Seconds between a log write and the policy seeing it.
+    pub progress_delay: f64,
+    /// Seconds between a placement and the job running on its worker.
+    pub start_delay: f64,
+    pub move_cost: MoveCost,
+    /// A job is moved at most this many times.
+    pub max_moves_per_job: u32,
+    /// Stop at this simulated time (jobs still running have no finish time).
+    pub horizon: f64,
+    /// Record each job's cores over time, per worker (for plots).
+    pub record_timeline: bool,
+}
+
+impl ClusterConfig {
+    /// `workers` identical workers named `w01`, `w02`, ... (zero-padded so name order is index
+    /// order, which the placement policies use to break ties).
+    pub fn homogeneous(workers: usize, cores: f64, memory_bytes: u64, gpus: u32) -> Self {
+        let width = workers.max(1).to_string().len().max(2);
+        ClusterConfig {
+            workers: (1..=workers)
+                .map(|i| WorkerSpec {
+                    name: format!("w{i:0width$}"),
+                    cores,
+                    memory_bytes,
+                    gpus,
+                })
+                .collect(),
+            ..ClusterConfig::default()
+        }
+    }
+
+    /// Workers of the given `(cores, memory, gpus)` shapes, named in order.
+    pub fn heterogeneous(shapes: &[(f64, u64, u32)]) -> Self {
+        let width = shapes.len().max(1).to_string().len().max(2);
+        ClusterConfig {
+            workers: shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(cores, memory_bytes, gpus))| WorkerSpec {
+                    name: format!("w{:0width$}", i + 1),
+                    cores,
+                    memory_bytes,
+                    gpus,
+                })
+                .collect(),
+            ..ClusterConfig::default()
+        }
+    }
+
+    /// The most cores any worker has.
+    pub fn max_cores(&self) -> f64 {
+        self.workers.iter().map(|w| w.cores).fold(0.0, f64::max)
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            workers: Vec::new(),
+            usage_interval: 1.0,
+            progress_delay: 0.2,
+            start_delay: 1.0,
+            move_cost: MoveCost::default(),
+            max_moves_per_job: 1,
+            horizon: 30.0 * 24.0 * 3600.0,
+            record_timeline: false,
+        }
+    }
+}

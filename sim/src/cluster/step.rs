@@ -1,0 +1,399 @@
+//! A worker's step: advancing its jobs, finishes, log writes, jobs starting, log lines
+//! delivered, the usage tick and the policy's decision; applying the plan, the kernel's
+//! shares and the node's report to the coordinator.
+
+use governor_placement::{JobRequest, JobView};
+use governor_policy::share::{ShareRequest, water_fill};
+use governor_policy::{Category, CpuAllocation, JobSpec, Plan, ProgressPoint, Usage};
+
+use super::{Delivery, EPS, Engine, Observation, Phase, gpu_limit_for, speed_with};
+use crate::job::LogEvery;
+
+impl Engine<'_> {
+    pub(super) fn step(&mut self, w: usize, t: f64) {
+        // Run everyone until now.
+        {
+            let worker = &mut self.workers[w];
+            let dt = t - worker.t;
+            if dt > 0.0 {
+                for &j in &worker.running {
+                    let speed = speed_with(&self.jobs[j], &self.rt[j]);
+                    let rt = &mut self.rt[j];
+                    rt.done += speed * dt;
+                    rt.cpu += rt.cores * dt;
+                    let gpus = self.jobs[j].gpus;
+                    if gpus > 0 {
+                        let model = crate::gpu::GpuModel::default();
+                        rt.gpu_energy_j += f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
+                    }
+                }
+            }
+            worker.t = t;
+        }
+        let active_at_start = self.workers[w].running.clone();
+        let mut changed = std::mem::take(&mut self.workers[w].force_decide);
+        let mut departed = false;
+        let mut report = false;
+
+        // 1. Finishes.
+        for &j in &active_at_start {
+            let m = &self.jobs[j].model;
+            if m.work - self.rt[j].done <= EPS * m.work.max(1.0) {
+                self.rt[j].done = m.work;
+                self.rt[j].finish = Some(t);
+                self.rt[j].phase = Phase::Done;
+                self.leave(w, j, t);
+                self.completions += 1;
+                changed = true;
+                departed = true;
+            }
+        }
+        // 2. Log writes.
+        for &j in &active_at_start {
+            if self.rt[j].phase != Phase::Running {
+                continue;
+            }
+            self.write_logs(w, j, t);
+        }
+        // 3. Jobs starting here.
+        let mut starting: Vec<(f64, usize)> = Vec::new();
+        self.workers[w].arriving.retain(|&(at, j)| {
+            if at <= t + EPS {
+                starting.push((at, j));
+                false
+            } else {
+                true
+            }
+        });
+        starting.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, j) in starting {
+            self.arrive(w, j, t);
+            changed = true;
+        }
+        // 4. Log lines delivered.
+        let mut due: Vec<Delivery> = Vec::new();
+        self.workers[w].deliveries.retain(|d| {
+            if d.at <= t + EPS {
+                due.push(*d);
+                false
+            } else {
+                true
+            }
+        });
+        for d in due {
+            let reports_total = self.jobs[d.job].model.reports_total;
+            let worker = &mut self.workers[w];
+            worker.policy.progress(t, &self.ids[d.job], d.point);
+            if reports_total {
+                worker.policy.work_done(t, &self.ids[d.job], d.obs.fraction);
+            }
+            let rt = &mut self.rt[d.job];
+            rt.previous = rt.last.replace(d.obs);
+            rt.lines_seen += 1;
+            changed = true;
+        }
+        // 5. Usage tick (and the node's report).
+        if let Some(next_usage) = self.workers[w].next_usage
+            && t >= next_usage - EPS
+        {
+            for &j in &active_at_start {
+                if self.rt[j].phase != Phase::Running || self.rt[j].worker != w {
+                    continue;
+                }
+                let usage = Usage {
+                    at: t,
+                    cpu_seconds: self.rt[j].cpu,
+                    memory_bytes: self.jobs[j].model.memory_bytes,
+                    memory_pressure_events: 0,
+                    cpu_wait_seconds: None,
+                };
+                self.workers[w].policy.usage(t, &self.ids[j], usage);
+            }
+            let interval = self.config.usage_interval.max(1e-3);
+            let worker = &mut self.workers[w];
+            let mut next = next_usage;
+            while next <= t + EPS {
+                next += interval;
+            }
+            worker.next_usage = Some(next);
+            changed = true;
+            report = true;
+        }
+        // 6. The policy's own deadline.
+        if self.workers[w]
+            .next_decision
+            .is_some_and(|at| at <= t + EPS)
+        {
+            changed = true;
+        }
+        if changed {
+            let plan = {
+                let worker = &mut self.workers[w];
+                worker.policy.decide(t, &worker.node)
+            };
+            self.decisions += 1;
+            self.apply(w, t, plan);
+        }
+        self.update_shares(w, t);
+        if report || departed {
+            self.report(w);
+        }
+        if departed {
+            self.admit(t);
+        } else if report && self.spec.elastic {
+            // The coordinator's tick: jobs that ran their minimum time may grow now.
+            self.grow_elastic(t);
+        }
+        let requested = !self.requests.is_empty();
+        if requested {
+            self.move_requested(t);
+        }
+        if departed || requested {
+            self.rebalance(t);
+        }
+        self.schedule(w);
+    }
+
+    fn write_logs(&mut self, w: usize, j: usize, t: f64) {
+        let m = &self.jobs[j].model;
+        let delay = self.config.progress_delay;
+        let rt = &mut self.rt[j];
+        let mut out = Vec::new();
+        match m.log_every {
+            LogEvery::Work { fraction } => {
+                let step = fraction.max(1e-6);
+                while rt.next_log < 1.0 - EPS
+                    && rt.done >= m.log_at(rt.next_log) - EPS * m.work.max(1.0)
+                {
+                    let x = rt.next_log;
+                    out.push((x, m.logged_loss(x, &mut rt.rng)));
+                    rt.written.push((t - m.submit, m.loss.value(x)));
+                    rt.next_log += step;
+                }
+            }
+            LogEvery::Seconds { seconds } => {
+                let step = seconds.max(1e-3);
+                while rt.next_log <= t + EPS {
+                    rt.next_log += step;
+                    if m.starting(rt.done) {
+                        // Nothing is logged before the training starts.
+                        continue;
+                    }
+                    let x = m.training_fraction(rt.done);
+                    out.push((x, m.logged_loss(x, &mut rt.rng)));
+                    rt.written.push((t - m.submit, m.loss.value(x)));
+                }
+            }
+        }
+        rt.gpu_energy_at_lines
+            .resize(rt.written.len(), rt.gpu_energy_j);
+        let cpu = rt.cpu;
+        for (x, value) in out {
+            self.workers[w].deliveries.push(Delivery {
+                at: t + delay,
+                job: j,
+                point: ProgressPoint {
+                    at: t + delay,
+                    value,
+                    new_segment: false,
+                },
+                obs: Observation {
+                    at: t + delay,
+                    value,
+                    cpu,
+                    fraction: x,
+                },
+            });
+        }
+    }
+
+    fn arrive(&mut self, w: usize, j: usize, t: f64) {
+        let m = &self.jobs[j].model;
+        let rt = &mut self.rt[j];
+        rt.phase = Phase::Running;
+        rt.worker = w;
+        rt.last_start = t;
+        if rt.first_start.is_none() {
+            rt.first_start = Some(t);
+            rt.first_worker = Some(w);
+        }
+        if !rt.log_started {
+            rt.log_started = true;
+            rt.next_log = match m.log_every {
+                LogEvery::Work { fraction } => fraction.max(1e-6),
+                LogEvery::Seconds { seconds } => t + seconds.max(1e-3),
+            };
+        } else if let LogEvery::Seconds { seconds } = m.log_every
+            && rt.next_log < t
+        {
+            // A time-based logger restarts its timer when the process is restored.
+            rt.next_log = t + seconds.max(1e-3);
+        }
+        rt.alloc = CpuAllocation::DEFAULT;
+        rt.category = Category::Unknown;
+        let worker = &mut self.workers[w];
+        let pos = worker.running.partition_point(|&k| k < j);
+        worker.running.insert(pos, j);
+        if worker.next_usage.is_none() {
+            worker.next_usage = Some(t);
+        }
+        worker.policy.job_added(
+            t,
+            &JobSpec {
+                priority: m.priority,
+                ..JobSpec::new(m.id.clone())
+            },
+        );
+    }
+
+    /// Take job `j` off worker `w` (finished or moving away).
+    pub(super) fn leave(&mut self, w: usize, j: usize, t: f64) {
+        let worker = &mut self.workers[w];
+        worker.running.retain(|&k| k != j);
+        worker.deliveries.retain(|d| d.job != j);
+        worker.policy.job_removed(t, &self.ids[j]);
+        for slot in worker.gpu_owner.iter_mut() {
+            if *slot == Some(j) {
+                *slot = None;
+            }
+        }
+        if self.config.record_timeline {
+            worker.timeline.push((t, j, 0.0));
+        }
+        let rt = &mut self.rt[j];
+        rt.cores = 0.0;
+        rt.gpus.clear();
+    }
+
+    fn apply(&mut self, w: usize, t: f64, plan: Plan) {
+        for &j in &self.workers[w].running {
+            self.rt[j].alloc = CpuAllocation::DEFAULT;
+        }
+        for (id, a) in plan.allocations {
+            if let Some(&j) = self.index.get(&id.0)
+                && self.rt[j].phase == Phase::Running
+                && self.rt[j].worker == w
+            {
+                self.rt[j].alloc = a.cpu;
+                self.rt[j].category = a.category;
+                if self.spec.gpu_power && self.jobs[j].gpus > 0 {
+                    let submit = self.jobs[j].model.submit;
+                    let search = !self.spec.gpu_fixed;
+                    let rt = &mut self.rt[j];
+                    rt.gpu_limit = gpu_limit_for(a.category, t, submit, search, rt);
+                }
+            }
+        }
+        let worker = &mut self.workers[w];
+        // A policy asking to be called "now" again would stall the clock.
+        worker.next_decision = plan.next_decision_at.map(|at| at.max(t + 1e-3));
+        for m in plan.move_requests {
+            if let Some(&j) = self.index.get(&m.job.0) {
+                self.requests.push((w, j));
+            }
+        }
+    }
+
+    pub(super) fn update_shares(&mut self, w: usize, t: f64) {
+        let worker = &mut self.workers[w];
+        let requests: Vec<ShareRequest> = worker
+            .running
+            .iter()
+            .map(|&j| ShareRequest {
+                weight: self.rt[j].alloc.weight,
+                max_cores: self.rt[j].alloc.max_cores,
+                demand: self.rt[j].size,
+            })
+            .collect();
+        let shares = water_fill(worker.node.cores, &requests);
+        for (&j, &cores) in worker.running.iter().zip(&shares) {
+            let rt = &mut self.rt[j];
+            if self.config.record_timeline && (rt.cores - cores).abs() > 1e-9 {
+                worker.timeline.push((t, j, cores));
+            }
+            rt.cores = cores;
+        }
+    }
+
+    /// The node's report: the coordinator's view of worker `w` now.
+    pub(super) fn report(&mut self, w: usize) {
+        let worker = &self.workers[w];
+        let mut jobs: Vec<JobView> = worker.running.iter().map(|&j| self.job_view(j)).collect();
+        for &(_, j) in &worker.arriving {
+            // At the size it will run with (an elastic job's may differ from its request).
+            let request = JobRequest {
+                cores: self
+                    .spec
+                    .reserve_cores
+                    .then(|| self.rt[j].size.min(self.max_cores)),
+                ..self.request(j)
+            };
+            jobs.push(JobView::pending(self.jobs[j].model.id.clone(), &request));
+        }
+        let node = &mut self.view.nodes[w];
+        node.cpu_used_cores = worker.running.iter().map(|&j| self.rt[j].cores).sum();
+        node.memory_used_bytes = worker
+            .running
+            .iter()
+            .map(|&j| self.jobs[j].model.memory_bytes)
+            .sum();
+        for (g, owner) in node.gpus.iter_mut().zip(&worker.gpu_owner) {
+            g.assigned = owner.is_some();
+        }
+        node.set_jobs(jobs);
+    }
+
+    /// What the node reports about a running job: the policy's category, FlowCon's growth and
+    /// growth efficiency between its last two observed log lines, ProCon's epoch counters when
+    /// its log says how far along it is, its CPU and memory.
+    fn job_view(&self, j: usize) -> JobView {
+        let m = &self.jobs[j].model;
+        let rt = &self.rt[j];
+        let (mut growth, mut growth_efficiency) = (None, None);
+        let (mut epoch, mut max_epochs, mut epoch_seconds) = (None, None, None);
+        if let (Some(prev), Some(last)) = (rt.previous, rt.last) {
+            let dv = (last.value - prev.value).abs();
+            let dt = last.at - prev.at;
+            if dt > 0.0 {
+                growth = Some(dv / dt);
+            }
+            let dcpu = last.cpu - prev.cpu;
+            if dcpu > 0.0 {
+                growth_efficiency = Some(dv / dcpu);
+            }
+        }
+        if m.reports_total
+            && let Some(last) = rt.last
+        {
+            match m.log_every {
+                LogEvery::Work { fraction } => {
+                    epoch = Some(rt.lines_seen);
+                    max_epochs = Some((1.0 / fraction.max(1e-6)).round() as u64);
+                    epoch_seconds = rt.previous.map(|p| last.at - p.at);
+                }
+                LogEvery::Seconds { .. } => {
+                    epoch = Some((last.fraction * 100.0).floor() as u64);
+                    max_epochs = Some(100);
+                    epoch_seconds = rt.previous.and_then(|p| {
+                        let dx = last.fraction - p.fraction;
+                        (dx > 0.0).then(|| (last.at - p.at) / (100.0 * dx))
+                    });
+                }
+            }
+        }
+        JobView {
+            id: m.id.clone(),
+            category: rt.category,
+            pending: false,
+            growth,
+            growth_efficiency,
+            cpu_cores: rt.cores,
+            memory_bytes: m.memory_bytes,
+            requested_cores: self.spec.reserve_cores.then(|| rt.size.min(self.max_cores)),
+            requested_memory_bytes: Some(m.memory_bytes),
+            epoch,
+            max_epochs,
+            epoch_seconds,
+        }
+    }
+}
