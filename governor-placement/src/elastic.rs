@@ -30,6 +30,11 @@
 use crate::queue::Seconds;
 use crate::{ClusterView, JobRequest, NodeView, feasible_nodes};
 
+/// An elastic job is resized only after running this long since its latest start (seconds): a
+/// resize is a save and a start again. The coordinator's `resize_min_run_s` default and
+/// govsim's rule.
+pub const MIN_RUN_S: Seconds = 60.0;
+
 /// When a policy's elastic jobs grow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grow {

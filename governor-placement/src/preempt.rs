@@ -24,6 +24,11 @@
 use crate::queue::Seconds;
 use crate::{ClusterView, JobRequest, feasible_nodes};
 
+/// A job is displaced only after running this long since its latest start (seconds): a start is
+/// a save and a restore, so a job preempted at once would spend its time moving. The
+/// coordinator's `preempt_min_run_s` default and govsim's rule.
+pub const MIN_RUN_S: Seconds = 60.0;
+
 /// A running job that may be saved to make room.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {

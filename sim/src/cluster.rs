@@ -25,7 +25,7 @@
 //!   the coordinator runs SpeCon's Algorithm 2 ([`SpeCon::move_target`]). `Stay` marks the job
 //!   as asked (it is not moved later); `MoveTo` stops it on its worker at once (its CPU is free, the source's
 //!   policy sees `job_removed`), reserves the destination, and restarts it there after
-//!   [`MoveCost::seconds`] of its checkpoint size with all its work kept (CRIU or a framework
+//!   [`MoveDowntime::seconds`] of its checkpoint size with all its work kept (CRIU or a framework
 //!   checkpoint). A job moves at most `max_moves_per_job` times (SpeCon marks a moved
 //!   container and never moves it again). `allow_moves = false` ignores every request.
 //! - **Preemption** (`+preempt`, the coordinator's rule: [`governor_placement::preempt`]).
@@ -33,7 +33,7 @@
 //!   jobs the rule picks on one node (run at least [`PREEMPT_MIN_RUN_S`] since their latest
 //!   start, no GPUs, never preempted themselves: no chains). A displaced job stops at once with
 //!   all its work kept (its checkpoint), goes back to the queue at the head of its priority, and
-//!   pays [`MoveCost::seconds`] of its checkpoint when it starts again (save and restore).
+//!   pays [`MoveDowntime::seconds`] of its checkpoint when it starts again (save and restore).
 //!   The job it made room for is not delayed by the save: optimistic for it by one save
 //!   (seconds, against minutes of waiting without preemption).
 //!
@@ -70,7 +70,7 @@ mod preempt;
 mod results;
 mod step;
 
-pub use config::{ClusterConfig, MoveCost, WorkerSpec};
+pub use config::{ClusterConfig, MoveDowntime, WorkerSpec};
 pub use policy_spec::{PREEMPT_MIN_RUN_S, PolicySpec, RESIZE_MIN_RUN_S};
 pub use results::{ClusterRun, JobOutcome, MoveRecord, RunError, WorkerTimeline};
 

@@ -159,22 +159,22 @@ fn gpu_jobs_wait_for_whole_gpus() {
 #[test]
 fn measured_move_costs_match_their_benchmarks() {
     let gib = 1u64 << 30;
-    let fw = MoveCost::by_name("framework").unwrap().seconds(gib);
+    let fw = MoveDowntime::by_name("framework").unwrap().seconds(gib);
     assert!(
         (3.5..4.5).contains(&fw),
         "framework, 1 GiB: {fw:.2} s (measured 3.9 s)"
     );
-    let criu = MoveCost::by_name("criu-tcg").unwrap().seconds(gib);
+    let criu = MoveDowntime::by_name("criu-tcg").unwrap().seconds(gib);
     assert!(
         (18.0..26.0).contains(&criu),
         "CRIU, 1 GiB: {criu:.2} s (measured 21.9 s)"
     );
-    assert!(MoveCost::by_name("teleport").is_none());
+    assert!(MoveDowntime::by_name("teleport").is_none());
 }
 
 #[test]
 fn move_costs_checkpoint_transfer_and_restore_in_proportion_to_the_checkpoint() {
-    let cost = MoveCost {
+    let cost = MoveDowntime {
         fixed_seconds: 2.0,
         checkpoint_bytes_per_second: 1e9,
         transfer_bytes_per_second: 2e9,
@@ -215,7 +215,7 @@ fn specon_cluster() -> (Trace, ClusterConfig) {
     jobs.extend(learners);
     let mut config = ClusterConfig::homogeneous(3, 1.0, 16 * GIB, 0);
     config.start_delay = 0.0;
-    config.move_cost = MoveCost {
+    config.move_cost = MoveDowntime {
         fixed_seconds: 2.0,
         checkpoint_bytes_per_second: 1e9,
         transfer_bytes_per_second: 1e9,

@@ -23,7 +23,7 @@
 //! grows, on its node or another), `kubeflow` (its queue, scale-up after every round, scale-down
 //! for higher priorities), and ours (`soonest`: grow while none wait, shrink for any waiting
 //! job of the same or higher priority, then preemption by checkpoint). Every resize pays the
-//! job's save and restore ([`crate::cluster::MoveCost`]); no work is lost.
+//! job's save and restore ([`crate::cluster::MoveDowntime`]); no work is lost.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::cluster::{ClusterConfig, MoveCost, PolicySpec, run_cluster};
+use crate::cluster::{ClusterConfig, MoveDowntime, PolicySpec, run_cluster};
 use crate::curves::RealCurve;
 use crate::priority::{self, HIGH, PriorityReport};
 use crate::trace::{self, Arrival, Trace, TraceParams};
@@ -136,7 +136,7 @@ pub fn run_scenario(
     name: &str,
     curves: &[RealCurve],
     seeds: &[u64],
-    move_cost: Option<&MoveCost>,
+    move_cost: Option<&MoveDowntime>,
 ) -> Result<Vec<ElasticRow>> {
     let mut per_seed: Vec<Vec<PriorityReport>> = Vec::new();
     let mut resizes = vec![0u32; SYSTEMS.len()];
@@ -224,7 +224,7 @@ pub fn command(
     let curves = crate::paper::curves_or_synthetic(logs)?;
     let cost = move_cost
         .map(|name| {
-            MoveCost::by_name(name)
+            MoveDowntime::by_name(name)
                 .with_context(|| format!("no move cost {name:?} (default, framework, criu-tcg)"))
         })
         .transpose()?;

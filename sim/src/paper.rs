@@ -531,7 +531,7 @@ pub fn run_scenario_with(
     curves: &[RealCurve],
     seeds: &[u64],
     record_timeline: bool,
-    move_cost: Option<crate::cluster::MoveCost>,
+    move_cost: Option<crate::cluster::MoveDowntime>,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
     let specs = s
         .policies()
@@ -569,7 +569,7 @@ pub fn command(
 ) -> Result<()> {
     let move_cost = move_cost
         .map(|m| {
-            crate::cluster::MoveCost::by_name(m).ok_or_else(|| {
+            crate::cluster::MoveDowntime::by_name(m).ok_or_else(|| {
                 anyhow::anyhow!("--move-cost {m:?}: one of default, framework, criu-tcg")
             })
         })

@@ -9,7 +9,7 @@
 //! waits for a departure unless something is displaced (our default shares instead). Reported per system, mean over the
 //! seeds: average JCT of all jobs and of each priority, the high-priority jobs' wait from
 //! arrival to first start (median and worst), how many of them started within one checkpoint
-//! time (save and restore of the job displaced for them, [`MoveCost::seconds`] of its
+//! time (save and restore of the job displaced for them, [`MoveDowntime::seconds`] of its
 //! memory: the goal), the busy share of the cores while some job had not started yet,
 //! and the preemptions. No work is lost by construction: a displaced job keeps all it did.
 
@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::cluster::{ClusterConfig, ClusterRun, MoveCost, PolicySpec, run_cluster};
+use crate::cluster::{ClusterConfig, ClusterRun, MoveDowntime, PolicySpec, run_cluster};
 use crate::curves::RealCurve;
 use crate::trace::{self, Arrival, Trace, TraceParams};
 
@@ -257,7 +257,7 @@ pub fn command(seeds: Vec<u64>, logs: &Path, json: bool, move_cost: Option<&str>
     let mut config = cluster();
     let cost_name = move_cost.unwrap_or("default");
     if let Some(name) = move_cost {
-        config.move_cost = MoveCost::by_name(name)
+        config.move_cost = MoveDowntime::by_name(name)
             .with_context(|| format!("no move cost {name:?} (default, framework, criu-tcg)"))?;
     }
     let mut per_seed = Vec::new();

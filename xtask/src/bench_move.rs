@@ -349,7 +349,7 @@ fn summary(results: &[MoveResult]) -> String {
             md,
             "\nFitted to the plain dumps (least squares, seconds = fixed + bytes / rate): dump \
              {:.2} s + {:.0} MB/s, restore {:.2} s + {:.0} MB/s. As govsim's move cost \
-             (`MoveCost`, transfer excluded): fixed_seconds {:.2}, \
+             (`MoveDowntime`, transfer excluded): fixed_seconds {:.2}, \
              checkpoint_bytes_per_second {:.3e}, restore_bytes_per_second {:.3e}.",
             fit.dump.0,
             fit.dump.1 / 1e6,

@@ -142,9 +142,9 @@ impl Default for StateConfig {
             framework_move_cost: payoff::MoveCost::FRAMEWORK,
             criu_move_cost: payoff::MoveCost::CRIU,
             preemption: true,
-            preempt_min_run_s: 60.0,
+            preempt_min_run_s: governor_placement::preempt::MIN_RUN_S,
             elastic: true,
-            resize_min_run_s: 60.0,
+            resize_min_run_s: governor_placement::elastic::MIN_RUN_S,
         }
     }
 }

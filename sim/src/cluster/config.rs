@@ -1,5 +1,5 @@
 //! The simulated cluster's shape and timings: its workers ([`WorkerSpec`]), what a move costs
-//! ([`MoveCost`]) and the whole configuration ([`ClusterConfig`]).
+//! ([`MoveDowntime`]) and the whole configuration ([`ClusterConfig`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -13,24 +13,26 @@ pub struct WorkerSpec {
     pub gpus: u32,
 }
 
-/// What moving a job costs. The job makes no progress for
-/// `fixed_seconds + bytes/checkpoint + bytes/transfer + bytes/restore`.
+/// What moving a job costs in the simulated world: the job makes no progress for
+/// `fixed_seconds + bytes/checkpoint + bytes/transfer + bytes/restore`. (The coordinator's
+/// *estimate* of the same cost, for its payback gate, is
+/// [`governor_placement::payoff::MoveCost`]; this is what the move then takes.)
 ///
 /// Defaults: a 2 s fixed part (freeze, process tree, cgroup and mount set-up: SpeCon measured
 /// under 5 s save + resume for its small models), CRIU dumping at 500 MB/s to local disk, a
 /// 10 Gbit/s network (1.25 GB/s) and restoring at 1 GB/s. A 4 GiB job is down for about 18 s.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct MoveCost {
+pub struct MoveDowntime {
     pub fixed_seconds: f64,
     pub checkpoint_bytes_per_second: f64,
     pub transfer_bytes_per_second: f64,
     pub restore_bytes_per_second: f64,
 }
 
-impl Default for MoveCost {
+impl Default for MoveDowntime {
     fn default() -> Self {
-        MoveCost {
+        MoveDowntime {
             fixed_seconds: 2.0,
             checkpoint_bytes_per_second: 500e6,
             transfer_bytes_per_second: 1.25e9,
@@ -39,13 +41,13 @@ impl Default for MoveCost {
     }
 }
 
-impl MoveCost {
+impl MoveDowntime {
     /// A framework-checkpoint move as `cargo xtask bench-move --framework` measured it on the
     /// development host (2026-11-26; local disk as the shared path): 0.3 s fixed (exit, start,
     /// the coordinator's report and command), the save at ~330 MB/s (write and fsync), nothing
     /// carried, the load from the page cache at ~1.5 GB/s. 64 MiB: 0.32 s lost, 1 GiB: 3.9 s.
     pub fn framework_measured() -> Self {
-        MoveCost {
+        MoveDowntime {
             fixed_seconds: 0.3,
             checkpoint_bytes_per_second: 330e6,
             transfer_bytes_per_second: 0.0,
@@ -57,7 +59,7 @@ impl MoveCost {
     /// several times slower than real hardware): dump 0.7 s + 126 MB/s, restore 0.5 s +
     /// 85 MB/s, images carried over a 10 Gbit/s network. 64 MiB: 2.8 s, 1 GiB: 22 s.
     pub fn criu_measured_tcg() -> Self {
-        MoveCost {
+        MoveDowntime {
             fixed_seconds: 1.2,
             checkpoint_bytes_per_second: 126e6,
             transfer_bytes_per_second: 1.25e9,
@@ -68,9 +70,9 @@ impl MoveCost {
     /// A named preset: `default`, `framework` or `criu-tcg`.
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
-            "default" => Some(MoveCost::default()),
-            "framework" => Some(MoveCost::framework_measured()),
-            "criu-tcg" => Some(MoveCost::criu_measured_tcg()),
+            "default" => Some(MoveDowntime::default()),
+            "framework" => Some(MoveDowntime::framework_measured()),
+            "criu-tcg" => Some(MoveDowntime::criu_measured_tcg()),
             _ => None,
         }
     }
@@ -96,7 +98,7 @@ pub struct ClusterConfig {
     pub progress_delay: f64,
     /// Seconds between a placement and the job running on its worker.
     pub start_delay: f64,
-    pub move_cost: MoveCost,
+    pub move_cost: MoveDowntime,
     /// A job is moved at most this many times.
     pub max_moves_per_job: u32,
     /// Stop at this simulated time (jobs still running have no finish time).
@@ -154,7 +156,7 @@ impl Default for ClusterConfig {
             usage_interval: 1.0,
             progress_delay: 0.2,
             start_delay: 1.0,
-            move_cost: MoveCost::default(),
+            move_cost: MoveDowntime::default(),
             max_moves_per_job: 1,
             horizon: 30.0 * 24.0 * 3600.0,
             record_timeline: false,

@@ -66,13 +66,13 @@ pub struct PolicySpec {
     pub gpu_fixed: bool,
 }
 
-/// An elastic job is resized only after running this long since its latest start (the
-/// coordinator's `resize_min_run_s` default).
-pub const RESIZE_MIN_RUN_S: f64 = 60.0;
+/// An elastic job is resized only after running this long since its latest start: the
+/// coordinator's `resize_min_run_s` default, one constant for both.
+pub use governor_placement::elastic::MIN_RUN_S as RESIZE_MIN_RUN_S;
 
-/// A job is displaced only after running this long since its latest start (the coordinator's
-/// `preempt_min_run_s` default).
-pub const PREEMPT_MIN_RUN_S: f64 = 60.0;
+/// A job is displaced only after running this long since its latest start: the coordinator's
+/// `preempt_min_run_s` default, one constant for both.
+pub use governor_placement::preempt::MIN_RUN_S as PREEMPT_MIN_RUN_S;
 
 impl std::str::FromStr for PolicySpec {
     type Err = String;
