@@ -4,7 +4,8 @@
 //! - [`placement`] — the placement policies (FlowCon, ProCon, SpeCon, round-robin, first-fit
 //!   and ours), pure functions of a [`placement::ClusterView`];
 //! - [`queue`] — priorities, FIFO, gang admission with timeouts (pure, injected time);
-//! - [`state`] — the registry and its state machine (pure, injected time);
+//! - [`state`] — the registry and its state machine: the cluster planner (crate
+//!   `governor-planner`, pure, injected time; govsim drives the same code);
 //! - [`store`] — the crash-safe redb store the state is persisted in;
 //! - [`server`] — the gRPC services (node sessions, govctl's control service) around the state;
 //! - [`certs`] — the CA and certificates of a test cluster (`govctl certs`);
@@ -15,8 +16,10 @@
 /// names the coordinator's modules use.
 pub use governor_placement::{self as placement, queue};
 
+/// The cluster planner (crate `governor-planner`), under the name the coordinator's modules use.
+pub use governor_planner as state;
+
 pub mod certs;
 pub mod cli;
 pub mod server;
-pub mod state;
 pub mod store;

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use governor_policy::Category;
 
+pub mod baseline;
 pub mod elastic;
 pub mod first_fit;
 pub mod flowcon;
@@ -390,6 +391,14 @@ pub const POLICIES: &[(&str, &str)] = &[
         "kubeflow",
         "Kubeflow (DRAGON/OASIS) scheduler: queue by priority then larger CPU+memory demand, a gang on one node if one holds it, else first fit",
     ),
+    (
+        "spread",
+        "baseline (Docker Swarm spread, Kubernetes' default in the papers): the node running the fewest jobs",
+    ),
+    (
+        "usage",
+        "baseline (the papers' default scheduler by instant usage): the lowest CPU use in the latest reports",
+    ),
 ];
 
 /// The policy the coordinator starts with.
@@ -414,6 +423,8 @@ pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
         "first-fit" => Box::new(first_fit::FirstFit),
         "elastic-fifo" => Box::new(first_fit::ElasticFifo),
         "kubeflow" => Box::new(kubeflow::Kubeflow),
+        "spread" => Box::new(baseline::Spread),
+        "usage" => Box::new(baseline::Usage),
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_owned(),

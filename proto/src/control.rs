@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::{Category, Checkpoint, NodeCapacity, RunState};
 
+#[cfg(feature = "grpc")]
 mod wire;
 
 /// Most members a job may ask for.
@@ -399,6 +400,6 @@ pub struct Stats {
     pub policy: String,
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "grpc"))]
 #[path = "control_tests.rs"]
 mod tests;

@@ -1,4 +1,6 @@
 //! The error for a message that breaks the protocol's rules, and the field checks that make it.
+// The field checks serve the wire conversions, which only the `grpc` feature builds.
+#![cfg_attr(not(feature = "grpc"), allow(dead_code))]
 
 use std::fmt::Display;
 
@@ -32,6 +34,7 @@ impl InvalidMessage {
     }
 }
 
+#[cfg(feature = "grpc")]
 impl From<InvalidMessage> for tonic::Status {
     fn from(e: InvalidMessage) -> Self {
         tonic::Status::invalid_argument(e.to_string())
@@ -153,6 +156,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "grpc")]
     fn invalid_message_becomes_invalid_argument() {
         let status: tonic::Status = InvalidMessage::missing("hello.capacity").into();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);

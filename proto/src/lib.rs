@@ -8,24 +8,32 @@
 //! the field (`report.jobs[2].cpu_cores: must be finite and >= 0, got NaN`), which converts into a
 //! gRPC `INVALID_ARGUMENT` status. Domain types convert back into messages with `From`.
 //!
+//! Without its default feature `grpc` the crate is the domain types alone (no tonic, no tokio,
+//! no TLS): what the cluster planner (`governor-planner`, pure) and the simulator build on.
+//!
 //! The generated code is not checked in: `build.rs` compiles the `.proto` with protox, a
 //! pure-Rust compiler, so no `protoc` is needed.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "grpc")]
 pub mod archive;
+#[cfg(feature = "grpc")]
 pub mod codec;
 pub mod control;
 pub mod control_socket;
 mod error;
+#[cfg(feature = "grpc")]
 pub mod http;
 pub mod job_env;
 pub mod node;
+#[cfg(feature = "grpc")]
 pub mod tls;
 pub mod units;
 
 pub use error::InvalidMessage;
 
 /// Generated messages and services (`governor.cluster.v1`).
+#[cfg(feature = "grpc")]
 #[allow(clippy::all, missing_docs, rust_2018_idioms)]
 pub mod pb {
     tonic::include_proto!("governor.cluster.v1");

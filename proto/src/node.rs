@@ -10,10 +10,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::InvalidMessage;
-use crate::error::{short, text};
-use crate::pb;
 
+#[cfg(feature = "grpc")]
 mod wire;
+#[cfg(feature = "grpc")]
 pub(crate) use wire::{category_from_wire, check_argv, check_log_path};
 
 /// Longest job, node or model name accepted, in bytes.
@@ -305,43 +305,6 @@ pub struct CheckpointChunk {
     pub error: String,
 }
 
-impl TryFrom<pb::CheckpointChunk> for CheckpointChunk {
-    type Error = InvalidMessage;
-    fn try_from(m: pb::CheckpointChunk) -> Result<Self, InvalidMessage> {
-        if m.data.len() > 2 * crate::archive::CHUNK_BYTES {
-            return Err(InvalidMessage::new(
-                "data",
-                format!("{} bytes in one piece", m.data.len()),
-            ));
-        }
-        Ok(CheckpointChunk {
-            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
-            attempt: m.attempt,
-            offset: m.offset,
-            data: m.data,
-            last: m.last,
-            sha256: short("sha256", m.sha256, 64)?,
-            total_bytes: m.total_bytes,
-            error: short("error", m.error, MAX_MESSAGE_LEN)?,
-        })
-    }
-}
-
-impl From<CheckpointChunk> for pb::CheckpointChunk {
-    fn from(c: CheckpointChunk) -> Self {
-        pb::CheckpointChunk {
-            job_id: c.job_id,
-            attempt: c.attempt,
-            offset: c.offset,
-            data: c.data,
-            last: c.last,
-            sha256: c.sha256,
-            total_bytes: c.total_bytes,
-            error: c.error,
-        }
-    }
-}
-
 /// How a job saves itself so that it can be moved: a framework checkpoint (Keras
 /// `BackupAndRestore`, Lightning `ckpt_path="last"`, Hugging Face `resume_from_checkpoint`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -401,31 +364,6 @@ impl Checkpoint {
             ));
         }
         Ok(())
-    }
-}
-
-impl TryFrom<pb::Checkpoint> for Checkpoint {
-    type Error = InvalidMessage;
-    fn try_from(m: pb::Checkpoint) -> Result<Self, InvalidMessage> {
-        let c = Checkpoint {
-            dir: short("checkpoint.dir", m.dir, MAX_MESSAGE_LEN)?,
-            save_signal: m.save_signal,
-            carry: m.carry,
-            transparent: m.transparent,
-        };
-        c.check()?;
-        Ok(c)
-    }
-}
-
-impl From<Checkpoint> for pb::Checkpoint {
-    fn from(c: Checkpoint) -> Self {
-        pb::Checkpoint {
-            dir: c.dir,
-            save_signal: c.save_signal,
-            carry: c.carry,
-            transparent: c.transparent,
-        }
     }
 }
 
@@ -500,43 +438,6 @@ pub struct OutputChunk {
     pub error: String,
 }
 
-impl TryFrom<pb::ReadOutput> for ReadOutput {
-    type Error = InvalidMessage;
-    fn try_from(m: pb::ReadOutput) -> Result<Self, InvalidMessage> {
-        if !(1..=MAX_OUTPUT_CHUNK).contains(&m.max_bytes) {
-            return Err(InvalidMessage::new(
-                "max_bytes",
-                format!("must be in 1..={MAX_OUTPUT_CHUNK}, got {}", m.max_bytes),
-            ));
-        }
-        Ok(ReadOutput {
-            request_id: m.request_id,
-            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
-            replica: m.replica,
-            replicas: m.replicas,
-            name: short("name", m.name, MAX_NAME_LEN)?,
-            offset: m.offset,
-            from_end: m.from_end,
-            max_bytes: m.max_bytes,
-        })
-    }
-}
-
-impl From<ReadOutput> for pb::ReadOutput {
-    fn from(r: ReadOutput) -> Self {
-        pb::ReadOutput {
-            request_id: r.request_id,
-            job_id: r.job_id,
-            replica: r.replica,
-            replicas: r.replicas,
-            name: r.name,
-            offset: r.offset,
-            from_end: r.from_end,
-            max_bytes: r.max_bytes,
-        }
-    }
-}
-
 impl OutputChunk {
     /// The answer to request `request_id` when the node cannot read the output: why.
     pub fn failed(request_id: u64, why: impl Into<String>) -> Self {
@@ -546,40 +447,6 @@ impl OutputChunk {
             data: Vec::new(),
             size: 0,
             error: why.into(),
-        }
-    }
-}
-
-impl TryFrom<pb::OutputChunk> for OutputChunk {
-    type Error = InvalidMessage;
-    fn try_from(m: pb::OutputChunk) -> Result<Self, InvalidMessage> {
-        if m.data.len() > MAX_OUTPUT_CHUNK as usize {
-            return Err(InvalidMessage::new(
-                "data",
-                format!(
-                    "{} bytes in one piece, at most {MAX_OUTPUT_CHUNK}",
-                    m.data.len()
-                ),
-            ));
-        }
-        Ok(OutputChunk {
-            request_id: m.request_id,
-            offset: m.offset,
-            data: m.data,
-            size: m.size,
-            error: short("error", m.error, MAX_MESSAGE_LEN)?,
-        })
-    }
-}
-
-impl From<OutputChunk> for pb::OutputChunk {
-    fn from(c: OutputChunk) -> Self {
-        pb::OutputChunk {
-            request_id: c.request_id,
-            offset: c.offset,
-            data: c.data,
-            size: c.size,
-            error: c.error,
         }
     }
 }
@@ -601,6 +468,6 @@ pub enum CoordinatorMessage {
     ReadOutput(ReadOutput),
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "grpc"))]
 #[path = "node_tests.rs"]
 mod tests;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::pb;
 
 fn report() -> NodeReport {
     let mut job = JobReport::running("j1", "resnet");

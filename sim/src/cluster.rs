@@ -1,7 +1,10 @@
-//! The cluster simulator: a trace's jobs arrive at the coordinator, which queues and places them
-//! with a real [`PlacementPolicy`] and [`Queue`]; each worker runs its own real [`NodePolicy`]
-//! instance, driven exactly as the daemon drives it; moves requested by a node policy are
-//! executed with a checkpoint + transfer + restore cost.
+//! The cluster simulator: a trace's jobs are submitted to the coordinator's own planner
+//! ([`governor_planner::ClusterState`], the code `coordinator` runs), which queues, places,
+//! preempts, resizes and moves them with a real [`governor_placement::PlacementPolicy`]; each
+//! worker runs its own real [`NodePolicy`] instance, driven exactly as the daemon drives it, and
+//! reports to the planner as the daemon does. The simulator keeps no orchestration of its own:
+//! it models time, the jobs and what the nodes do with the planner's commands
+//! (`cluster/driver.rs`).
 //!
 //! # Model
 //!
@@ -11,80 +14,87 @@
 //!   CPU-seconds on one core.
 //! - **Shares.** On a worker, cores are divided by
 //!   [`governor_policy::share::water_fill`]: the cgroup v2 semantics the daemon writes
-//!   (`cpu.weight` work-conserving, `cpu.max` a hard cap, demand = parallelism).
+//!   (`cpu.weight` work-conserving, `cpu.max` a hard cap, demand = the cores it starts with).
 //! - **Observation.** A job writes a log line every [`crate::job::LogEvery`]; the line reaches the
 //!   worker's policy `progress_delay` later (inotify + parse). Usage counters are sampled every
-//!   `usage_interval` (the daemon's sampler), and the node's report to the coordinator is
-//!   refreshed at the same ticks, so the coordinator places on a view up to one interval old,
-//!   plus its own not-yet-reported placements (as `coordinator::state` does).
-//! - **Placement.** Arrivals enter the coordinator's [`Queue`]; an admission round runs at every
-//!   arrival and whenever a job leaves a worker. Requests carry the job's GPUs and memory; with
-//!   `reserve_cores` (Schedulearn-style FIFO) they also reserve `parallelism` cores, so jobs wait
-//!   instead of sharing. A placed job starts on its worker `start_delay` later.
-//! - **Moves** (the papers' migrations). When a node policy's [`Plan::move_requests`] names a job,
-//!   the coordinator runs SpeCon's Algorithm 2 ([`SpeCon::move_target`]). `Stay` marks the job
-//!   as asked (it is not moved later); `MoveTo` stops it on its worker at once (its CPU is free, the source's
-//!   policy sees `job_removed`), reserves the destination, and restarts it there after
-//!   [`MoveDowntime::seconds`] of its checkpoint size with all its work kept (CRIU or a framework
-//!   checkpoint). A job moves at most `max_moves_per_job` times (SpeCon marks a moved
-//!   container and never moves it again). `allow_moves = false` ignores every request.
-//! - **Preemption** (`+preempt`, the coordinator's rule: [`governor_placement::preempt`]).
-//!   After each admission round, a waiting job that fits nowhere displaces the lower-priority
-//!   jobs the rule picks on one node (run at least [`PREEMPT_MIN_RUN_S`] since their latest
-//!   start, no GPUs, never preempted themselves: no chains). A displaced job stops at once with
-//!   all its work kept (its checkpoint), goes back to the queue at the head of its priority, and
-//!   pays [`MoveDowntime::seconds`] of its checkpoint when it starts again (save and restore).
-//!   The job it made room for is not delayed by the save: optimistic for it by one save
-//!   (seconds, against minutes of waiting without preemption).
+//!   `usage_interval` (the daemon's sampler). A worker reports to the planner at those ticks and
+//!   at every change (a job started, ended or saved; a new move request), so the planner places
+//!   on a view up to one interval old plus its own unreported placements.
+//! - **The planner.** Submissions, reports and the coordinator's once-a-second tick go to
+//!   [`ClusterState::handle`](governor_planner::ClusterState::handle), as the coordinator's
+//!   server sends them; its configuration is [`planner_config`] (no node is ever lost, nothing
+//!   times out; move requests acted on at the next tick; at most `max_moves_per_job` moves).
+//!   Jobs submit what the daemon would: GPUs, memory, priority, cores when the policy reserves
+//!   them (`+reserve`) or the job is elastic, and a framework checkpoint on a shared path.
+//! - **Commands.** A start runs the job on its worker `start_delay` later, plus the restore part
+//!   of [`MoveDowntime`] for a later attempt (after a move, a resize or a preemption). A save
+//!   takes the job off its cores at once and reports it saved after the save part of
+//!   [`MoveDowntime`] (all its work kept); the planner then starts it elsewhere, again with
+//!   another size, or queues it again (preempted). A stop ends it.
 //!
 //! # Event order
 //!
-//! A global heap orders arrivals (first at equal times) and worker steps. A worker step advances
-//! its jobs to the step's time and then handles, in the single-node simulator's order
-//! ([`crate::node`]): finishes, log writes, jobs starting, log lines delivered, the usage tick,
-//! the policy's own deadline; then asks the policy to `decide` and applies the plan at once.
-//! A one-worker cluster with `start_delay = 0` therefore reproduces `node::run_node` exactly (a
-//! test checks it).
-//!
-//! [`Plan::move_requests`]: governor_policy::Plan::move_requests
+//! A global heap orders arrivals (first at equal times), worker steps, then the coordinator's
+//! tick. A worker step advances its jobs to the step's time and then handles, in the
+//! single-node simulator's order ([`crate::node`]): finishes, log writes, checkpoints written,
+//! jobs starting, log lines delivered, the usage tick, the policy's own deadline; then asks the
+//! policy to `decide`, applies the plan at once and reports. A one-worker cluster with
+//! `start_delay = 0` therefore reproduces `node::run_node` exactly (a test checks it).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use governor_placement::queue::{Queue, QueuedJob};
-use governor_placement::specon::{ConvergedJob, SpeCon};
-use governor_placement::{ClusterView, JobRequest, NodeView, PlacementPolicy};
+use governor_planner::ClusterState;
 use governor_policy::{Category, CpuAllocation, JobId, NodePolicy, NodeResources, ProgressPoint};
+use governor_proto::node::NodeCommand;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::baseline::placement_by_name;
 use crate::job::LogEvery;
 use crate::trace::{Trace, TraceJob};
 
 mod config;
-mod elastic;
-mod moves;
+mod driver;
 mod policy_spec;
-mod preempt;
 mod results;
 mod step;
 
 pub use config::{ClusterConfig, MoveDowntime, WorkerSpec};
+pub use driver::{PlannerStep, planner_config};
 pub use policy_spec::{PREEMPT_MIN_RUN_S, PolicySpec, RESIZE_MIN_RUN_S};
 pub use results::{ClusterRun, JobOutcome, MoveRecord, RunError, WorkerTimeline};
 
 /// Relative tolerance for "reached its work or a log threshold" (as in [`crate::node`]).
 const EPS: f64 = 1e-9;
 
+/// Seconds between the coordinator's ticks (its server ticks once a second).
+const TICK_S: f64 = 1.0;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     NotSubmitted,
+    /// In the planner's queue (first, or again after a preemption's save).
     Queued,
-    /// Placed (or moving), not running yet; `Rt::worker` is where it will run.
+    /// A start arrived on `Rt::worker`, the job is not running yet.
     Starting,
     Running,
+    /// Asked to save (a move, a resize, a preemption): off its cores, its checkpoint being
+    /// written; `Rt::worker` reports it saved when done.
+    Saving,
+    /// Saved, waiting for the planner's next start.
+    Saved,
     Done,
+}
+
+/// How a job left its worker, as the worker's next report says once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// Its work is done (exit status 0).
+    Finished,
+    /// It saved for the planner (exit status 0, `saved`).
+    Saved,
+    /// The planner stopped it.
+    Stopped,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -110,8 +120,6 @@ struct Rt {
     first_start: Option<f64>,
     first_worker: Option<usize>,
     finish: Option<f64>,
-    moves: u32,
-    no_more_moves: bool,
     gpus: Vec<u32>,
     lines_seen: u64,
     last: Option<Observation>,
@@ -120,13 +128,15 @@ struct Rt {
     written: Vec<(f64, f64)>,
     /// When it last started on a worker.
     last_start: f64,
-    /// Times it was displaced; a displaced job never displaces others.
-    preemptions: u32,
-    /// Seconds its next start is delayed (a displaced job's save and restore).
-    resume_delay: f64,
-    /// Cores it runs with: its parallelism, or an elastic job's current size.
+    /// Cores it runs with: what its start says (an elastic job's current size, a reservation),
+    /// else its parallelism.
     size: f64,
-    resizes: u32,
+    /// The planner's id for it (`j1`, ...), once submitted.
+    planner_id: String,
+    /// Which start of the job runs (the planner's attempt number).
+    attempt: u32,
+    /// Its node policy asked to move it (kept, as the daemon keeps it, while it runs there).
+    move_request: Option<String>,
     /// Its GPUs' power limit, a fraction of the default (1 without `+gpu-power`).
     gpu_limit: f64,
     /// GPU joules so far, and their value when each line of `written` was written (for the
@@ -149,10 +159,16 @@ struct Worker {
     policy: Box<dyn NodePolicy>,
     node: NodeResources,
     t: f64,
+    /// Its session with the planner.
+    session: u64,
     /// Running jobs, by trace index.
     running: Vec<usize>,
-    /// `(start time, job)` of jobs placed here that have not started.
+    /// `(start time, job)` of jobs the planner started here that are not running yet.
     arriving: Vec<(f64, usize)>,
+    /// `(time its checkpoint is written, job)` of jobs saving here.
+    saving: Vec<(f64, usize)>,
+    /// Jobs that left since the last report, and how: reported once.
+    ended: Vec<(usize, Ended)>,
     deliveries: Vec<Delivery>,
     next_usage: Option<f64>,
     next_decision: Option<f64>,
@@ -165,7 +181,7 @@ struct Worker {
 #[derive(Clone, Copy, Debug)]
 struct Ev {
     t: f64,
-    /// 0: an arrival (job index); 1: a worker step (worker index).
+    /// 0: an arrival (job index); 1: a worker step (worker index); 2: the coordinator's tick.
     class: u8,
     idx: usize,
     version: u64,
@@ -200,22 +216,22 @@ struct Engine<'a> {
     index: HashMap<String, usize>,
     rt: Vec<Rt>,
     workers: Vec<Worker>,
-    view: ClusterView,
-    queue: Queue,
-    placement: Box<dyn PlacementPolicy>,
-    specon: SpeCon,
+    /// The coordinator's planner: the code `coordinator` runs.
+    planner: ClusterState,
+    /// Planner id -> trace index.
+    by_planner_id: HashMap<String, usize>,
+    /// Worker name -> index.
+    by_worker_name: HashMap<String, usize>,
     heap: BinaryHeap<Reverse<Ev>>,
+    /// The coordinator's next tick, when one is scheduled.
+    next_tick: Option<f64>,
     max_cores: f64,
     decisions: u64,
-    placements: u64,
     events: u64,
-    moves: Vec<MoveRecord>,
-    /// Migration requests of the current step: (worker, job).
-    requests: Vec<(usize, usize)>,
-    /// Jobs Algorithm 2 has processed, for Algorithm 3 (its set D).
-    converged: Vec<ConvergedJob>,
-    /// Jobs finished since the last elastic round (Schedulearn's elastic FIFO grows on each).
-    completions: u32,
+    /// Commands the planner gave that the nodes have not carried out yet.
+    pending: Vec<(String, NodeCommand)>,
+    /// Every input fed to the planner and the commands it gave back (same-trace test).
+    recorded: Option<Vec<PlannerStep>>,
 }
 
 /// Simulate `trace` on the cluster under `spec`. Deterministic for a given `seed` (it seeds
@@ -227,6 +243,27 @@ pub fn run_cluster(
     spec: &PolicySpec,
     seed: u64,
 ) -> Result<ClusterRun, RunError> {
+    run(trace, config, spec, seed, false).map(|(run, _)| run)
+}
+
+/// [`run_cluster`], also returning every input the planner was fed, at its time, and the
+/// commands it answered with: the trace another driver of the planner must reproduce.
+pub fn run_cluster_recorded(
+    trace: &Trace,
+    config: &ClusterConfig,
+    spec: &PolicySpec,
+    seed: u64,
+) -> Result<(ClusterRun, Vec<PlannerStep>), RunError> {
+    run(trace, config, spec, seed, true)
+}
+
+fn run(
+    trace: &Trace,
+    config: &ClusterConfig,
+    spec: &PolicySpec,
+    seed: u64,
+    record: bool,
+) -> Result<(ClusterRun, Vec<PlannerStep>), RunError> {
     if config.workers.is_empty() {
         return Err(RunError::NoWorkers);
     }
@@ -242,8 +279,11 @@ pub fn run_cluster(
                     memory_bytes: w.memory_bytes,
                 },
                 t: 0.0,
+                session: 0,
                 running: Vec::new(),
                 arriving: Vec::new(),
+                saving: Vec::new(),
+                ended: Vec::new(),
                 deliveries: Vec::new(),
                 next_usage: None,
                 next_decision: None,
@@ -254,20 +294,7 @@ pub fn run_cluster(
             })
         })
         .collect::<Result<Vec<_>, RunError>>()?;
-    let view = ClusterView {
-        nodes: config
-            .workers
-            .iter()
-            .map(|w| {
-                let n = NodeView::new(w.name.clone(), w.cores, w.memory_bytes);
-                if w.gpus > 0 {
-                    n.with_gpus(w.gpus, "sim", 0)
-                } else {
-                    n
-                }
-            })
-            .collect(),
-    };
+    let planner = ClusterState::new(driver::planner_config(config, spec), &spec.placement)?;
     let mut engine = Engine {
         jobs,
         config,
@@ -296,18 +323,16 @@ pub fn run_cluster(
                     first_start: None,
                     first_worker: None,
                     finish: None,
-                    moves: 0,
-                    no_more_moves: false,
                     gpus: Vec::new(),
                     lines_seen: 0,
                     last: None,
                     previous: None,
                     written: Vec::new(),
                     last_start: 0.0,
-                    preemptions: 0,
-                    resume_delay: 0.0,
                     size: jobs[i].model.parallelism,
-                    resizes: 0,
+                    planner_id: String::new(),
+                    attempt: 0,
+                    move_request: None,
                     gpu_limit: 1.0,
                     gpu_energy_j: 0.0,
                     gpu_energy_at_lines: Vec::new(),
@@ -316,20 +341,23 @@ pub fn run_cluster(
             })
             .collect(),
         workers,
-        view,
-        queue: Queue::new(),
-        placement: placement_by_name(&spec.placement)?,
-        specon: SpeCon::default(),
+        planner,
+        by_planner_id: HashMap::new(),
+        by_worker_name: config
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.name.clone(), i))
+            .collect(),
         heap: BinaryHeap::new(),
+        next_tick: None,
         max_cores: config.max_cores(),
         decisions: 0,
-        placements: 0,
         events: 0,
-        moves: Vec::new(),
-        requests: Vec::new(),
-        converged: Vec::new(),
-        completions: 0,
+        pending: Vec::new(),
+        recorded: record.then(Vec::new),
     };
+    engine.join_workers();
     for (i, j) in jobs.iter().enumerate() {
         engine.heap.push(Reverse(Ev {
             t: j.model.submit,
@@ -339,7 +367,8 @@ pub fn run_cluster(
         }));
     }
     engine.run();
-    Ok(engine.result())
+    let run = engine.result();
+    Ok((run, engine.recorded.take().unwrap_or_default()))
 }
 
 /// A GPU job's power limit (fraction of its default) at its learning stage: the daemon's rule,
@@ -398,98 +427,48 @@ impl Engine<'_> {
             if ev.t > self.config.horizon {
                 break;
             }
-            if ev.class == 0 {
-                self.events += 1;
-                self.submit(ev.idx, ev.t);
-            } else {
-                if ev.version != self.workers[ev.idx].version {
-                    continue;
+            match ev.class {
+                0 => {
+                    self.events += 1;
+                    self.submit(ev.idx, ev.t);
                 }
-                self.events += 1;
-                self.step(ev.idx, ev.t);
+                1 => {
+                    if ev.version != self.workers[ev.idx].version {
+                        continue;
+                    }
+                    self.events += 1;
+                    self.step(ev.idx, ev.t);
+                }
+                _ => {
+                    self.events += 1;
+                    self.next_tick = None;
+                    self.tick(ev.t);
+                }
             }
         }
     }
 
-    fn request(&self, j: usize) -> JobRequest {
-        let m = &self.jobs[j];
-        JobRequest {
-            id: m.model.id.clone(),
-            gpus: m.gpus,
-            cores: self
-                .spec
-                .reserve_cores
-                .then(|| self.least_size(j).min(self.max_cores)),
-            memory_bytes: Some(m.model.memory_bytes),
-            priority: m.model.priority,
-            avoid: Vec::new(),
-        }
-    }
-
-    /// The size job `j` is admitted at: an elastic job's least, else its parallelism.
-    fn least_size(&self, j: usize) -> f64 {
-        let m = &self.jobs[j];
-        match m.min_cores {
-            Some(min) if self.spec.elastic || self.spec.least => min.min(m.model.parallelism),
-            _ => m.model.parallelism,
-        }
-    }
-
-    fn submit(&mut self, j: usize, t: f64) {
-        self.rt[j].phase = Phase::Queued;
-        let q = self.queued(j, t);
-        self.queue.push(q);
-        self.admit(t);
-    }
-
-    /// Job `j` as the queue holds it, queued at `t`.
-    fn queued(&self, j: usize, t: f64) -> QueuedJob {
-        let request = self.request(j);
-        let mut q = QueuedJob::new(request.id, request.priority, j as u64, t);
-        q.gpus = request.gpus;
-        q.cores = request.cores;
-        q.memory_bytes = request.memory_bytes;
-        q
-    }
-
-    /// One admission round of the coordinator's queue; with `+preempt`, then displace
-    /// lower-priority jobs for those still waiting and admit again.
-    fn admit(&mut self, t: f64) {
-        self.admit_round(t);
-        let room_being_made = self.shrink_for_waiting(t);
-        if self.spec.preempt {
-            self.preempt(t, &room_being_made);
-        }
-        self.grow_elastic(t);
-    }
-
-    fn admit_round(&mut self, t: f64) {
-        if self.queue.is_empty() {
+    /// The coordinator's next tick after `t`, unless one is scheduled (ticks run while jobs
+    /// are in the cluster: they act on move requests, grow elastic jobs, admit).
+    fn schedule_tick(&mut self, t: f64) {
+        if self.next_tick.is_some() {
             return;
         }
-        let round = self.queue.admit(t, &mut self.view, self.placement.as_mut());
-        for a in round.admitted {
-            let Some(&j) = self.index.get(&a.job.id) else {
-                continue;
-            };
-            let Some(p) = a.members.first() else { continue };
-            self.placements += 1;
-            let gpus = p.gpus.clone();
-            let delay = std::mem::take(&mut self.rt[j].resume_delay);
-            self.rt[j].size = self.least_size(j);
-            self.initial_size(j, p.node);
-            self.start_on(
-                j,
-                p.node,
-                gpus,
-                t + self.config.start_delay.max(0.0) + delay,
-            );
-        }
-        for e in round.expired {
-            if let Some(&j) = self.index.get(&e.job.id) {
-                self.rt[j].phase = Phase::Done;
-            }
-        }
+        let at = ((t / TICK_S).floor() + 1.0) * TICK_S;
+        self.next_tick = Some(at);
+        self.heap.push(Reverse(Ev {
+            t: at,
+            class: 2,
+            idx: 0,
+            version: 0,
+        }));
+    }
+
+    /// Whether any job is queued, starting, running or saving.
+    fn jobs_in_cluster(&self) -> bool {
+        self.rt
+            .iter()
+            .any(|r| !matches!(r.phase, Phase::NotSubmitted | Phase::Done))
     }
 
     /// The job will start on worker `w` at `at` (the view already holds its reservation).
@@ -529,7 +508,7 @@ impl Engine<'_> {
         if worker.force_decide {
             next = t;
         }
-        for &(at, _) in &worker.arriving {
+        for &(at, _) in worker.arriving.iter().chain(&worker.saving) {
             next = next.min(at.max(t));
         }
         for &j in &worker.running {

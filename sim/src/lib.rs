@@ -13,7 +13,6 @@
 //!   knowledge), beside what the policies reach.
 #![forbid(unsafe_code)]
 
-pub mod baseline;
 pub mod bound;
 pub mod cluster;
 pub mod compare;

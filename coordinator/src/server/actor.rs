@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tracing::{debug, error, warn};
 
-use crate::state::{ClusterState, ControlError, OutputSource, SessionError};
+use crate::state::{Answer, ClusterState, ControlError, Input, OutputSource, SessionError};
 use crate::store::Store;
 
 /// Seconds since the Unix epoch: the coordinator's clock (persisted times survive restarts).
@@ -390,7 +390,7 @@ impl Actor {
                     }
                 }
                 _ = tick.tick() => {
-                    self.timed(|s, now| s.tick(now));
+                    self.timed(|s, now| s.handle(now, Input::Tick));
                     // Reads whose callers stopped waiting (their node never answered).
                     self.output_reads.retain(|_, r| !r.reply.is_closed());
                     let now = unix_now();
@@ -434,11 +434,11 @@ impl Actor {
                 reply,
             } => {
                 let node = hello.node_name.clone();
-                let welcome = self.timed(|s, now| {
-                    let w = s.register(now, hello, address);
-                    s.dispatch(now);
-                    w
-                });
+                let welcome =
+                    match self.timed(|s, now| s.handle(now, Input::Hello { hello, address })) {
+                        Answer::Welcome(w) => w,
+                        other => unreachable!("a hello is answered with a welcome, not {other:?}"),
+                    };
                 // The welcome goes first on the stream, before any command.
                 let _ = tx.try_send(Box::new(Ok(CoordinatorMessage::Welcome(welcome).into())));
                 self.sessions.insert(node, (welcome.session_id, tx));
@@ -450,13 +450,15 @@ impl Actor {
                 report,
                 reply,
             } => {
-                let result = self.timed(|s, now| {
-                    let r = s.report(now, &node, session, report);
-                    if r.is_ok() {
-                        s.dispatch_if_needed(now);
-                    }
-                    r
-                });
+                let input = Input::Report {
+                    node,
+                    session,
+                    report,
+                };
+                let result = match self.timed(|s, now| s.handle(now, input)) {
+                    Answer::Report(r) => r,
+                    other => unreachable!("a report is answered with its result, not {other:?}"),
+                };
                 let _ = reply.send(result);
             }
             Msg::Chunk {
@@ -511,21 +513,41 @@ impl Actor {
                         }));
                     }
                 }
-                self.state.disconnected(&node, session);
+                self.state.handle(
+                    unix_now(),
+                    Input::Disconnected {
+                        node: node.clone(),
+                        session,
+                    },
+                );
                 if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
                     self.sessions.remove(&node);
                 }
             }
             Msg::Submit { spec, reply } => {
-                let job = self.timed(|s, now| s.submit(now, spec));
+                let job = match self.timed(|s, now| s.handle(now, Input::Submit(spec))) {
+                    Answer::Job(job) => job,
+                    other => unreachable!("a submission is answered with its job, not {other:?}"),
+                };
                 let _ = reply.send(job);
             }
             Msg::Cancel { id, reply } => {
-                let r = self.timed(|s, now| s.cancel(now, &id));
+                let r = match self.timed(|s, now| s.handle(now, Input::Cancel { id })) {
+                    Answer::Cancelled(r) => r,
+                    other => unreachable!("a cancel is answered with its result, not {other:?}"),
+                };
                 let _ = reply.send(r);
             }
             Msg::Move { id, target, reply } => {
-                let r = self.timed(|s, now| s.move_job(now, &id, target.as_deref(), "govctl move"));
+                let input = Input::Move {
+                    id,
+                    target,
+                    reason: "govctl move".into(),
+                };
+                let r = match self.timed(|s, now| s.handle(now, input)) {
+                    Answer::Moved(r) => r,
+                    other => unreachable!("a move is answered with its result, not {other:?}"),
+                };
                 let _ = reply.send(r);
             }
             Msg::Nodes(reply) => {
@@ -689,11 +711,21 @@ impl Actor {
         match self.carried.receive(node, chunk) {
             Arrival::More => {}
             Arrival::Whole { job, bytes } => {
-                self.timed(|s, now| s.checkpoint_arrived(now, &job, node, Ok(bytes)));
+                let input = Input::CheckpointArrived {
+                    id: job,
+                    node: node.to_owned(),
+                    result: Ok(bytes),
+                };
+                self.timed(|s, now| s.handle(now, input));
             }
             Arrival::Broken { job, reason } => {
                 warn!(%node, %job, %reason, "a carried checkpoint did not arrive intact");
-                self.timed(|s, now| s.checkpoint_arrived(now, &job, node, Err(reason)));
+                let input = Input::CheckpointArrived {
+                    id: job,
+                    node: node.to_owned(),
+                    result: Err(reason),
+                };
+                self.timed(|s, now| s.handle(now, input));
             }
         }
     }

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use super::{
     Category, Checkpoint, CheckpointChunk, CoordinatorMessage, GpuDevice, GpuUsage, Hello,
-    JobOrigin, JobReport, MAX_MESSAGE_LEN, MAX_NAME_LEN, MoveRequest, NodeCapacity, NodeCommand,
-    NodeMessage, NodeReport, OutputChunk, ReadOutput, RunState, SaveJob, StartJob, StopJob,
-    UploadCheckpoint, Welcome,
+    JobOrigin, JobReport, MAX_MESSAGE_LEN, MAX_NAME_LEN, MAX_OUTPUT_CHUNK, MoveRequest,
+    NodeCapacity, NodeCommand, NodeMessage, NodeReport, OutputChunk, ReadOutput, RunState, SaveJob,
+    StartJob, StopJob, UploadCheckpoint, Welcome,
 };
 use crate::InvalidMessage;
 use crate::error::{
@@ -552,6 +552,139 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
                 }
                 CoordinatorMessage::ReadOutput(r) => Body::ReadOutput(r.into()),
             }),
+        }
+    }
+}
+
+impl TryFrom<pb::CheckpointChunk> for CheckpointChunk {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::CheckpointChunk) -> Result<Self, InvalidMessage> {
+        if m.data.len() > 2 * crate::archive::CHUNK_BYTES {
+            return Err(InvalidMessage::new(
+                "data",
+                format!("{} bytes in one piece", m.data.len()),
+            ));
+        }
+        Ok(CheckpointChunk {
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            attempt: m.attempt,
+            offset: m.offset,
+            data: m.data,
+            last: m.last,
+            sha256: short("sha256", m.sha256, 64)?,
+            total_bytes: m.total_bytes,
+            error: short("error", m.error, MAX_MESSAGE_LEN)?,
+        })
+    }
+}
+
+impl From<CheckpointChunk> for pb::CheckpointChunk {
+    fn from(c: CheckpointChunk) -> Self {
+        pb::CheckpointChunk {
+            job_id: c.job_id,
+            attempt: c.attempt,
+            offset: c.offset,
+            data: c.data,
+            last: c.last,
+            sha256: c.sha256,
+            total_bytes: c.total_bytes,
+            error: c.error,
+        }
+    }
+}
+
+impl TryFrom<pb::Checkpoint> for Checkpoint {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::Checkpoint) -> Result<Self, InvalidMessage> {
+        let c = Checkpoint {
+            dir: short("checkpoint.dir", m.dir, MAX_MESSAGE_LEN)?,
+            save_signal: m.save_signal,
+            carry: m.carry,
+            transparent: m.transparent,
+        };
+        c.check()?;
+        Ok(c)
+    }
+}
+
+impl From<Checkpoint> for pb::Checkpoint {
+    fn from(c: Checkpoint) -> Self {
+        pb::Checkpoint {
+            dir: c.dir,
+            save_signal: c.save_signal,
+            carry: c.carry,
+            transparent: c.transparent,
+        }
+    }
+}
+
+impl TryFrom<pb::ReadOutput> for ReadOutput {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::ReadOutput) -> Result<Self, InvalidMessage> {
+        if !(1..=MAX_OUTPUT_CHUNK).contains(&m.max_bytes) {
+            return Err(InvalidMessage::new(
+                "max_bytes",
+                format!("must be in 1..={MAX_OUTPUT_CHUNK}, got {}", m.max_bytes),
+            ));
+        }
+        Ok(ReadOutput {
+            request_id: m.request_id,
+            job_id: text("job_id", m.job_id, MAX_NAME_LEN)?,
+            replica: m.replica,
+            replicas: m.replicas,
+            name: short("name", m.name, MAX_NAME_LEN)?,
+            offset: m.offset,
+            from_end: m.from_end,
+            max_bytes: m.max_bytes,
+        })
+    }
+}
+
+impl From<ReadOutput> for pb::ReadOutput {
+    fn from(r: ReadOutput) -> Self {
+        pb::ReadOutput {
+            request_id: r.request_id,
+            job_id: r.job_id,
+            replica: r.replica,
+            replicas: r.replicas,
+            name: r.name,
+            offset: r.offset,
+            from_end: r.from_end,
+            max_bytes: r.max_bytes,
+        }
+    }
+}
+
+impl TryFrom<pb::OutputChunk> for OutputChunk {
+    type Error = InvalidMessage;
+    fn try_from(m: pb::OutputChunk) -> Result<Self, InvalidMessage> {
+        if m.data.len() > MAX_OUTPUT_CHUNK as usize {
+            return Err(InvalidMessage::new(
+                "data",
+                format!(
+                    "{} bytes in one piece, at most {MAX_OUTPUT_CHUNK}",
+                    m.data.len()
+                ),
+            ));
+        }
+        Ok(OutputChunk {
+            request_id: m.request_id,
+            offset: m.offset,
+            data: m.data,
+            size: m.size,
+            error: short("error", m.error, MAX_MESSAGE_LEN)?,
+        })
+    }
+}
+
+impl From<OutputChunk> for pb::OutputChunk {
+    fn from(c: OutputChunk) -> Self {
+        pb::OutputChunk {
+            request_id: c.request_id,
+            offset: c.offset,
+            data: c.data,
+            size: c.size,
+            error: c.error,
         }
     }
 }

@@ -77,14 +77,20 @@ impl MoveDowntime {
         }
     }
 
+    /// The part of [`MoveDowntime::seconds`] on the node that saves: the fixed pause and the
+    /// checkpoint's write (the job is off its cores from the save's start).
+    pub fn save_seconds(&self, bytes: u64) -> f64 {
+        self.fixed_seconds.max(0.0) + per(bytes, self.checkpoint_bytes_per_second)
+    }
+
+    /// The part on the node that starts it again: the transfer and the restore.
+    pub fn restore_seconds(&self, bytes: u64) -> f64 {
+        per(bytes, self.transfer_bytes_per_second) + per(bytes, self.restore_bytes_per_second)
+    }
+
     /// Seconds a job with a checkpoint of `bytes` is down while it moves.
     pub fn seconds(&self, bytes: u64) -> f64 {
-        let b = bytes as f64;
-        let per = |rate: f64| if rate > 0.0 { b / rate } else { 0.0 };
-        self.fixed_seconds.max(0.0)
-            + per(self.checkpoint_bytes_per_second)
-            + per(self.transfer_bytes_per_second)
-            + per(self.restore_bytes_per_second)
+        self.save_seconds(bytes) + self.restore_seconds(bytes)
     }
 }
 
@@ -162,4 +168,9 @@ impl Default for ClusterConfig {
             record_timeline: false,
         }
     }
+}
+
+/// Seconds to handle `bytes` at `rate` bytes per second (none at a rate of 0: not modelled).
+fn per(bytes: u64, rate: f64) -> f64 {
+    if rate > 0.0 { bytes as f64 / rate } else { 0.0 }
 }

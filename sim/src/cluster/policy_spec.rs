@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use governor_policy::spec::{SpecText, SpecTextError};
 
-use crate::baseline::placement_by_name;
+use governor_placement::by_name as placement_by_name;
 
 /// A node policy, a placement policy and the switches between them.
 ///

@@ -40,15 +40,16 @@ pub struct JobOutcome {
     pub gpu_energy_after_ttq_j: Option<f64>,
 }
 
-/// One move decision.
+/// One move between nodes the planner made.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MoveRecord {
     pub at: f64,
     pub job: String,
     pub from: String,
-    /// `None`: Algorithm 2 kept it where it was.
+    /// Where it went (always set since the planner runs moves; kept optional for the
+    /// records of earlier versions, where `None` was Algorithm 2 keeping it in place).
     pub to: Option<String>,
-    /// Seconds it was down (0 when it stayed).
+    /// Seconds from the save's request to its report running on the target.
     pub downtime: f64,
 }
 
@@ -76,7 +77,8 @@ pub struct ClusterRun {
     pub unfinished: usize,
     /// `decide` calls over all workers.
     pub decisions: u64,
-    /// Placements made by the coordinator (moves excluded).
+    /// Placements made by the coordinator's planner (its admission rounds: first starts and
+    /// preempted jobs resumed; moves and resizes excluded).
     pub placements: u64,
     pub moves: Vec<MoveRecord>,
     /// Events handled (arrivals and worker steps).
@@ -98,11 +100,16 @@ pub enum RunError {
 
 impl Engine<'_> {
     pub(super) fn result(&self) -> ClusterRun {
+        let mut moves: Vec<MoveRecord> = Vec::new();
         let jobs: Vec<JobOutcome> = self
             .jobs
             .iter()
             .zip(&self.rt)
-            .map(|(j, rt)| {
+            .enumerate()
+            .map(|(k, (j, rt))| {
+                let (job_moves, preemptions, resizes) = self.moves_of(k);
+                let moved = job_moves.len() as u32;
+                moves.extend(job_moves);
                 let ttq = time_to_quality(&rt.written, Direction::Minimise);
                 let gpu_energy = (j.gpus > 0 && rt.gpu_energy_j > 0.0).then_some(rt.gpu_energy_j);
                 JobOutcome {
@@ -112,11 +119,11 @@ impl Engine<'_> {
                     finish: rt.finish,
                     jct: rt.finish.map(|f| f - j.model.submit),
                     worker: rt.first_worker.map(|w| self.config.workers[w].name.clone()),
-                    moves: rt.moves,
+                    moves: moved,
                     ttq,
                     priority: j.model.priority,
-                    preemptions: rt.preemptions,
-                    resizes: rt.resizes,
+                    preemptions,
+                    resizes,
                     gpu_energy_j: gpu_energy,
                     gpu_energy_after_ttq_j: match (ttq, gpu_energy) {
                         (Some(q), Some(total)) => {
@@ -133,6 +140,7 @@ impl Engine<'_> {
                 }
             })
             .collect();
+        moves.sort_by(|a, b| a.at.total_cmp(&b.at).then_with(|| a.job.cmp(&b.job)));
         let ttqs: Vec<f64> = jobs.iter().filter_map(|j| j.ttq).collect();
         let avg_ttq = if ttqs.is_empty() {
             0.0
@@ -187,8 +195,8 @@ impl Engine<'_> {
             unfinished: jobs.iter().filter(|j| j.finish.is_none()).count(),
             jobs,
             decisions: self.decisions,
-            placements: self.placements,
-            moves: self.moves.clone(),
+            placements: self.planner.placements(),
+            moves,
             events: self.events,
             timelines,
         }

@@ -2,11 +2,10 @@
 //! delivered, the usage tick and the policy's decision; applying the plan, the kernel's
 //! shares and the node's report to the coordinator.
 
-use governor_placement::{JobRequest, JobView};
 use governor_policy::share::{ShareRequest, water_fill};
 use governor_policy::{Category, CpuAllocation, JobSpec, Plan, ProgressPoint, Usage};
 
-use super::{Delivery, EPS, Engine, Observation, Phase, gpu_limit_for, speed_with};
+use super::{Delivery, EPS, Ended, Engine, Observation, Phase, gpu_limit_for, speed_with};
 use crate::job::LogEvery;
 
 impl Engine<'_> {
@@ -43,7 +42,7 @@ impl Engine<'_> {
                 self.rt[j].finish = Some(t);
                 self.rt[j].phase = Phase::Done;
                 self.leave(w, j, t);
-                self.completions += 1;
+                self.workers[w].ended.push((j, Ended::Finished));
                 changed = true;
                 departed = true;
             }
@@ -54,6 +53,22 @@ impl Engine<'_> {
                 continue;
             }
             self.write_logs(w, j, t);
+        }
+        // 2b. Checkpoints written: the saved jobs exit.
+        let mut saved: Vec<(f64, usize)> = Vec::new();
+        self.workers[w].saving.retain(|&(at, j)| {
+            if at <= t + EPS {
+                saved.push((at, j));
+                false
+            } else {
+                true
+            }
+        });
+        saved.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, j) in saved {
+            self.rt[j].phase = Phase::Saved;
+            self.workers[w].ended.push((j, Ended::Saved));
+            departed = true;
         }
         // 3. Jobs starting here.
         let mut starting: Vec<(f64, usize)> = Vec::new();
@@ -69,6 +84,7 @@ impl Engine<'_> {
         for (_, j) in starting {
             self.arrive(w, j, t);
             changed = true;
+            report = true;
         }
         // 4. Log lines delivered.
         let mut due: Vec<Delivery> = Vec::new();
@@ -132,24 +148,12 @@ impl Engine<'_> {
                 worker.policy.decide(t, &worker.node)
             };
             self.decisions += 1;
-            self.apply(w, t, plan);
+            report |= self.apply(w, t, plan);
         }
         self.update_shares(w, t);
+        // The daemon reports about once a second and on every change.
         if report || departed {
-            self.report(w);
-        }
-        if departed {
-            self.admit(t);
-        } else if report && self.spec.elastic {
-            // The coordinator's tick: jobs that ran their minimum time may grow now.
-            self.grow_elastic(t);
-        }
-        let requested = !self.requests.is_empty();
-        if requested {
-            self.move_requested(t);
-        }
-        if departed || requested {
-            self.rebalance(t);
+            self.send_report(w, t);
         }
         self.schedule(w);
     }
@@ -231,6 +235,7 @@ impl Engine<'_> {
         }
         rt.alloc = CpuAllocation::DEFAULT;
         rt.category = Category::Unknown;
+        rt.move_request = None;
         let worker = &mut self.workers[w];
         let pos = worker.running.partition_point(|&k| k < j);
         worker.running.insert(pos, j);
@@ -265,7 +270,9 @@ impl Engine<'_> {
         rt.gpus.clear();
     }
 
-    fn apply(&mut self, w: usize, t: f64, plan: Plan) {
+    /// Apply a plan on worker `w`. True when it asks to move a job it did not ask about
+    /// before (the node reports at once).
+    fn apply(&mut self, w: usize, t: f64, plan: Plan) -> bool {
         for &j in &self.workers[w].running {
             self.rt[j].alloc = CpuAllocation::DEFAULT;
         }
@@ -287,11 +294,18 @@ impl Engine<'_> {
         let worker = &mut self.workers[w];
         // A policy asking to be called "now" again would stall the clock.
         worker.next_decision = plan.next_decision_at.map(|at| at.max(t + 1e-3));
+        // A request stands while the job runs here (the daemon keeps the latest reason).
+        let mut asked = false;
         for m in plan.move_requests {
-            if let Some(&j) = self.index.get(&m.job.0) {
-                self.requests.push((w, j));
+            if let Some(&j) = self.index.get(&m.job.0)
+                && self.rt[j].phase == Phase::Running
+                && self.rt[j].worker == w
+            {
+                asked |= self.rt[j].move_request.is_none();
+                self.rt[j].move_request = Some(m.reason);
             }
         }
+        asked
     }
 
     pub(super) fn update_shares(&mut self, w: usize, t: f64) {
@@ -312,88 +326,6 @@ impl Engine<'_> {
                 worker.timeline.push((t, j, cores));
             }
             rt.cores = cores;
-        }
-    }
-
-    /// The node's report: the coordinator's view of worker `w` now.
-    pub(super) fn report(&mut self, w: usize) {
-        let worker = &self.workers[w];
-        let mut jobs: Vec<JobView> = worker.running.iter().map(|&j| self.job_view(j)).collect();
-        for &(_, j) in &worker.arriving {
-            // At the size it will run with (an elastic job's may differ from its request).
-            let request = JobRequest {
-                cores: self
-                    .spec
-                    .reserve_cores
-                    .then(|| self.rt[j].size.min(self.max_cores)),
-                ..self.request(j)
-            };
-            jobs.push(JobView::pending(self.jobs[j].model.id.clone(), &request));
-        }
-        let node = &mut self.view.nodes[w];
-        node.cpu_used_cores = worker.running.iter().map(|&j| self.rt[j].cores).sum();
-        node.memory_used_bytes = worker
-            .running
-            .iter()
-            .map(|&j| self.jobs[j].model.memory_bytes)
-            .sum();
-        for (g, owner) in node.gpus.iter_mut().zip(&worker.gpu_owner) {
-            g.assigned = owner.is_some();
-        }
-        node.set_jobs(jobs);
-    }
-
-    /// What the node reports about a running job: the policy's category, FlowCon's growth and
-    /// growth efficiency between its last two observed log lines, ProCon's epoch counters when
-    /// its log says how far along it is, its CPU and memory.
-    fn job_view(&self, j: usize) -> JobView {
-        let m = &self.jobs[j].model;
-        let rt = &self.rt[j];
-        let (mut growth, mut growth_efficiency) = (None, None);
-        let (mut epoch, mut max_epochs, mut epoch_seconds) = (None, None, None);
-        if let (Some(prev), Some(last)) = (rt.previous, rt.last) {
-            let dv = (last.value - prev.value).abs();
-            let dt = last.at - prev.at;
-            if dt > 0.0 {
-                growth = Some(dv / dt);
-            }
-            let dcpu = last.cpu - prev.cpu;
-            if dcpu > 0.0 {
-                growth_efficiency = Some(dv / dcpu);
-            }
-        }
-        if m.reports_total
-            && let Some(last) = rt.last
-        {
-            match m.log_every {
-                LogEvery::Work { fraction } => {
-                    epoch = Some(rt.lines_seen);
-                    max_epochs = Some((1.0 / fraction.max(1e-6)).round() as u64);
-                    epoch_seconds = rt.previous.map(|p| last.at - p.at);
-                }
-                LogEvery::Seconds { .. } => {
-                    epoch = Some((last.fraction * 100.0).floor() as u64);
-                    max_epochs = Some(100);
-                    epoch_seconds = rt.previous.and_then(|p| {
-                        let dx = last.fraction - p.fraction;
-                        (dx > 0.0).then(|| (last.at - p.at) / (100.0 * dx))
-                    });
-                }
-            }
-        }
-        JobView {
-            id: m.id.clone(),
-            category: rt.category,
-            pending: false,
-            growth,
-            growth_efficiency,
-            cpu_cores: rt.cores,
-            memory_bytes: m.memory_bytes,
-            requested_cores: self.spec.reserve_cores.then(|| rt.size.min(self.max_cores)),
-            requested_memory_bytes: Some(m.memory_bytes),
-            epoch,
-            max_epochs,
-            epoch_seconds,
         }
     }
 }

@@ -8,7 +8,7 @@ use super::super::moves::tests::hello;
 use super::super::{ClusterState, StateConfig};
 
 /// Nodes are never lost here (the tests report only when something changes).
-pub(in crate::state) fn config() -> StateConfig {
+pub(crate) fn config() -> StateConfig {
     StateConfig {
         lost_after_s: 1e6,
         ..StateConfig::default()
@@ -32,7 +32,7 @@ fn whole_node(name: &str, priority: i32, carry: bool) -> JobSpec {
 }
 
 /// A node's report: (job, state, attempt, saved).
-pub(in crate::state) fn report(jobs: &[(&str, RunState, u32, bool)]) -> NodeReport {
+pub(crate) fn report(jobs: &[(&str, RunState, u32, bool)]) -> NodeReport {
     NodeReport {
         jobs: jobs
             .iter()
@@ -73,7 +73,7 @@ fn commands(s: &mut ClusterState) -> Vec<String> {
         .collect()
 }
 
-pub(in crate::state) fn status(s: &ClusterState, id: &str) -> JobState {
+pub(crate) fn status(s: &ClusterState, id: &str) -> JobState {
     s.job_record(id).unwrap().status
 }
 

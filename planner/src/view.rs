@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use governor_proto::control::NodeState;
 use governor_proto::node::JobOrigin;
 
-use crate::placement::{GpuView, JobRequest, JobView, NodeView};
-use crate::queue::member_id;
+use governor_placement::queue::member_id;
+use governor_placement::{GpuView, JobRequest, JobView, NodeView};
 
 use super::{ClusterState, JobRecord, local_id};
 

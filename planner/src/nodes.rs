@@ -9,7 +9,7 @@ use governor_proto::node::{
 };
 use tracing::{info, warn};
 
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 use super::{
     ClusterState, Dirty, JobRecord, MemberRecord, MoveAsk, Node, NodeRecord, SessionError,
@@ -208,15 +208,15 @@ impl ClusterState {
                 .is_some_and(|m| m.node == node_name);
             let next = match asked.get(id) {
                 Some(_) if job.status.is_finished() => None,
-                Some(reason) => Some(MoveAsk {
-                    node: node_name.to_owned(),
-                    reason: reason.clone(),
-                    since: job
-                        .move_request
-                        .as_ref()
-                        .filter(|m| m.node == node_name)
-                        .map_or(now, |m| m.since),
-                }),
+                Some(reason) => {
+                    let standing = job.move_request.as_ref().filter(|m| m.node == node_name);
+                    Some(MoveAsk {
+                        node: node_name.to_owned(),
+                        reason: reason.clone(),
+                        since: standing.map_or(now, |m| m.since),
+                        stayed: standing.is_some_and(|m| m.stayed),
+                    })
+                }
                 None if from_here => None,
                 None => continue,
             };

@@ -10,7 +10,7 @@ use super::super::{ClusterState, ControlError, MoveTarget, StateConfig};
 use super::MoveError;
 
 /// A node of 4 cores and 16 GiB that cannot dump (shared with the preemption tests).
-pub(in crate::state) fn hello(name: &str) -> Hello {
+pub(crate) fn hello(name: &str) -> Hello {
     Hello {
         node_name: name.into(),
         capacity: NodeCapacity::cpu_only(4.0, 16 << 30),
@@ -1051,4 +1051,89 @@ fn the_payback_gate_is_ours_and_can_be_turned_off() {
     let m = busy_c(0.0).expect("the gate off: Algorithm 2 moves j1");
     assert_eq!(m.to_node, "c");
     assert_eq!(m.reason, "node a asks: converged while others progress");
+}
+
+#[test]
+fn algorithm_2_decides_once_per_request_and_a_job_it_kept_is_not_weighed_again() {
+    use Category::{Converged as Cc, Progressing as Pc};
+    let mut s = ClusterState::new(
+        StateConfig {
+            rebalance: false,
+            // Algorithm 2 alone (a move taken as free, as in the paper).
+            move_payoff: 0.0,
+            ..StateConfig::default()
+        },
+        "first-fit",
+    )
+    .unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, movable("train"));
+    let local = |id: &str, stage: Category| {
+        let mut r = JobReport::running(id, id);
+        r.origin = governor_proto::node::JobOrigin::Local;
+        r.category = stage;
+        r
+    };
+    let mut on_a = j1(RunState::Running, 0, false);
+    on_a.jobs[0].category = Cc;
+    on_a.move_requests = vec![MoveRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    // a scores 1 (j1 converged), b 2 (one progressing job): j1 stays (Algorithm 2, lines 8-10).
+    let busy_b = NodeReport {
+        jobs: vec![local("l1", Pc)],
+        cpu_used_cores: 1.0,
+        ..NodeReport::default()
+    };
+    for t in [2.0, 20.0] {
+        s.report(t, "a", a, on_a.clone()).unwrap();
+        s.report(t, "b", b, busy_b.clone()).unwrap();
+        s.tick(t);
+    }
+    let ask = s.job_record("j1").unwrap().move_request.clone().unwrap();
+    assert!(ask.stayed, "Algorithm 2 kept j1 on a");
+    // b empties: by score it is now below a, but Algorithm 2 decided on this request already.
+    for t in [40.0, 60.0] {
+        s.report(t, "a", a, on_a.clone()).unwrap();
+        s.report(t, "b", b, idle()).unwrap();
+        s.tick(t);
+    }
+    assert!(s.job_record("j1").unwrap().moves.is_empty());
+    // The node withdraws its request and asks again: a new request, decided afresh.
+    let mut quiet_a = on_a.clone();
+    quiet_a.move_requests.clear();
+    s.report(70.0, "a", a, quiet_a).unwrap();
+    for t in [71.0, 90.0] {
+        s.report(t, "a", a, on_a.clone()).unwrap();
+        s.report(t, "b", b, idle()).unwrap();
+        s.tick(t);
+    }
+    let moves = &s.job_record("j1").unwrap().moves;
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0].to_node, "b");
+}
+
+#[test]
+fn a_job_is_moved_automatically_at_most_max_auto_moves_times() {
+    use Category::{Converged as Cc, Progressing as Pc, Watching as Wc};
+    let with_limit = |most: Option<u32>| {
+        algorithm_2_move(
+            StateConfig {
+                max_auto_moves: most,
+                rebalance: false,
+                move_payoff: 0.0,
+                ..StateConfig::default()
+            },
+            &[Pc, Pc],
+            &[Wc, Wc],
+            &[Cc, Cc],
+            [false; 3],
+            true,
+        )
+    };
+    assert_eq!(with_limit(None).map(|m| m.to_node), Some("c".into()));
+    assert_eq!(with_limit(Some(1)).map(|m| m.to_node), Some("c".into()));
+    assert_eq!(with_limit(Some(0)), None, "no automatic move allowed");
 }

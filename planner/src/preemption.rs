@@ -29,7 +29,7 @@ use tracing::info;
 
 use super::ClusterState;
 use super::jobs::queued;
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 impl ClusterState {
     /// After an admission round: displace lower-priority work for the jobs that still wait.
@@ -48,7 +48,7 @@ impl ClusterState {
         let Some(lowest) = candidates.iter().map(|c| c.priority).min() else {
             return;
         };
-        let waiting: Vec<(String, crate::placement::JobRequest)> = self
+        let waiting: Vec<(String, governor_placement::JobRequest)> = self
             .queue
             .iter()
             .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1 && q.priority > lowest)

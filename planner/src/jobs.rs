@@ -10,8 +10,8 @@ use governor_proto::job_env;
 use governor_proto::node::{Category, NodeCommand, RunState, StartJob, StopJob};
 use tracing::{info, warn};
 
-use crate::placement::{self};
-use crate::queue::{QueuedJob, Seconds};
+use governor_placement::queue::{QueuedJob, Seconds};
+use governor_placement::{self as placement};
 
 use super::{ClusterState, ControlError, JobRecord, MemberRecord};
 

@@ -41,7 +41,7 @@ use governor_proto::control::{JobMove, JobState, MovePhase, NodeState};
 use governor_proto::node::{Checkpoint, NodeCommand, RunState, SaveJob};
 use tracing::info;
 
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 use super::{ClusterState, JobRecord};
 

@@ -2,7 +2,7 @@
 
 use governor_proto::control::{JobDetail, JobState, JobSummary, NodeState, NodeSummary};
 
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 use super::{ClusterState, ControlError, JobRecord};
 

@@ -1,7 +1,14 @@
-//! The coordinator's state machine: the node and job registry, the queue and the placement
-//! policy, driven by events stamped with the caller's clock.
+//! The cluster planner: the coordinator's state machine (the node and job registry, the queue
+//! and the placement policy; admission, gangs, moves, preemption, elastic resizing and
+//! rebalancing), driven by events stamped with the caller's clock.
 //!
-//! It does no I/O: the server feeds it registrations, reports, submissions and ticks, then sends
+//! One code for two drivers: the coordinator (`coordinator::server`) drives it with real time
+//! and real nodes over gRPC; govsim (`sim::cluster`) drives it with simulated time and modelled
+//! nodes, so every figure the simulator gives about the coordinator is about this code. Both
+//! feed it through [`ClusterState::handle`] ([`Input`] in, node commands out).
+//!
+//! It does no I/O (`#![forbid(unsafe_code)]`, no async runtime, no system crate: `cargo xtask
+//! test` checks its dependency tree): the server feeds it registrations, reports, submissions and ticks, then sends
 //! the commands it leaves in the outbox ([`ClusterState::take_outbox`]) and persists the records it
 //! marks dirty ([`ClusterState::take_dirty`]). Everything here is therefore testable with a fake
 //! clock, and a restarted coordinator rebuilds the same state from its store
@@ -12,6 +19,7 @@
 //! member's node is lost the job is `unknown` until the node reports again. Jobs a node found by
 //! itself ("local" jobs) are listed too, under `NODE/ID`, and are never started or stopped by the
 //! coordinator.
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -22,10 +30,11 @@ use governor_proto::control::{
 use governor_proto::node::{Category, NodeCapacity, NodeCommand, NodeReport, RunState};
 use serde::{Deserialize, Serialize};
 
-use crate::placement::{self, ClusterView, PlacementPolicy, UnknownPolicy};
-use crate::queue::{Queue, Seconds};
+use governor_placement::queue::{Queue, Seconds};
+use governor_placement::{self as placement, ClusterView, PlacementPolicy, UnknownPolicy};
 
 mod elastic;
+mod input;
 mod jobs;
 mod move_phases;
 mod move_requests;
@@ -36,6 +45,7 @@ pub use governor_placement::payoff;
 mod queries;
 mod view;
 
+pub use input::{Answer, Input};
 use jobs::queued;
 pub use moves::MoveError;
 use nodes::local_id;
@@ -104,6 +114,10 @@ pub struct StateConfig {
     /// With `auto_move`: SpeCon's Algorithm 3, jobs whose node asks to move them and that stay
     /// (no better node yet) go to a node that turns idle or falls below the balance factor.
     pub rebalance: bool,
+    /// A job is moved automatically (Algorithms 2 and 3) at most this many times; `None`: no
+    /// limit beyond `move_cooldown_s`. SpeCon moves a container at most once (§V-A); govsim's
+    /// SpeCon runs set 1.
+    pub max_auto_moves: Option<u32>,
     /// A move's pause by framework checkpoint and by CRIU (fitted to `cargo xtask
     /// bench-move`; set them from a run on your own nodes).
     pub framework_move_cost: payoff::MoveCost,
@@ -139,6 +153,7 @@ impl Default for StateConfig {
             move_confirm_s: 10.0,
             move_payoff: 2.0,
             rebalance: true,
+            max_auto_moves: None,
             framework_move_cost: payoff::MoveCost::FRAMEWORK,
             criu_move_cost: payoff::MoveCost::CRIU,
             preemption: true,
@@ -256,6 +271,12 @@ pub struct MoveAsk {
     pub reason: String,
     /// When the node first asked (this time).
     pub since: Seconds,
+    /// SpeCon's Algorithm 2 decided once on this request and kept the job where it is (its node
+    /// among the lowest scores, or the move did not pay): it is not asked again for this
+    /// request, and the job is one of Algorithm 3's set D (the paper runs Algorithm 2 once, when
+    /// the job converges).
+    #[serde(default)]
+    pub stayed: bool,
 }
 
 impl JobRecord {
@@ -641,7 +662,7 @@ impl ClusterState {
 }
 
 /// Cores as govctl shows them: "4", "1.5" ("?" for none).
-pub(crate) fn cores(c: Option<f64>) -> String {
+pub fn cores(c: Option<f64>) -> String {
     match c {
         Some(c) if c.fract() == 0.0 => format!("{c:.0}"),
         Some(c) => format!("{c}"),

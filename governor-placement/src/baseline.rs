@@ -10,12 +10,11 @@
 //! to the same balance by count, which is what SpeCon's evaluation used explicitly ("workload
 //! evenly distributed based on the number of containers").
 //!
-//! This is a baseline, not one of the policies under comparison; it lives in the simulator
-//! because the coordinator has no reason to offer it.
+//! These are baselines, not policies under comparison. They sit beside the others (and the
+//! coordinator offers them) because govsim evaluates the coordinator's own planner, which builds
+//! its placement policy by name ([`crate::by_name`]).
 
-use governor_placement::{
-    ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes, finish,
-};
+use crate::{ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, feasible_nodes, finish};
 
 /// Fewest jobs first.
 #[derive(Clone, Copy, Debug, Default)]
@@ -116,26 +115,10 @@ fn utilisation(used: f64, total: f64) -> f64 {
     if total > 0.0 { used / total } else { 0.0 }
 }
 
-/// A placement policy by name: the coordinator's ([`governor_placement::by_name`]), `spread`
-/// or `usage`.
-pub fn placement_by_name(
-    name: &str,
-) -> Result<Box<dyn PlacementPolicy>, governor_placement::UnknownPolicy> {
-    match name {
-        "spread" => return Ok(Box::new(Spread)),
-        "usage" => return Ok(Box::new(Usage)),
-        _ => {}
-    }
-    governor_placement::by_name(name).map_err(|mut e| {
-        e.known.push_str(", spread, usage");
-        e
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use governor_placement::{JobView, NodeView};
+    use crate::{JobView, NodeView, by_name};
     use governor_policy::Category;
 
     #[test]
@@ -168,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn names_resolve_to_the_coordinators_policies_or_spread() {
+    fn names_resolve_to_the_policies_and_the_baselines() {
         for name in [
             "spread",
             "soonest",
@@ -177,10 +160,11 @@ mod tests {
             "specon",
             "round-robin",
             "first-fit",
+            "usage",
         ] {
-            assert_eq!(placement_by_name(name).unwrap().name(), name);
+            assert_eq!(by_name(name).unwrap().name(), name);
         }
-        let e = placement_by_name("nope").unwrap_err().to_string();
+        let e = by_name("nope").unwrap_err().to_string();
         assert!(e.contains("spread") && e.contains("soonest"), "{e}");
     }
 }

@@ -6,7 +6,7 @@ use governor_proto::control::{JobMove, MovePhase, NodeState};
 use governor_proto::node::{NodeCommand, RunState, SaveJob, UploadCheckpoint};
 use tracing::{info, warn};
 
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 use super::ClusterState;
 

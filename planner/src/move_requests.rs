@@ -4,7 +4,7 @@
 
 use tracing::warn;
 
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 use governor_placement::specon::{ConvergedJob, MoveDecision, SpeCon};
 
 use super::moves::needs_dump;
@@ -51,16 +51,34 @@ impl ClusterState {
     }
 
     /// A node's request to move `job` that has stood `move_after_s`, the job not moved within
-    /// `move_cooldown_s`: one the coordinator acts on (Algorithms 2 and 3).
+    /// `move_cooldown_s` nor `max_auto_moves` times already: one the coordinator acts on
+    /// (Algorithms 2 and 3).
     fn standing_request<'a>(&self, job: &'a JobRecord, now: Seconds) -> Option<&'a MoveAsk> {
         let ask = job.move_request.as_ref()?;
         let cooldown = self.config.move_cooldown_s;
+        let moved = || {
+            job.moves
+                .iter()
+                .filter(|m| m.preempted_for.is_none() && m.from_node != m.to_node)
+                .count() as u32
+        };
         (now - ask.since >= self.config.move_after_s
             && job
                 .moves
                 .last()
-                .is_none_or(|m| now - m.requested_at_unix >= cooldown))
+                .is_none_or(|m| now - m.requested_at_unix >= cooldown)
+            && self.config.max_auto_moves.is_none_or(|most| moved() < most))
         .then_some(ask)
+    }
+
+    /// Algorithm 2 kept `id` where it is for its current request: not asked again.
+    fn mark_stayed(&mut self, id: &str) {
+        if let Some(ask) = self.jobs.get_mut(id).and_then(|j| j.move_request.as_mut())
+            && !ask.stayed
+        {
+            ask.stayed = true;
+            self.dirty.jobs.insert(id.to_owned());
+        }
     }
 
     /// Move `id` from `source` to `target` if the move pays for its cost ([`super::payoff`]),
@@ -105,7 +123,7 @@ impl ClusterState {
         let candidates: Vec<(String, String, String)> = self
             .submitted_jobs()
             .filter_map(|j| {
-                let ask = self.standing_request(j, now)?;
+                let ask = self.standing_request(j, now).filter(|a| !a.stayed)?;
                 Some((j.id.clone(), ask.node.clone(), ask.reason.clone()))
             })
             .collect();
@@ -114,15 +132,23 @@ impl ClusterState {
             if self.check_movable(job).ok().as_deref() != Some(source.as_str()) {
                 continue;
             }
-            let target = match self.config.move_target {
-                super::MoveTarget::Specon => self.specon_target(job, &source),
-                super::MoveTarget::MostFree => self
-                    .pick_target(job, &source)
-                    .filter(|t| self.free_cores(t) > self.free_cores(&source)),
+            let specon = self.config.move_target == super::MoveTarget::Specon;
+            let target = if specon {
+                self.specon_target(job, &source)
+            } else {
+                self.pick_target(job, &source)
+                    .filter(|t| self.free_cores(t) > self.free_cores(&source))
             };
             let Some(target) = target else {
+                // Algorithm 2 decides once per request (the paper runs it when the job
+                // converges); our most-free rule asks again each round.
+                if specon {
+                    self.mark_stayed(&id);
+                }
                 continue;
             };
+            // A move our payoff gate holds back is weighed again next round: what it frees
+            // and what is left of the job change as the cluster does.
             let why = format!("node {source} asks: {reason}");
             self.move_if_it_pays(now, &id, &source, &target, &why);
         }

@@ -26,7 +26,7 @@ use governor_proto::node::RunState;
 use tracing::info;
 
 use super::{ClusterState, cores};
-use crate::queue::Seconds;
+use governor_placement::queue::Seconds;
 
 impl ClusterState {
     /// Running elastic jobs that may be resized now (ran long enough, not being moved).
@@ -118,7 +118,7 @@ impl ClusterState {
         if candidates.is_empty() {
             return served;
         }
-        let waiting: Vec<(String, crate::placement::JobRequest)> = self
+        let waiting: Vec<(String, governor_placement::JobRequest)> = self
             .queue
             .iter()
             .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
