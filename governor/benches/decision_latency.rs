@@ -3,10 +3,10 @@
 //!
 //! `write(2)` of a Keras CSV row to the job's log file (tmpfs) → the real inotify [`Watcher`]
 //! (a task on the same single-threaded runtime, as in the daemon) reads and parses it and
-//! delivers a [`Record`] → the daemon's own handler, [`NodeCore::on_watch_event`]: the job's
+//! delivers a [`Record`] → the daemon's own handler, [`CoreShell::on_watch_event`]: the job's
 //! signal and, when it moved, a decision at once or, when deciding again now would exceed the
 //! decision budget of a large node, a batched decision at the handler's next wake-up
-//! ([`NodeCore::on_wakeup`]) → the policy's plan applied through the real [`Actuator`] → its
+//! ([`CoreShell::on_wakeup`]) → the policy's plan applied through the real [`Actuator`] → its
 //! synchronous `write(2)` of `cpu.max` in a [`FakeCgroupRoot`] on tmpfs (`/dev/shm`). The
 //! benchmark checks after every timed sample (outside the timing) that the job's `cpu.max`
 //! holds the new value.
@@ -49,7 +49,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor::cgroup::knob::{cores_to_quota, encode_cpu_max};
 use governor::cgroup::{Actuator, ActuatorConfig, Hierarchy, JobCgroup};
-use governor::daemon::node_core::{CoreSettings, CpuSampler, JobSource, NewJob, NodeCore};
+use governor::daemon::node_core::{CoreSettings, CoreShell, CpuSampler, JobSource, NewJob};
 use governor::policy::{
     self, Allocation, Category, CpuAllocation, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage,
@@ -179,7 +179,7 @@ struct Sample {
 struct Bed {
     _dir: tempfile::TempDir,
     fake: FakeCgroupRoot,
-    core: NodeCore,
+    core: CoreShell,
     _watcher: WatcherHandle,
     events: mpsc::Receiver<WatchEvent>,
     /// Runs the watcher task while a record is awaited.
@@ -228,7 +228,7 @@ impl Bed {
             govern_memory: false,
         };
         let now = Instant::now();
-        let mut core = NodeCore::new(settings, make_policy(policy_name), actuator, now);
+        let mut core = CoreShell::new(settings, make_policy(policy_name), actuator, now);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -375,9 +375,9 @@ impl Bed {
     }
 
     /// One log line for the next job, timed from before its `write` to the decision that
-    /// wrote its cgroup file, through the daemon's own handler ([`NodeCore::on_watch_event`])
-    /// and, when that batches the decision, its wake-up ([`NodeCore::on_wakeup`] at
-    /// [`NodeCore::next_wakeup`], as the control loop sleeps until it).
+    /// wrote its cgroup file, through the daemon's own handler ([`CoreShell::on_watch_event`])
+    /// and, when that batches the decision, its wake-up ([`CoreShell::on_wakeup`] at
+    /// [`CoreShell::next_wakeup`], as the control loop sleeps until it).
     fn sample(&mut self) -> Sample {
         self.tick_if_due();
         let k = self.next;

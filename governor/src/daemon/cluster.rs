@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use super::node_core::{CoreSettings, NodeCore};
+use super::node_core::{CoreSettings, CoreShell};
 use super::requests::status_with_gpus;
 use super::startup::agent_config;
 use super::{Shell, carry, job_sources, launcher, node_report};
@@ -99,7 +99,7 @@ impl ClusterSide {
         c: &CoordinatorConfig,
         settings: &CoreSettings,
         config: &DaemonConfig,
-        core: &NodeCore,
+        core: &CoreShell,
     ) -> Result<(ClusterSide, ClusterReceivers)> {
         let gpus = crate::gpu::Gpus::open(
             &config.node.simulated_gpus,

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use tracing::{info, warn};
 
 use super::access::RunJobGrant;
-use super::node_core::{JobSource, NewJob, NodeCore};
+use super::node_core::{CoreShell, JobSource, NewJob};
 use crate::cgroup::adoption::AdoptionJournal;
 use crate::cgroup::{Controller, HierarchyKind, JobCgroup};
 use crate::config::{DaemonConfig, JobConfig, load_jobs_dir};
@@ -181,7 +181,7 @@ impl Discovery {
 
     /// Put back what a previous run adopted and could not return (it crashed or was killed):
     /// its processes go back to the cgroups they came from, its groups are removed.
-    fn recover_adoptions(&mut self, core: &NodeCore) {
+    fn recover_adoptions(&mut self, core: &CoreShell) {
         for a in self.journal.entries() {
             if let Some(group) = job_cgroup(&a.group)
                 && !core.contains(&group)
@@ -220,7 +220,7 @@ impl Discovery {
     }
 
     /// Everything present at start-up.
-    pub(super) fn initial(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn initial(&mut self, core: &CoreShell) -> Vec<Found> {
         self.recover_adoptions(core);
         self.load_declared();
         let mut found = self.pending_declared(core);
@@ -229,7 +229,7 @@ impl Discovery {
     }
 
     /// Declared jobs not governed yet whose cgroup exists now.
-    pub(super) fn pending_declared(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn pending_declared(&mut self, core: &CoreShell) -> Vec<Found> {
         let mut out = Vec::new();
         let declared: Vec<(PathBuf, JobConfig)> = self
             .declared
@@ -295,7 +295,7 @@ impl Discovery {
     }
 
     /// Full scan of /proc for `GOVERNOR_LOG` processes not yet governed.
-    pub(super) fn rescan(&mut self, core: &NodeCore) -> Vec<Found> {
+    pub(super) fn rescan(&mut self, core: &CoreShell) -> Vec<Found> {
         if !self.config.discovery.environment {
             return Vec::new();
         }
@@ -312,7 +312,7 @@ impl Discovery {
     /// New and finished jobs from process events.
     pub(super) fn on_proc_events(
         &mut self,
-        core: &NodeCore,
+        core: &CoreShell,
         events: &[ProcEvent],
     ) -> (Vec<Found>, Vec<JobCgroup>) {
         let mut found = Vec::new();
@@ -347,7 +347,7 @@ impl Discovery {
     }
 
     /// Process-found and launched jobs whose cgroup has no process left (or is gone).
-    pub(super) fn finished_jobs(&self, core: &NodeCore) -> Vec<JobCgroup> {
+    pub(super) fn finished_jobs(&self, core: &CoreShell) -> Vec<JobCgroup> {
         let mut out: Vec<JobCgroup> = self
             .process_jobs
             .keys()
@@ -367,7 +367,12 @@ impl Discovery {
     }
 
     /// Decide whether the processes of `cgroup` make a new job.
-    fn consider(&mut self, core: &NodeCore, cgroup: &str, members: &[EnvProcess]) -> Option<Found> {
+    fn consider(
+        &mut self,
+        core: &CoreShell,
+        cgroup: &str,
+        members: &[EnvProcess],
+    ) -> Option<Found> {
         let first = members.first()?;
         // Already governed (in place, or adopted/launched into a group of ours)?
         if let Some(c) = job_cgroup(cgroup)
@@ -506,7 +511,7 @@ impl Discovery {
     /// from is journalled first, so that they go back on release, stop or the next start.
     fn adopt(
         &mut self,
-        core: &NodeCore,
+        core: &CoreShell,
         from: &str,
         name: &str,
         (root_pid, owner): (u32, &Credentials),
@@ -619,7 +624,7 @@ impl Discovery {
 
     /// Whether `cgroup` has no process left. A group made for `join_job` is delegated: its
     /// user may have moved the job's processes into groups below it, which count.
-    fn no_process_left(&self, core: &NodeCore, cgroup: &JobCgroup) -> bool {
+    fn no_process_left(&self, core: &CoreShell, cgroup: &JobCgroup) -> bool {
         let fs = core.actuator().fs();
         if self.joined.contains_key(cgroup) {
             !fs.populated(cgroup)
@@ -636,7 +641,7 @@ impl Discovery {
 
     /// Groups a previous run made for users (their directory is theirs), so that those whose
     /// job has ended are removed.
-    pub(super) fn find_joined(&mut self, core: &NodeCore) {
+    pub(super) fn find_joined(&mut self, core: &CoreShell) {
         let subtree = core.actuator().config().jobs_subtree.clone();
         for (group, uid) in core.actuator().fs().delegated_job_groups(&subtree) {
             self.joined.entry(group).or_insert(uid);
@@ -648,7 +653,7 @@ impl Discovery {
     /// limits it to one group. Returns the groups removed.
     pub(super) fn remove_ended_groups(
         &mut self,
-        core: &NodeCore,
+        core: &CoreShell,
         only: Option<&JobCgroup>,
     ) -> Vec<JobCgroup> {
         let fs = core.actuator().fs();
@@ -683,7 +688,7 @@ impl Discovery {
     /// processes and notices when none is left.
     pub(super) fn adopt_launched(
         &mut self,
-        core: &NodeCore,
+        core: &CoreShell,
         job: &AdoptJob,
     ) -> Result<Found, String> {
         // Its log paths come from the request: read them with the rights of the process's
@@ -751,7 +756,7 @@ impl Discovery {
     pub(super) fn reload(
         &mut self,
         config: DaemonConfig,
-        core: &NodeCore,
+        core: &CoreShell,
     ) -> (Vec<Found>, Vec<JobCgroup>) {
         self.grant = resolve_grant(&config.discovery.adopt, "discovery.adopt");
         self.run_job = resolve_run_job(&config, Path::new(&self.run_job.config_file));
@@ -778,7 +783,7 @@ impl Discovery {
 
     /// Forget a job that is no longer governed: processes it adopted go back to the cgroup
     /// they came from, and a cgroup the governor created is removed once empty.
-    pub(super) fn forget(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
+    pub(super) fn forget(&mut self, cgroup: &JobCgroup, core: &CoreShell) {
         if let Some(job) = self.process_jobs.remove(cgroup) {
             for pid in &job.pids {
                 self.pid_index.remove(pid);
@@ -789,7 +794,7 @@ impl Discovery {
         }
     }
 
-    fn release_group(&mut self, cgroup: &JobCgroup, core: &NodeCore) {
+    fn release_group(&mut self, cgroup: &JobCgroup, core: &CoreShell) {
         let fs = core.actuator().fs();
         if let Some(origins) = self.journal.origins(cgroup) {
             fs.return_processes(cgroup, origins);
@@ -802,7 +807,7 @@ impl Discovery {
 
     /// On shutdown: adopted processes go back where they came from; the governor's empty
     /// cgroups are removed.
-    pub(super) fn cleanup_adopted_groups(&mut self, core: &NodeCore) {
+    pub(super) fn cleanup_adopted_groups(&mut self, core: &CoreShell) {
         let owned: Vec<JobCgroup> = self
             .process_jobs
             .iter()

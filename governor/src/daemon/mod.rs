@@ -1,6 +1,7 @@
 //! `governor daemon`: one control loop (`select!`) over progress events, process events
 //! (discovery), a sampling tick, control requests and signals. The decisions themselves are made
-//! by [`node_core::NodeCore`]; this module wires the event sources to it.
+//! by [`node_core::NodeCore`], which returns them as effects (cgroup writes, restores, signals)
+//! that [`node_core::CoreShell`] carries out; this module wires the event sources to the shell.
 //!
 //! Start-up order matters for safety: the actuator is created first and immediately restores
 //! anything a crashed previous run left in place (state file), before any job is governed.
@@ -29,7 +30,7 @@ use tracing::{error, info, warn};
 
 use self::cluster::{ClusterSide, agent_changed, next_command, next_dump, next_exit};
 use self::job_sources::Discovery;
-use self::node_core::{CoreSettings, CpuSampler, NodeCore};
+use self::node_core::{CoreSettings, CoreShell, CpuSampler};
 use self::pacing::SamplePacer;
 use self::startup::{
     AccountedCpu, actuator_config, load_config, open_gpu_governor, raise_open_file_limit,
@@ -98,7 +99,7 @@ async fn run(opts: DaemonOptions) -> Result<()> {
         govern_memory: config.actuation.govern_memory,
     };
     let policy = policy::by_spec(&config.policy)?;
-    let mut core = NodeCore::new(settings.clone(), policy, actuator, now);
+    let mut core = CoreShell::new(settings.clone(), policy, actuator, now);
     // eBPF accounting (sched_switch), or cpu.stat / cpuacct where it cannot load; the reason
     // is logged once and shown by `governor status`.
     let mut cpu: Box<dyn CpuSampler> = Box::new(AccountedCpu {
@@ -321,7 +322,7 @@ async fn next_proc_events(
 
 /// The loop's state, borrowed by each event handler.
 struct Shell {
-    core: NodeCore,
+    core: CoreShell,
     /// The node policy as configured (name and parameters).
     policy_spec: String,
     watcher: WatcherHandle,

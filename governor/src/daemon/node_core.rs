@@ -1,13 +1,19 @@
-//! The daemon's decision core, free of I/O scheduling: a job table, the node policy and the
-//! actuator. The async shell ([`super::run`]) feeds it events; tests and benchmarks drive it
-//! directly against a fake cgroup root with their own clock.
+//! The daemon's decision core: a job table and the node policy. [`NodeCore`] decides and acts
+//! on nothing itself: every cgroup write, restore and signal it wants is an [`Effect`] it
+//! returns, and the readings it decides on (usage, CPU time) are handed in. The shell
+//! ([`CoreShell`]) carries the effects out against the [`Actuator`] and hands the outcomes back.
+//! So every decision is tested by the effects it returns (`node_core/effects_tests.rs`), with
+//! no processes or files; the daemon's control loop ([`super::run`]), tests against a fake
+//! cgroup root and benchmarks drive the shell with their own clock.
 //!
 //! Path of a log line to a cgroup write: the watcher delivers a [`Record`] →
 //! [`NodeCore::on_record`] turns it into the job's progress signal (SignalTracker) and hands a
-//! [`ProgressPoint`] to the policy → [`NodeCore::decide_and_apply`] asks the policy for a
-//! [`Plan`] and applies each job's [`Allocation`] through the [`Actuator`] (which skips unchanged
-//! writes, rate-limits, guards memory and records originals for restore).
+//! [`ProgressPoint`] to the policy → [`NodeCore::decide`] asks the policy for a [`Plan`] and
+//! returns each job's [`Allocation`] as an [`Effect::ApplyLimits`] → [`CoreShell`] applies it
+//! through the [`Actuator`] (which skips unchanged writes, rate-limits, guards memory and records
+//! originals for restore).
 //!
+//! [`Actuator`]: crate::cgroup::Actuator
 //! [`Record`]: crate::progress::Record
 //! [`ProgressPoint`]: crate::policy::ProgressPoint
 
@@ -15,9 +21,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::info;
 
-use crate::cgroup::{Actuator, CgroupUsage, JobCgroup, RestoreReport};
+use crate::cgroup::{CgroupUsage, HierarchyKind, JobCgroup};
 use crate::policy::quality::{EarlyStop, FinishRule, QualityTracker};
 use crate::policy::sweep::{SweepTrial, Sweeps};
 use crate::policy::{
@@ -26,11 +32,16 @@ use crate::policy::{
 use crate::progress::{SignalConfig, SignalTracker};
 
 mod decision;
+mod effects;
 mod records;
 mod sampling;
+mod shell;
 mod status;
 mod stop;
 mod table;
+
+pub use effects::Effect;
+pub use shell::CoreShell;
 
 /// How a job came to be governed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,11 +193,12 @@ pub struct CoreSettings {
     pub govern_memory: bool,
 }
 
-/// The job table, the policy and the actuator.
+/// The job table and the policy: decides, and returns what is to be done as [`Effect`]s.
 pub struct NodeCore {
     settings: CoreSettings,
     policy: Box<dyn NodePolicy>,
-    actuator: Actuator,
+    /// The cgroup hierarchy the shell writes to (shown in status).
+    hierarchy: HierarchyKind,
     epoch: Instant,
     jobs: BTreeMap<JobCgroup, JobEntry>,
     next_decision_at: Option<Instant>,
@@ -225,17 +237,17 @@ pub fn decision_budget(jobs: usize) -> f64 {
 }
 
 impl NodeCore {
-    /// A core with an already-recovered actuator.
+    /// A core with no jobs, for a node whose cgroup hierarchy is `hierarchy`.
     pub fn new(
         settings: CoreSettings,
         policy: Box<dyn NodePolicy>,
-        actuator: Actuator,
+        hierarchy: HierarchyKind,
         now: Instant,
     ) -> NodeCore {
         NodeCore {
             settings,
             policy,
-            actuator,
+            hierarchy,
             epoch: now,
             jobs: BTreeMap::new(),
             next_decision_at: None,
@@ -297,17 +309,12 @@ impl NodeCore {
         self.coordinator = state;
     }
 
-    /// The actuator (for job cgroup creation and usage reads).
-    pub fn actuator(&self) -> &Actuator {
-        &self.actuator
-    }
-
-    /// Governed jobs.
     /// Number of governed jobs.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }
 
+    /// Governed jobs.
     pub fn jobs(&self) -> impl Iterator<Item = (&JobCgroup, &JobEntry)> {
         self.jobs.iter()
     }
@@ -320,18 +327,6 @@ impl NodeCore {
     /// The latest plan.
     pub fn last_plan(&self) -> &Plan {
         &self.last_plan
-    }
-}
-
-fn log_restore(report: &RestoreReport) {
-    for (job, knob, value) in &report.restored {
-        debug!(job = %job, file = ?knob, value = %value, "restored");
-    }
-    for (job, knob) in &report.left_to_others {
-        info!(job = %job, file = ?knob, "left as another writer set it");
-    }
-    for e in &report.errors {
-        warn!(error = %e, "restore failed (kept in the state file for the next attempt)");
     }
 }
 

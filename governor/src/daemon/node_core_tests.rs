@@ -122,11 +122,11 @@ fn operator_bounds_override_the_policy() {
 use std::sync::{Arc, Mutex};
 
 use crate::cgroup::fake::FakeCgroupRoot;
-use crate::cgroup::{ActuatorConfig, Hierarchy};
+use crate::cgroup::{Actuator, ActuatorConfig, Hierarchy};
 use crate::policy::JobId;
 
 /// Caps each job at the number of cores the test sets for it (none set: hands off).
-struct SetCaps(Arc<Mutex<BTreeMap<JobId, (f64, String)>>>);
+pub(super) struct SetCaps(pub(super) Arc<Mutex<BTreeMap<JobId, (f64, String)>>>);
 
 impl NodePolicy for SetCaps {
     fn name(&self) -> &'static str {
@@ -162,7 +162,7 @@ impl NodePolicy for SetCaps {
 struct Bed {
     _dir: tempfile::TempDir,
     fake: FakeCgroupRoot,
-    core: NodeCore,
+    core: CoreShell,
     caps: Arc<Mutex<BTreeMap<JobId, (f64, String)>>>,
     now: Instant,
     id: fn(&str) -> JobId,
@@ -210,7 +210,7 @@ fn bed_full(id: fn(&str) -> JobId, sweep: Option<SweepTrial>, finish: Option<Fin
         govern_memory: false,
     };
     let now = Instant::now();
-    let mut core = NodeCore::new(settings, Box::new(SetCaps(caps.clone())), actuator, now);
+    let mut core = CoreShell::new(settings, Box::new(SetCaps(caps.clone())), actuator, now);
     for job in JOBS {
         fake.add_group(&format!("jobs/{job}"));
         let cgroup = JobCgroup::new(format!("jobs/{job}")).unwrap();
@@ -276,7 +276,7 @@ impl CpuSampler for NoCpuSampler {
 #[test]
 fn progress_right_after_a_decision_is_batched_within_the_cpu_budget() {
     let mut bed = bed();
-    let (at, took) = bed.core.last_decision.expect("the bed decided once");
+    let (at, took) = bed.core.core.last_decision.expect("the bed decided once");
     bed.set_cap("a", 2.0, "a learns");
     // At the same instant: deciding again would exceed the budget, so it is deferred...
     bed.core.on_progress_moved(at);
@@ -294,7 +294,7 @@ fn progress_right_after_a_decision_is_batched_within_the_cpu_budget() {
 }
 
 /// A Keras CSVLogger row: `epoch`, its validation loss, a training loss twice that.
-fn keras_record(epoch: f64, val_loss: f64) -> Record {
+pub(super) fn keras_record(epoch: f64, val_loss: f64) -> Record {
     Record {
         file: std::sync::Arc::from(std::path::Path::new("/l")),
         format: Format::KerasCsv,
@@ -366,9 +366,9 @@ fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
     bed.core.on_record(now, &cgroup("c"), &record(1.0, 0.5));
     bed.core.on_record(now, &cgroup("a"), &record(1.0, 0.3));
     let status_of =
-        |core: &NodeCore, job: &str| core.status(now).jobs.into_iter().find(|j| j.name == job);
-    let finish = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.finish);
-    let sweep_of = |core: &NodeCore, job: &str| status_of(core, job).and_then(|j| j.sweep);
+        |core: &CoreShell, job: &str| core.status(now).jobs.into_iter().find(|j| j.name == job);
+    let finish = |core: &CoreShell, job: &str| status_of(core, job).and_then(|j| j.finish);
+    let sweep_of = |core: &CoreShell, job: &str| status_of(core, job).and_then(|j| j.sweep);
     let held = |bed: &mut Bed, job: &str| {
         bed.round();
         status_of(&bed.core, job).is_some_and(|j| j.decision.contains("(held)"))
@@ -490,16 +490,16 @@ fn a_failed_apply_is_retried_on_every_round_until_it_succeeds() {
 fn a_job_the_policy_lets_go_is_restored_and_applied_again_when_capped_again() {
     let mut bed = bed();
     // Hands off for `a` (weight 100, no cap): its original is put back.
-    let mut hands_off = SetCaps(bed.caps.clone()).decide(0.0, &bed.core.settings.resources);
+    let mut hands_off = SetCaps(bed.caps.clone()).decide(0.0, &bed.core.core.settings.resources);
     hands_off.allocations.insert(
         id("a"),
         Allocation::unmanaged(Category::Converged, "let go"),
     );
-    bed.core.policy = Box::new(FixedPlan(hands_off));
+    bed.core.core.policy = Box::new(FixedPlan(hands_off));
     let stats = bed.round();
     assert_eq!(stats.applied, 0, "{stats:?}");
     assert_eq!(bed.cpu_max("a"), "max 100000", "a's original is restored");
-    bed.core.policy = Box::new(SetCaps(bed.caps.clone()));
+    bed.core.core.policy = Box::new(SetCaps(bed.caps.clone()));
     bed.set_cap("a", 1.0, "capped again");
     let stats = bed.round();
     assert_eq!((stats.applied, stats.files_written), (1, 1), "{stats:?}");
@@ -514,7 +514,7 @@ fn a_move_request_stays_in_status_until_the_policy_is_changed() {
         job: id("b"),
         reason: "converged while others progress".into(),
     });
-    bed.core.policy = Box::new(FixedPlan(asking));
+    bed.core.core.policy = Box::new(FixedPlan(asking));
     bed.round();
     let requests = |bed: &Bed| -> Vec<(String, Option<String>)> {
         bed.core
@@ -534,7 +534,7 @@ fn a_move_request_stays_in_status_until_the_policy_is_changed() {
     ];
     assert_eq!(requests(&bed), asked);
     // SpeCon asks once: later plans without the request keep it.
-    bed.core.policy = Box::new(FixedPlan(Plan::default()));
+    bed.core.core.policy = Box::new(FixedPlan(Plan::default()));
     bed.round();
     assert_eq!(requests(&bed), asked, "kept until acted on");
     bed.core
@@ -544,7 +544,7 @@ fn a_move_request_stays_in_status_until_the_policy_is_changed() {
 }
 
 /// Returns the same plan every time.
-struct FixedPlan(Plan);
+pub(super) struct FixedPlan(pub(super) Plan);
 
 impl NodePolicy for FixedPlan {
     fn name(&self) -> &'static str {

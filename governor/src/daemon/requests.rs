@@ -7,14 +7,14 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::job_sources::Discovery;
-use super::node_core::NodeCore;
+use super::node_core::CoreShell;
 use super::{Shell, access};
 use crate::cgroup::JobCgroup;
 use crate::control::{Peer, PendingRequest, Request, Response};
 
 /// `governor status`: the core's view, with each GPU and each job's GPU use.
 pub(super) fn status_with_gpus(
-    core: &NodeCore,
+    core: &CoreShell,
     gpu: Option<&crate::gpu::governance::GpuGovernor>,
     now: Instant,
 ) -> governor_proto::control_socket::NodeStatus {

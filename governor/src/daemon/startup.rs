@@ -139,7 +139,7 @@ impl CpuSampler for AccountedCpu {
     }
     fn cpu_seconds(&mut self, groups: &[JobCgroup]) -> Vec<Option<f64>> {
         // Without eBPF the source is the job's own `cpu.stat` (or `cpuacct.usage`), which
-        // `NodeCore::sample` reads for the job's usage anyway: say "not provided" so that file
+        // `CoreShell::sample` reads for the job's usage anyway: say "not provided" so that file
         // is opened once per job per sample, not twice.
         if self.accounting.source() != crate::accounting::CpuSource::Ebpf {
             return vec![None; groups.len()];

@@ -1,27 +1,27 @@
-//! The decision round: when to decide (within the decision budget), the policy's plan clamped
-//! to the operator's bounds and applied through the actuator, and the actuator's held-back
-//! writes.
+//! The decision round: when to decide (within the decision budget), and the policy's plan
+//! clamped to the operator's bounds, returned as the writes and releases ([`Effect`]s) the shell
+//! carries out; their outcomes come back through [`NodeCore::limits_applied`] (and, for the
+//! writes the actuator held back, [`NodeCore::held_back_write_done`]).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::cgroup::{CgroupError, JobCgroup};
+use crate::cgroup::{ApplyOutcome, CgroupError, JobCgroup};
 use crate::policy::{Allocation, Category, CpuAllocation, JobSpec, MemoryAllocation};
 
-use super::{NodeCore, RoundStats, decision_budget, log_restore};
+use super::{Effect, NodeCore, RoundStats, decision_budget};
 
 impl NodeCore {
-    /// Whether the policy asked to be consulted by now.
-    /// A job's progress signal moved: decide now, unless the last decision was so recent that
-    /// deciding again would spend more than [`decision_budget`] of a core on decisions; then
-    /// the decision is moved to when the budget allows (it sees every record that arrived in
-    /// between). On a small node a decision takes tens of microseconds, so every record is
-    /// acted on at once; with 1,000 jobs one takes ~3 ms and records arrive ~180 times a second,
-    /// so they are batched every ~400 ms instead of costing 60% of a core.
-    /// Returns the decision's figures when it decided now (`None`: batched, see
-    /// [`Self::on_wakeup`]).
-    pub fn on_progress_moved(&mut self, now: Instant) -> Option<RoundStats> {
+    /// A job's progress signal moved: whether to decide now. Not when the last decision was so
+    /// recent that deciding again would spend more than [`decision_budget`] of a core on
+    /// decisions; then the decision is moved to when the budget allows (it sees every record
+    /// that arrived in between). On a small node a decision takes tens of microseconds, so every
+    /// record is acted on at once; with 1,000 jobs one takes ~3 ms and records arrive ~180 times
+    /// a second, so they are batched every ~400 ms instead of costing 60% of a core.
+    /// Returns true when the decision is to be made now (false: batched, due at
+    /// [`Self::next_decision_at`]).
+    pub fn on_progress_moved(&mut self, now: Instant) -> bool {
         let budget = decision_budget(self.jobs.len());
         let earliest = self
             .last_decision
@@ -29,48 +29,34 @@ impl NodeCore {
         match earliest {
             Some(t) if t > now => {
                 self.next_decision_at = Some(self.next_decision_at.map_or(t, |n| n.min(t)));
-                None
+                false
             }
-            _ => Some(self.decide_and_apply(now)),
+            _ => true,
         }
     }
 
-    /// The control loop's wake-up at [`Self::next_wakeup`]: writes the actuator held back,
-    /// then the decision when one is due (returning its figures).
-    pub fn on_wakeup(&mut self, now: Instant) -> Option<RoundStats> {
-        self.poll_actuator(now);
-        self.decision_due(now).then(|| self.decide_and_apply(now))
-    }
-
+    /// Whether the policy asked to be consulted by now.
     pub fn decision_due(&self, now: Instant) -> bool {
         self.next_decision_at.is_some_and(|t| t <= now)
     }
 
-    /// Ask the policy for a plan and apply it.
+    /// When the next decision is due (the policy's timer, or a batched decision).
+    pub fn next_decision_at(&self) -> Option<Instant> {
+        self.next_decision_at
+    }
+
+    /// Ask the policy for a plan: each job's clamped allocation is pushed to `effects` as an
+    /// [`Effect::ApplyLimits`], or, for a job the policy lets go after the governor wrote its
+    /// files, an [`Effect::Release`] (none in dry-run). Returns the round's figures so far; the
+    /// shell adds what the writes did, then ends the round with [`Self::round_done`].
     ///
     /// Only jobs whose clamped allocation differs from the one last applied without error, or
     /// whose usage was sampled since, are handed to the actuator: a decision after one log
     /// record usually changes one job, and walking the actuator for the others cost ~1 µs per
     /// job (1,000 jobs: ~1 ms per record). Writes the actuator held back (rate limit, drift
-    /// back-off) and periodic drift checks do not need this call: [`Self::poll_actuator`] runs
-    /// them when [`Self::next_wakeup`] says they are due.
-    pub fn decide_and_apply(&mut self, now: Instant) -> RoundStats {
-        let started = Instant::now();
-        let mut stats = self.decide_and_apply_inner(now);
-        let took = started.elapsed();
-        stats.took = took;
-        self.metrics.decided(took);
-        self.last_decision = Some((now, took));
-        // The policy's own next decision time stays within the budget too (the governor policy
-        // asks every second; with 1,000 jobs a decision takes ~2 ms).
-        let earliest = now + took.mul_f64(1.0 / decision_budget(self.jobs.len()));
-        if let Some(next) = self.next_decision_at.as_mut() {
-            *next = (*next).max(earliest);
-        }
-        stats
-    }
-
-    fn decide_and_apply_inner(&mut self, now: Instant) -> RoundStats {
+    /// back-off) and periodic drift checks need no decision: the shell runs them when the
+    /// actuator says they are due.
+    pub fn decide(&mut self, now: Instant, effects: &mut Vec<Effect>) -> RoundStats {
         let t = self.secs(now);
         let plan = self.policy.decide(t, &self.settings.resources);
         self.next_decision_at = plan.next_decision_at.map(|s| self.at(s));
@@ -122,7 +108,9 @@ impl NodeCore {
             let hands_off = cpu == CpuAllocation::DEFAULT && memory == MemoryAllocation::default();
             if hands_off {
                 if entry.touched && !self.settings.dry_run {
-                    log_restore(&self.actuator.release(cgroup));
+                    effects.push(Effect::Release {
+                        cgroup: cgroup.clone(),
+                    });
                 }
                 entry.touched = false;
                 entry.applied = None;
@@ -135,29 +123,14 @@ impl NodeCore {
                     reason: String::new(),
                 };
                 stats.applied += 1;
-                let result = match &entry.usage {
-                    Some(u) => self.actuator.apply_with_usage(cgroup, &alloc, u, now),
-                    None => self.actuator.apply(cgroup, &alloc, now),
-                };
+                // Applied once the write succeeds (`limits_applied`); until then the next
+                // round tries again.
                 entry.applied = None;
-                self.metrics.applied(&result);
-                match result {
-                    Ok(outcome) => {
-                        stats.files_written += outcome.written.len();
-                        stats.errors += outcome.errors.len();
-                        if outcome.errors.is_empty() {
-                            entry.applied = Some((cpu, memory));
-                        }
-                        if entry.apply_failing {
-                            info!(job = %entry.name, "decisions apply again");
-                            entry.apply_failing = false;
-                        }
-                    }
-                    Err(e) => {
-                        stats.errors += 1;
-                        log_apply_error(&entry.name, cgroup, &e, &mut entry.apply_failing);
-                    }
-                }
+                effects.push(Effect::ApplyLimits {
+                    cgroup: cgroup.clone(),
+                    alloc,
+                    usage: entry.usage,
+                });
             }
             // Keep the allocation shown in status; its reason is copied only when it changed.
             match &mut entry.allocation {
@@ -201,34 +174,65 @@ impl NodeCore {
         stats
     }
 
-    /// Apply writes the actuator held back (rate limits, drift back-off), if due.
-    pub fn poll_actuator(&mut self, now: Instant) {
-        if self.settings.dry_run {
-            return;
-        }
-        for (cgroup, result) in self.actuator.poll(now) {
-            self.metrics.applied(&result);
+    /// The outcome of an [`Effect::ApplyLimits`] the shell carried out: without errors, the job
+    /// counts as applied until its allocation or usage changes; a failure is logged once per
+    /// failing spell (decisions come every second) and retried next round.
+    pub fn limits_applied(
+        &mut self,
+        cgroup: &JobCgroup,
+        alloc: &Allocation,
+        result: &Result<ApplyOutcome, CgroupError>,
+    ) {
+        self.metrics.applied(result);
+        let Some(entry) = self.jobs.get_mut(cgroup) else {
+            // No longer governed (not in practice: the shell carries out a round at once).
             if let Err(e) = result {
-                let mut failing_elsewhere = false;
-                let (name, failing) = match self.jobs.get_mut(&cgroup) {
-                    Some(entry) => (entry.name.clone(), &mut entry.apply_failing),
-                    None => (cgroup.to_string(), &mut failing_elsewhere),
-                };
-                log_apply_error(&name, &cgroup, &e, failing);
+                log_apply_error(&cgroup.to_string(), cgroup, e, &mut false);
             }
+            return;
+        };
+        match result {
+            Ok(outcome) => {
+                if outcome.errors.is_empty() {
+                    entry.applied = Some((alloc.cpu, alloc.memory));
+                }
+                if entry.apply_failing {
+                    info!(job = %entry.name, "decisions apply again");
+                    entry.apply_failing = false;
+                }
+            }
+            Err(e) => log_apply_error(&entry.name, cgroup, e, &mut entry.apply_failing),
         }
     }
 
-    /// The earliest instant something is due (policy decision or held-back write).
-    pub fn next_wakeup(&self) -> Option<Instant> {
-        let actuator = if self.settings.dry_run {
-            None
-        } else {
-            self.actuator.next_wakeup()
-        };
-        match (self.next_decision_at, actuator) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+    /// The round is over: `took` is what it cost (the policy's plan and the shell's writes),
+    /// which the decision budget spaces the next decisions by.
+    pub fn round_done(&mut self, now: Instant, took: Duration) {
+        self.metrics.decided(took);
+        self.last_decision = Some((now, took));
+        // The policy's own next decision time stays within the budget too (the governor policy
+        // asks every second; with 1,000 jobs a decision takes ~2 ms).
+        let earliest = now + took.mul_f64(1.0 / decision_budget(self.jobs.len()));
+        if let Some(next) = self.next_decision_at.as_mut() {
+            *next = (*next).max(earliest);
+        }
+    }
+
+    /// The outcome of a write the actuator held back (rate limit, drift back-off) and made when
+    /// it fell due: counted, and a failure logged as a round's would be.
+    pub fn held_back_write_done(
+        &mut self,
+        cgroup: &JobCgroup,
+        result: &Result<ApplyOutcome, CgroupError>,
+    ) {
+        self.metrics.applied(result);
+        if let Err(e) = result {
+            let mut failing_elsewhere = false;
+            let (name, failing) = match self.jobs.get_mut(cgroup) {
+                Some(entry) => (entry.name.clone(), &mut entry.apply_failing),
+                None => (cgroup.to_string(), &mut failing_elsewhere),
+            };
+            log_apply_error(&name, cgroup, e, failing);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a job's logs say: each record moves its progress signal and its quality (validation
 //! loss), which the policy, the finish rule and the job's sweep are told; log problems are kept
-//! for status.
+//! for status. A stop the finish rule or the sweep decides on is returned as an [`Effect`].
 
 use std::time::Instant;
 
@@ -11,16 +11,22 @@ use crate::policy::quality::{EarlyStop, QualityTracker};
 use crate::policy::sweep::Outranked;
 use crate::policy::{Direction, ProgressPoint};
 use crate::progress::{Format, Record, SignalUpdate};
-use crate::watch::{WatchEvent, WatchEventKind};
 
 use super::stop::{finish_on_quality, sweep_on_quality};
-use super::{GROWTH_WINDOW, NodeCore, RoundStats};
+use super::{Effect, GROWTH_WINDOW, NodeCore};
 
 impl NodeCore {
-    /// A record from one of a job's logs. Returns true when it moved the progress signal.
-    pub fn on_record(&mut self, now: Instant, cgroup: &JobCgroup, record: &Record) -> bool {
+    /// A record from one of a job's logs. Returns true when it moved the progress signal; the
+    /// stops it causes (the job converged, its sweep cut trials) are pushed to `effects`.
+    pub fn on_record(
+        &mut self,
+        now: Instant,
+        cgroup: &JobCgroup,
+        record: &Record,
+        effects: &mut Vec<Effect>,
+    ) -> bool {
         let mut cuts = Vec::new();
-        let moved = self.on_record_inner(now, cgroup, record, &mut cuts);
+        let moved = self.on_record_inner(now, cgroup, record, &mut cuts, effects);
         // Only a trial's record can move its sweep, and only a job with a finish rule or a
         // sweep can come to be stopped.
         if self
@@ -28,7 +34,7 @@ impl NodeCore {
             .get(cgroup)
             .is_some_and(|e| e.sweep.is_some() || e.finish.is_some())
         {
-            self.cut_trials(now, cuts);
+            self.cut_trials(now, cuts, effects);
             self.sync_holds(now);
         }
         moved
@@ -40,6 +46,7 @@ impl NodeCore {
         cgroup: &JobCgroup,
         record: &Record,
         cuts: &mut Vec<Outranked<JobCgroup>>,
+        effects: &mut Vec<Effect>,
     ) -> bool {
         let t = self.secs(now);
         let Some(entry) = self.jobs.get_mut(cgroup) else {
@@ -66,7 +73,7 @@ impl NodeCore {
                 }
             }
             entry.quality.observe(t, v);
-            finish_on_quality(entry, &self.actuator, cgroup, now, v);
+            finish_on_quality(entry, cgroup, now, v, effects);
             sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, v, cuts);
             self.policy.quality(
                 t,
@@ -117,7 +124,7 @@ impl NodeCore {
                     }
                     entry.quality.observe(t, value);
                     // A job that logs no validation loss: its training signal is its quality.
-                    finish_on_quality(entry, &self.actuator, cgroup, now, value);
+                    finish_on_quality(entry, cgroup, now, value, effects);
                     // Its sweep compares losses: a signal that rises (accuracy) is not one.
                     if entry.spec.direction == Direction::Minimise {
                         sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, value, cuts);
@@ -143,33 +150,6 @@ impl NodeCore {
         self.metrics.problem("log");
         if let Some(entry) = self.jobs.get_mut(cgroup) {
             entry.log_problem = Some(message);
-        }
-    }
-
-    /// The control loop's handling of one event of the log watcher: a record goes to its job's
-    /// signal and, when it moved the signal, to a decision (at once, or batched within the
-    /// decision budget: [`Self::on_progress_moved`]); a problem is shown in status. Returns the
-    /// decision's figures when it decided now. (The daemon and the decision-latency benchmark
-    /// both call this.)
-    pub fn on_watch_event(&mut self, now: Instant, ev: &WatchEvent) -> Option<RoundStats> {
-        let Ok(cgroup) = JobCgroup::new(&*ev.key) else {
-            return None;
-        };
-        match &ev.kind {
-            WatchEventKind::Record(record) => {
-                if self.on_record(now, &cgroup, record) {
-                    return self.on_progress_moved(now);
-                }
-                None
-            }
-            WatchEventKind::Problem(message) => {
-                self.on_log_problem(&cgroup, message.clone());
-                None
-            }
-            WatchEventKind::Format(_)
-            | WatchEventKind::Opened
-            | WatchEventKind::Truncated
-            | WatchEventKind::Closed => None,
         }
     }
 }

@@ -1,31 +1,24 @@
-//! The periodic usage sample: each job's CPU and memory usage read and handed to the policy
-//! (and jobs that outstayed their stop's grace period sent SIGTERM).
+//! The periodic usage sample: each job's CPU and memory usage handed to the policy. The reads
+//! are the shell's ([`CpuSampler`], and the job's cgroup usage through `read_usage`); the core
+//! only turns them into the policy's view.
 
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
-use tracing::{debug, info};
-
-use crate::cgroup::JobCgroup;
+use crate::cgroup::{CgroupUsage, JobCgroup};
 use crate::policy::Usage;
 
-use super::stop::signal_group;
-use super::{CpuSampler, FINISH_GRACE, NodeCore};
+use super::{CpuSampler, NodeCore};
 
 impl NodeCore {
-    /// Sample every job's CPU and memory usage and hand it to the policy.
-    pub fn sample(&mut self, now: Instant, cpu: &mut dyn CpuSampler) {
-        // Jobs stopped at convergence that did not end within the grace period: SIGTERM.
-        for (cgroup, entry) in &mut self.jobs {
-            if let Some(f) = entry.finishing.as_mut()
-                && !f.terminated
-                && now.saturating_duration_since(f.at) >= FINISH_GRACE
-            {
-                f.terminated = true;
-                info!(job = %entry.name, "still running {}s after SIGINT: SIGTERM", FINISH_GRACE.as_secs());
-                signal_group(&self.actuator, cgroup, Signal::SIGTERM, &entry.name);
-            }
-        }
+    /// Sample every job's CPU and memory usage and hand it to the policy. `read_usage` reads a
+    /// job's cgroup usage (`None`: unreadable, or the cgroup is gone); it is called once per
+    /// job, in table order, after the CPU sampler.
+    pub fn sample(
+        &mut self,
+        now: Instant,
+        cpu: &mut dyn CpuSampler,
+        read_usage: &mut dyn FnMut(&JobCgroup) -> Option<CgroupUsage>,
+    ) {
         let t = self.secs(now);
         let groups: Vec<JobCgroup> = self.jobs.keys().cloned().collect();
         let cpu_seconds = cpu.cpu_seconds(&groups);
@@ -35,14 +28,7 @@ impl NodeCore {
         for (((cgroup, entry), cpu_s), wait_s) in
             self.jobs.iter_mut().zip(cpu_seconds).zip(wait_seconds)
         {
-            let usage = match self.actuator.usage(cgroup) {
-                Ok(u) => Some(u),
-                Err(e) if e.is_gone() => None,
-                Err(e) => {
-                    debug!(cgroup = %cgroup, error = %e, "usage unreadable");
-                    None
-                }
-            };
+            let usage = read_usage(cgroup);
             let cpu_s = cpu_s.or_else(|| {
                 usage
                     .as_ref()

@@ -11,7 +11,7 @@ use super::{JobEntry, NodeCore};
 impl NodeCore {
     /// The status snapshot `governor status` shows.
     pub fn status(&self, now: Instant) -> NodeStatus {
-        let kind = match self.actuator.fs().kind() {
+        let kind = match self.hierarchy {
             HierarchyKind::Unified => "v2",
             HierarchyKind::Hybrid => "hybrid",
             HierarchyKind::Legacy => "v1",

@@ -1,23 +1,23 @@
 //! Stopping jobs that asked for it: finish at convergence and trials cut from their sweep
 //! (SIGINT, then SIGTERM after [`FINISH_GRACE`]), and the policy told which jobs to serve after
-//! the others meanwhile.
+//! the others meanwhile. The signals are [`Effect::Signal`]s the shell sends.
 
 use std::time::Instant;
 
 use nix::sys::signal::Signal;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use crate::cgroup::{Actuator, JobCgroup};
+use crate::cgroup::JobCgroup;
 use crate::policy::sweep::{Outranked, Sweeps};
 
-use super::{FINISH_GRACE, Finishing, JobEntry, NodeCore};
+use super::{Effect, FINISH_GRACE, Finishing, JobEntry, NodeCore};
 
-/// Signal every process of a job's cgroup (finish at convergence); a failure is logged, never
-/// fatal.
-pub(super) fn signal_group(actuator: &Actuator, cgroup: &JobCgroup, signal: Signal, name: &str) {
-    match actuator.fs().signal_job_group(cgroup, signal) {
-        Ok(n) => debug!(job = %name, ?signal, processes = n, "signalled the job"),
-        Err(e) => warn!(job = %name, ?signal, error = %e, "cannot signal the job"),
+/// The effect that signals every process of a job's cgroup.
+fn signal(cgroup: &JobCgroup, signal: Signal, entry: &JobEntry) -> Effect {
+    Effect::Signal {
+        cgroup: cgroup.clone(),
+        signal,
+        job: entry.name.clone(),
     }
 }
 
@@ -25,10 +25,10 @@ pub(super) fn signal_group(actuator: &Actuator, cgroup: &JobCgroup, signal: Sign
 /// (SIGINT to its cgroup, SIGTERM after [`FINISH_GRACE`]).
 pub(super) fn finish_on_quality(
     entry: &mut JobEntry,
-    actuator: &Actuator,
     cgroup: &JobCgroup,
     now: Instant,
     value: f64,
+    effects: &mut Vec<Effect>,
 ) {
     if let Some(stop) = entry.finish.as_mut()
         && stop.observe(value)
@@ -41,7 +41,7 @@ pub(super) fn finish_on_quality(
             why: format!("stopped: converged (best loss {best:.6})"),
             terminated: false,
         });
-        signal_group(actuator, cgroup, Signal::SIGINT, &entry.name);
+        effects.push(signal(cgroup, Signal::SIGINT, entry));
     }
 }
 
@@ -84,7 +84,12 @@ impl NodeCore {
 
     /// Stop the trials their sweep cut (SIGINT now, SIGTERM after [`FINISH_GRACE`]), as they
     /// asked by joining it. A trial already being stopped is left as it is.
-    pub(super) fn cut_trials(&mut self, now: Instant, cuts: Vec<Outranked<JobCgroup>>) {
+    pub(super) fn cut_trials(
+        &mut self,
+        now: Instant,
+        cuts: Vec<Outranked<JobCgroup>>,
+        effects: &mut Vec<Effect>,
+    ) {
         for cut in cuts {
             let Some(entry) = self.jobs.get_mut(&cut.trial) else {
                 continue;
@@ -99,7 +104,22 @@ impl NodeCore {
                 why: format!("stopped: {}", cut.describe()),
                 terminated: false,
             });
-            signal_group(&self.actuator, &cut.trial, Signal::SIGINT, &entry.name);
+            effects.push(signal(&cut.trial, Signal::SIGINT, entry));
+        }
+    }
+
+    /// Jobs being stopped that did not end within [`FINISH_GRACE`] of their SIGINT: SIGTERM,
+    /// once. (The sampling tick asks, before it reads usage.)
+    pub fn terminate_overdue_stops(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        for (cgroup, entry) in &mut self.jobs {
+            if let Some(f) = entry.finishing.as_mut()
+                && !f.terminated
+                && now.saturating_duration_since(f.at) >= FINISH_GRACE
+            {
+                f.terminated = true;
+                info!(job = %entry.name, "still running {}s after SIGINT: SIGTERM", FINISH_GRACE.as_secs());
+                effects.push(signal(cgroup, Signal::SIGTERM, entry));
+            }
         }
     }
 }

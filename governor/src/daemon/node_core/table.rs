@@ -1,17 +1,17 @@
-//! The job table: jobs start and stop being governed (the policy is told, the actuator restores
-//! what it wrote), and every job is let go at shutdown.
+//! The job table: jobs start and stop being governed (the policy is told; what the governor
+//! wrote is released: an [`Effect`] for the shell), and every job is let go at shutdown.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use tracing::{info, warn};
 
-use crate::cgroup::{JobCgroup, RestoreReport};
+use crate::cgroup::JobCgroup;
 use crate::policy::Direction;
 use crate::policy::quality::{EarlyStop, QualityTracker};
 use crate::progress::SignalTracker;
 
-use super::{JobEntry, NewJob, NodeCore, log_restore};
+use super::{Effect, JobEntry, NewJob, NodeCore};
 
 impl NodeCore {
     /// Start governing a job. Returns false if the cgroup is already governed.
@@ -72,29 +72,36 @@ impl NodeCore {
         true
     }
 
-    /// Stop governing a job and restore every file the governor changed in its cgroup.
-    pub fn remove_job(&mut self, now: Instant, cgroup: &JobCgroup, why: &str) -> Option<JobEntry> {
+    /// Stop governing a job; every file the governor changed in its cgroup is to be restored
+    /// (and trials its sweep cuts now to be stopped): pushed to `effects`.
+    pub fn remove_job(
+        &mut self,
+        now: Instant,
+        cgroup: &JobCgroup,
+        why: &str,
+        effects: &mut Vec<Effect>,
+    ) -> Option<JobEntry> {
         let entry = self.jobs.remove(cgroup)?;
         info!(job = %entry.name, cgroup = %cgroup, reason = why, "job no longer governed");
         self.policy.job_removed(self.secs(now), &entry.spec.id);
         if !self.settings.dry_run {
-            log_restore(&self.actuator.release(cgroup));
+            effects.push(Effect::Release {
+                cgroup: cgroup.clone(),
+            });
         }
         self.next_decision_at = Some(now);
         // A rung of its sweep that waited only for this trial is judged now.
         if entry.sweep.is_some() {
             let cuts = self.sweeps.leave(cgroup);
-            self.cut_trials(now, cuts);
+            self.cut_trials(now, cuts, effects);
             self.sync_holds(now);
         }
         Some(entry)
     }
 
-    /// Restore everything and forget every job (shutdown).
-    pub fn shutdown(&mut self) -> RestoreReport {
-        let report = self.actuator.restore_all();
-        log_restore(&report);
+    /// Forget every job (shutdown): everything the governor wrote is to be restored.
+    pub fn shutdown(&mut self, effects: &mut Vec<Effect>) {
+        effects.push(Effect::RestoreAll);
         self.jobs.clear();
-        report
     }
 }
