@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::poll_until;
+
 /// `govctl` (the real binary) talking to the coordinator at `address` with the certificates in
 /// `certs` (as their `admin`).
 pub fn govctl_command(address: &str, certs: &Path) -> Command {
@@ -194,21 +196,31 @@ impl Daemon {
         what: &str,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(j) = self.job(name)
-                && pred(&j)
-            {
-                return j;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {name}: {what} did not happen within {within:?}; status: {:?}\nlog:\n{}",
-                self.status_json(),
-                self.log_tail()
-            );
-            sleep(Duration::from_millis(100));
-        }
+        poll_until(
+            &format!("job {name}: {what}"),
+            within,
+            Duration::from_millis(100),
+            || self.job(name).filter(|j| pred(j)),
+            || {
+                format!(
+                    "status: {:?}\nlog:\n{}",
+                    self.status_json(),
+                    self.log_tail()
+                )
+            },
+        )
+    }
+
+    /// Wait until the daemon's log holds `needle` at least `count` times (panics with its tail
+    /// after `within`).
+    pub fn wait_for_log(&self, needle: &str, count: usize, within: Duration) {
+        poll_until(
+            &format!("`{needle}` {count} time(s) in the daemon's log"),
+            within,
+            Duration::from_millis(100),
+            || (self.log_text().matches(needle).count() >= count).then_some(()),
+            || format!("log:\n{}", self.log_tail()),
+        )
     }
 
     fn signal(&mut self, sig: i32) {

@@ -140,6 +140,96 @@ pub fn read_keyed(path: &Path) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// The pids listed in a cgroup's `cgroup.procs` (none if it cannot be read: the group is gone).
+pub fn cgroup_procs(group: &Path) -> Vec<u32> {
+    fs::read_to_string(group.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The cgroup layout a test of `governor run-job` or of discovery runs on: the hybrid host's
+/// cgroup v1 hierarchies (root-host tests) or the unified hierarchy (the VM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Hybrid host: the v1 `cpu`, `cpuacct` and `pids` hierarchies beside `unified`.
+    HostV1,
+    /// Unified (the VM).
+    V2,
+}
+
+impl Layout {
+    /// Every directory of job `name`'s group (`governor.slice/jobs/<name>`), one per hierarchy;
+    /// the first is [`Layout::job_dir`].
+    pub fn job_dirs(self, name: &str) -> Vec<PathBuf> {
+        let mounts: &[&str] = match self {
+            Layout::HostV1 => &["cpu", "cpuacct", "pids", "unified"],
+            Layout::V2 => &[""],
+        };
+        mounts
+            .iter()
+            .map(|m| {
+                Path::new("/sys/fs/cgroup")
+                    .join(m)
+                    .join("governor.slice/jobs")
+                    .join(name)
+            })
+            .collect()
+    }
+
+    /// The directory of job `name`'s group whose `cgroup.procs` discovery reads (v1 `cpu`,
+    /// the v2 group).
+    pub fn job_dir(self, name: &str) -> PathBuf {
+        self.job_dirs(name).remove(0)
+    }
+
+    /// The pids in job `name`'s group.
+    pub fn job_pids(self, name: &str) -> Vec<u32> {
+        cgroup_procs(&self.job_dir(name))
+    }
+
+    /// Job `name`'s CPU time so far, as the kernel accounts it (v1 `cpuacct.usage`, v2
+    /// `cpu.stat` `usage_usec`); `None` before its group exists (or if a read fails).
+    pub fn job_cpu_seconds(self, name: &str) -> Option<f64> {
+        match self {
+            Layout::HostV1 => fs::read_to_string(format!(
+                "/sys/fs/cgroup/cpuacct/governor.slice/jobs/{name}/cpuacct.usage"
+            ))
+            .ok()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .map(|ns| ns / 1e9),
+            Layout::V2 => fs::read_to_string(format!(
+                "/sys/fs/cgroup/governor.slice/jobs/{name}/cpu.stat"
+            ))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            })
+            .map(|us| us / 1e6),
+        }
+    }
+
+    /// The cgroup process `pid` is in, as discovery sees it (the v1 `cpu` hierarchy's path, or
+    /// the unified one's); empty if it cannot be read.
+    pub fn cgroup_of(self, pid: u32) -> String {
+        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        text.lines()
+            .find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (id, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let hit = match self {
+                    Layout::HostV1 => list.split(',').any(|c| c == "cpu"),
+                    Layout::V2 => id == "0" && list.is_empty(),
+                };
+                hit.then(|| path.to_owned())
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// A child cgroup created for one test and removed (after killing its processes) when dropped.
 pub struct TestCgroup {
     path: PathBuf,
@@ -183,11 +273,7 @@ impl TestCgroup {
 
     /// Pids currently in the group.
     pub fn pids(&self) -> Vec<u32> {
-        fs::read_to_string(self.path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        cgroup_procs(&self.path)
     }
 }
 

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use governor::accounting::{
     AccountingOptions, AttachKind, AttachMode, CpuAccounting, CpuReading, CpuSource,
 };
+use governor_integration_tests::daemon::{bin, cgroup_cpu_seconds};
 use governor_integration_tests::{
-    Burner, CGROUP2_ROOT, TestCgroup, enable_controllers, read_keyed, require_vm,
+    Burner, CGROUP2_ROOT, TestCgroup, enable_controllers, require_vm,
 };
 
 /// The host's cgroup v2 mount: `/sys/fs/cgroup/unified` on a hybrid host (the development
@@ -30,28 +31,6 @@ fn host_v2() -> &'static str {
     } else {
         "/sys/fs/cgroup"
     }
-}
-
-/// The `governor` binary: `$GOVERNOR_BIN_DIR/governor` in the VM, else the one cargo built
-/// next to this test (`cargo test --workspace` and `cargo xtask test` build it; after
-/// `cargo test -p governor-integration-tests` alone it may be missing or stale).
-fn governor_bin() -> PathBuf {
-    let bin = match std::env::var_os("GOVERNOR_BIN_DIR") {
-        Some(d) => PathBuf::from(d).join("governor"),
-        None => {
-            let exe = std::env::current_exe().expect("current_exe");
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>/deps")
-                .join("governor")
-        }
-    };
-    assert!(
-        bin.exists(),
-        "{} does not exist: build it first (`cargo build -p governor`)",
-        bin.display()
-    );
-    bin
 }
 
 fn open_ebpf(root: &Path, attach: AttachMode) -> CpuAccounting {
@@ -233,7 +212,7 @@ fn ebpf_host_fallback_is_taken_and_reported_when_loading_fails() {
 #[test]
 fn ebpf_host_disabled_by_env_logs_one_line_with_the_reason() {
     let _alone = host_cpu_lock();
-    let out = Command::new(governor_bin())
+    let out = Command::new(bin("governor"))
         .args([
             "--log-level",
             "warn",
@@ -267,7 +246,7 @@ fn ebpf_host_disabled_by_env_logs_one_line_with_the_reason() {
 #[ignore = "root-host: loads eBPF programs into the host kernel (root, BTF); `cargo xtask test` runs it where it can"]
 fn root_host_ebpf_kernel_log_records_reach_the_daemons_tracing() {
     let _alone = host_cpu_lock();
-    let out = Command::new(governor_bin())
+    let out = Command::new(bin("governor"))
         .args([
             "--log-level",
             "governor::ebpf=debug",
@@ -293,19 +272,14 @@ fn root_host_ebpf_kernel_log_records_reach_the_daemons_tracing() {
 // ---------------------------------------------------------------------------------------------
 // VM tests: real per-cgroup accounting on cgroup v2.
 
-/// cpu.stat `usage_usec` in seconds.
-fn cpu_stat_seconds(group: &Path) -> f64 {
-    read_keyed(&group.join("cpu.stat"))["usage_usec"] as f64 / 1e6
-}
-
 /// One sample: cpu.stat read just before and just after the eBPF read, averaged (the two
 /// sources are read at nearly the same moment).
 fn sample(acct: &mut CpuAccounting, groups: &[PathBuf]) -> BTreeMap<PathBuf, (f64, CpuReading)> {
-    let before: Vec<f64> = groups.iter().map(|g| cpu_stat_seconds(g)).collect();
+    let before: Vec<f64> = groups.iter().map(|g| cgroup_cpu_seconds(g)).collect();
     let t = Instant::now();
     let readings = acct.read(groups);
     let read_ms = t.elapsed().as_secs_f64() * 1e3;
-    let after: Vec<f64> = groups.iter().map(|g| cpu_stat_seconds(g)).collect();
+    let after: Vec<f64> = groups.iter().map(|g| cgroup_cpu_seconds(g)).collect();
     eprintln!(
         "sample: eBPF read {read_ms:.1} ms; cpu.stat moved {:?} s meanwhile",
         before
@@ -544,7 +518,7 @@ fn ebpf_vm_top_shows_the_busy_cgroup_from_the_running_programs() {
     let group = TestCgroup::create(Path::new(CGROUP2_ROOT), "ebpf-top");
     let burner = Burner::start();
     group.add_pid(burner.pid());
-    let out = Command::new(governor_bin())
+    let out = Command::new(bin("governor"))
         .args(["top", "--once", "--json", "--interval", "2s"])
         .stdin(Stdio::null())
         .output()

@@ -13,7 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use governor_integration_tests::daemon::{Daemon, bin, nvml_standin_library};
-use governor_integration_tests::{free_port, require_v1_cpu_host, require_vm};
+use governor_integration_tests::{Layout, free_port, require_v1_cpu_host, require_vm};
 use nvml_standin::state::{self, Process, STATE_ENV, State};
 
 /// A job that learns for 4 s (a falling loss every 200 ms), then logs a flat loss (converged)
@@ -40,24 +40,6 @@ fn start_converging_job(d: &Daemon, name: &str) -> Child {
         .expect("governor run-job")
 }
 
-/// Where a `run-job` group's processes are listed.
-#[derive(Clone, Copy)]
-enum Layout {
-    /// Hybrid host: the v1 cpu controller.
-    HostV1,
-    /// Unified (the VM).
-    V2,
-}
-
-impl Layout {
-    fn procs(self, name: &str) -> PathBuf {
-        PathBuf::from(match self {
-            Layout::HostV1 => format!("/sys/fs/cgroup/cpu/governor.slice/jobs/{name}/cgroup.procs"),
-            Layout::V2 => format!("/sys/fs/cgroup/governor.slice/jobs/{name}/cgroup.procs"),
-        })
-    }
-}
-
 /// The job's `run-job` and every process in its group are killed when the test ends, passed
 /// or failed (a failed run must not leave a job behind for the next).
 struct JobGuard {
@@ -70,7 +52,7 @@ impl Drop for JobGuard {
     /// The job's processes first, so that `run-job` sees its child end and removes the job's
     /// group itself (every controller's); `run-job` only if it has not ended within 5 s.
     fn drop(&mut self) {
-        for pid in job_pids(self.layout, &self.name) {
+        for pid in self.layout.job_pids(&self.name) {
             if pid != self.child.id() {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
@@ -86,14 +68,6 @@ impl Drop for JobGuard {
         let _ = self.child.wait();
         governor_integration_tests::remove_empty_governor_subtree();
     }
-}
-
-fn job_pids(layout: Layout, name: &str) -> Vec<u32> {
-    fs::read_to_string(layout.procs(name))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 fn limit_w(path: &Path) -> f64 {
@@ -172,7 +146,7 @@ fn gpu_bed(layout: Layout, prefix: &str, extra: &str, gpu_memory: u64) -> GpuBed
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     let pid = loop {
-        if let Some(p) = job_pids(layout, &name).into_iter().min() {
+        if let Some(p) = layout.job_pids(&name).into_iter().min() {
             break p;
         }
         assert!(Instant::now() < deadline, "run-job never placed the job");

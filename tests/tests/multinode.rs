@@ -2,6 +2,7 @@
 //! (10.10.0.1 .. 10.10.0.N) and runs the ignored tests of this file in every guest, with
 //! GOVERNOR_NODE (1-based index) and GOVERNOR_NODES set. Each test branches on its node index.
 
+use std::cell::RefCell;
 use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -9,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use governor_integration_tests::{demo_trainer_argv, keras_epochs, require_vm};
+use governor_integration_tests::daemon::bin;
+use governor_integration_tests::{demo_trainer_argv, keras_epochs, poll_until, require_vm};
 
 fn node_env() -> (u32, u32) {
     let get = |k: &str| -> u32 {
@@ -88,12 +90,6 @@ const COORDINATOR_PORT: u16 = 7070;
 const CERTS_PORT: u16 = 7001;
 const CONTROL_PORT: u16 = 7002;
 
-fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var("GOVERNOR_BIN_DIR")
-        .expect("GOVERNOR_BIN_DIR is not set: run with `cargo xtask vm-test --nodes N`");
-    PathBuf::from(dir).join(name)
-}
-
 /// A child process killed when dropped.
 struct Proc(Child);
 
@@ -171,25 +167,21 @@ fn wait_for<T>(what: &str, timeout_s: u64, mut f: impl FnMut() -> Option<T>) -> 
 
 /// [`wait_for`], where `f` may leave a note of what it saw last (`seen`), shown on a timeout.
 fn wait_showing<T>(what: &str, timeout_s: u64, mut f: impl FnMut(&mut String) -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(timeout_s);
-    let mut seen = String::new();
-    loop {
-        if let Some(v) = f(&mut seen) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout_s} s waiting for {what}{}",
+    let seen = RefCell::new(String::new());
+    poll_until(
+        what,
+        Duration::from_secs(timeout_s),
+        Duration::from_millis(POLL_MS.load(std::sync::atomic::Ordering::Relaxed)),
+        || f(&mut seen.borrow_mut()),
+        || {
+            let seen = seen.take();
             if seen.is_empty() {
-                String::new()
+                seen
             } else {
-                format!("; last seen: {seen}")
+                format!("last seen: {seen}")
             }
-        );
-        thread::sleep(Duration::from_millis(
-            POLL_MS.load(std::sync::atomic::Ordering::Relaxed),
-        ));
-    }
+        },
+    )
 }
 
 /// Send one line to `addr` and read the whole reply, retrying until `timeout_s`.

@@ -17,11 +17,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use governor_integration_tests::daemon::Daemon;
-use governor_integration_tests::{TestCgroup, enable_controllers, require_v1_cpu_host, require_vm};
+use governor_integration_tests::{
+    Layout, TestCgroup, enable_controllers, require_v1_cpu_host, require_vm,
+};
 
 const NOBODY: u32 = 65534;
 
@@ -47,59 +48,26 @@ fn scenario(extra: &str) -> (std::sync::MutexGuard<'static, ()>, Tidy, Daemon) {
     (one, Tidy, d)
 }
 
-/// Wait until the daemon's log says `needle` (panics with its tail after `within`).
-fn wait_for_log(d: &Daemon, needle: &str, within: Duration, what: &str) {
-    let deadline = Instant::now() + within;
-    while !d.log_text().contains(needle) {
-        assert!(Instant::now() < deadline, "{what}\n{}", d.log_tail());
-        sleep(Duration::from_millis(100));
-    }
-}
-
 /// One scenario at a time: they share the daemon's job subtree and the host's cores.
 static ONE: Mutex<()> = Mutex::new(());
 
-#[derive(Clone, Copy)]
-enum Layout {
-    HostV1,
-    V2,
+/// Where test cgroups are made (the hierarchy discovery reads on this layout).
+fn test_parent(layout: Layout) -> PathBuf {
+    match layout {
+        Layout::HostV1 => PathBuf::from("/sys/fs/cgroup/cpu"),
+        Layout::V2 => {
+            let root = PathBuf::from("/sys/fs/cgroup");
+            enable_controllers(&root, &["cpu", "pids"]);
+            root
+        }
+    }
 }
 
-impl Layout {
-    /// Where test cgroups are made (the hierarchy discovery reads on this layout).
-    fn parent(self) -> PathBuf {
-        match self {
-            Layout::HostV1 => PathBuf::from("/sys/fs/cgroup/cpu"),
-            Layout::V2 => {
-                let root = PathBuf::from("/sys/fs/cgroup");
-                enable_controllers(&root, &["cpu", "pids"]);
-                root
-            }
-        }
-    }
-
-    /// The cgroup a process is in, as discovery sees it.
-    fn cgroup_of(self, pid: u32) -> String {
-        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        text.lines()
-            .find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (id, list, path) = (parts.next()?, parts.next()?, parts.next()?);
-                let hit = match self {
-                    Layout::HostV1 => list.split(',').any(|c| c == "cpu"),
-                    Layout::V2 => id == "0" && list.is_empty(),
-                };
-                hit.then(|| path.to_owned())
-            })
-            .unwrap_or_default()
-    }
-
-    /// Put a CPU limit (half a core) on `group`.
-    fn limit(self, group: &TestCgroup) {
-        match self {
-            Layout::HostV1 => group.write("cpu.cfs_quota_us", "50000"),
-            Layout::V2 => group.write("cpu.max", "50000 100000"),
-        }
+/// Put a CPU limit (half a core) on `group`.
+fn limit(layout: Layout, group: &TestCgroup) {
+    match layout {
+        Layout::HostV1 => group.write("cpu.cfs_quota_us", "50000"),
+        Layout::V2 => group.write("cpu.max", "50000 100000"),
     }
 }
 
@@ -181,7 +149,7 @@ fn open_log(dir: &Path) -> PathBuf {
 fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
     let (_one, _tidy, d) = scenario("[discovery]\nadopt = \"any\"\n");
     let log = root_only_log(d.dir.path());
-    let parent = layout.parent();
+    let parent = test_parent(layout);
     // Each job alone in a cgroup of its own: governed in place, nothing is moved.
     let theirs = TestCgroup::create(&parent, &format!("{prefix}-nobody"));
     let ours = TestCgroup::create(&parent, &format!("{prefix}-root"));
@@ -223,7 +191,7 @@ fn reads_with_the_owners_rights(layout: Layout, prefix: &str) {
 fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
     let (_one, _tidy, mut d) = scenario("");
     let log = open_log(d.dir.path());
-    let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-shared"));
+    let shared = TestCgroup::create(&test_parent(layout), &format!("{prefix}-shared"));
     let log_s = log.display().to_string();
     let other = Proc::start(&[], false, &shared);
     let nobody = Proc::start(
@@ -244,11 +212,11 @@ fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
         job["cgroup"].as_str().unwrap_or_default().contains(&name),
         "{job}"
     );
-    wait_for_log(
-        &d,
+    // The refusal for nobody's process is logged.
+    d.wait_for_log(
         "does not let the governor move processes of its owner",
+        1,
         Duration::from_secs(5),
-        &format!("{prefix}: no refusal logged for nobody's process"),
     );
     assert!(
         d.job("nobody-shared").is_none(),
@@ -275,8 +243,8 @@ fn second_user_stays_in_a_shared_cgroup(layout: Layout, prefix: &str) {
 fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
     let (_one, _tidy, d) = scenario("[discovery]\nadopt = \"any\"\n");
     let log = open_log(d.dir.path());
-    let limited = TestCgroup::create(&layout.parent(), &format!("{prefix}-limited"));
-    layout.limit(&limited);
+    let limited = TestCgroup::create(&test_parent(layout), &format!("{prefix}-limited"));
+    limit(layout, &limited);
     let log_s = log.display().to_string();
     let other = Proc::start(&[], false, &limited);
     let job = Proc::start(
@@ -284,11 +252,11 @@ fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
         false,
         &limited,
     );
-    wait_for_log(
-        &d,
+    // The refusal for the limited job is logged.
+    d.wait_for_log(
         "out of a limit it is subject to",
+        1,
         Duration::from_secs(10),
-        &format!("{prefix}: no refusal logged for the limited job"),
     );
     assert_eq!(layout.cgroup_of(job.pid()), format!("/{prefix}-limited"));
     assert!(d.job("limited").is_none());
@@ -298,7 +266,7 @@ fn no_escape_from_a_limit(layout: Layout, prefix: &str) {
 fn back_after_a_crash(layout: Layout, prefix: &str) {
     let (_one, _tidy, mut d) = scenario("");
     let log = open_log(d.dir.path());
-    let shared = TestCgroup::create(&layout.parent(), &format!("{prefix}-crash"));
+    let shared = TestCgroup::create(&test_parent(layout), &format!("{prefix}-crash"));
     let log_s = log.display().to_string();
     let other = Proc::start(&[], false, &shared);
     let job = Proc::start(

@@ -25,7 +25,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::{require_v1_cpu_host, require_vm};
+use governor_integration_tests::{Layout, cgroup_procs, require_v1_cpu_host, require_vm};
 
 const NOBODY: u32 = 65534;
 
@@ -42,52 +42,6 @@ struct Tidy;
 impl Drop for Tidy {
     fn drop(&mut self) {
         governor_integration_tests::remove_empty_governor_subtree();
-    }
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Layout {
-    HostV1,
-    V2,
-}
-
-impl Layout {
-    /// Every directory of job `name`'s group.
-    fn job_dirs(self, name: &str) -> Vec<PathBuf> {
-        let mounts: &[&str] = match self {
-            Layout::HostV1 => &["cpu", "cpuacct", "pids", "unified"],
-            Layout::V2 => &[""],
-        };
-        mounts
-            .iter()
-            .map(|m| {
-                Path::new("/sys/fs/cgroup")
-                    .join(m)
-                    .join("governor.slice/jobs")
-                    .join(name)
-            })
-            .collect()
-    }
-
-    /// The directory whose `cgroup.procs` discovery reads (v1 `cpu`, the v2 group).
-    fn main_dir(self, name: &str) -> PathBuf {
-        self.job_dirs(name).remove(0)
-    }
-
-    /// The cgroup a process is in, as discovery sees it.
-    fn cgroup_of(self, pid: u32) -> String {
-        let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        text.lines()
-            .find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (id, list, path) = (parts.next()?, parts.next()?, parts.next()?);
-                let hit = match self {
-                    Layout::HostV1 => list.split(',').any(|c| c == "cpu"),
-                    Layout::V2 => id == "0" && list.is_empty(),
-                };
-                hit.then(|| path.to_owned())
-            })
-            .unwrap_or_default()
     }
 }
 
@@ -173,7 +127,10 @@ impl Drop for RunJob {
             }
         }
         for dir in &self.dirs {
-            for pid in pids_in(dir).into_iter().chain(pids_in(&dir.join("sub"))) {
+            for pid in cgroup_procs(dir)
+                .into_iter()
+                .chain(cgroup_procs(&dir.join("sub")))
+            {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
@@ -230,14 +187,6 @@ fn wait_for_results(path: &Path, d: &Daemon) -> Vec<String> {
     }
 }
 
-fn pids_in(dir: &Path) -> Vec<u32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 fn uid_of_process(pid: u32) -> Option<u32> {
     fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
@@ -255,7 +204,7 @@ fn a_user_runs_a_governed_job_in_its_own_group(layout: Layout, prefix: &str) {
     let log = user_dir.join("job.csv");
     let stop = user_dir.join("stop");
     let results = user_dir.join("results");
-    let main = layout.main_dir(&name);
+    let main = layout.job_dir(&name);
     let g = main.display();
     // The job's own checks, as nobody from inside its group; then a process left behind, and
     // the job waits for the test to let it end.
@@ -334,9 +283,9 @@ fn a_user_runs_a_governed_job_in_its_own_group(layout: Layout, prefix: &str) {
     }
     // Its processes are nobody's, in its group (below it, on v2, where it moved itself).
     let here = format!("/governor.slice/jobs/{name}");
-    let mut pids: Vec<u32> = pids_in(&main);
+    let mut pids: Vec<u32> = cgroup_procs(&main);
     if layout == Layout::V2 {
-        pids.extend(pids_in(&main.join("sub")));
+        pids.extend(cgroup_procs(&main.join("sub")));
     }
     assert!(
         pids.len() >= 2,
@@ -429,19 +378,6 @@ fn refused(d: &Daemon, in_group: bool, name: &str, user_dir: &Path) -> String {
     stderr.trim().to_owned()
 }
 
-/// Wait for the daemon to have logged `needle` `count` times.
-fn wait_for_log_count(d: &Daemon, needle: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while d.log_text().matches(needle).count() < count {
-        assert!(
-            Instant::now() < deadline,
-            "no `{needle}` in the log\n{}",
-            d.log_tail()
-        );
-        sleep(Duration::from_millis(100));
-    }
-}
-
 /// The three refusals; see the module doc.
 fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
     let (_one, _tidy, mut d, user_dir) = scenario("");
@@ -455,7 +391,7 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
         )),
         "{line}"
     );
-    assert!(!layout.main_dir(&name).exists());
+    assert!(!layout.job_dir(&name).exists());
 
     // A name held by another user's (root's) running job.
     let taken = format!("{prefix}-taken");
@@ -477,7 +413,7 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
         dirs: layout.job_dirs(&taken),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while pids_in(&layout.main_dir(&taken)).is_empty() {
+    while layout.job_pids(&taken).is_empty() {
         assert!(Instant::now() < deadline, "root's job never started");
         sleep(Duration::from_millis(50));
     }
@@ -488,18 +424,18 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
         "{line}"
     );
     assert_eq!(
-        owner(&layout.main_dir(&taken)),
+        owner(&layout.job_dir(&taken)),
         0,
         "root's group was handed over"
     );
-    for pid in pids_in(&layout.main_dir(&taken)) {
+    for pid in layout.job_pids(&taken) {
         assert_eq!(
             uid_of_process(pid),
             Some(0),
             "nobody's process joined root's job"
         );
     }
-    for pid in pids_in(&layout.main_dir(&taken)) {
+    for pid in layout.job_pids(&taken) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,
@@ -516,7 +452,11 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
     fs::write(&d.config, config).unwrap();
     let reloads = d.log_text().matches("reloading the configuration").count();
     d.reload();
-    wait_for_log_count(&d, "reloading the configuration", reloads + 1);
+    d.wait_for_log(
+        "reloading the configuration",
+        reloads + 1,
+        Duration::from_secs(60),
+    );
     let name = format!("{prefix}-none");
     let line = refused(&d, true, &name, &user_dir);
     eprintln!("{prefix}: {line}");
@@ -525,7 +465,7 @@ fn a_user_who_may_not_is_told_what_to_ask_for(layout: Layout, prefix: &str) {
             && line.contains(&d.config.display().to_string()),
         "{line}"
     );
-    assert!(!layout.main_dir(&name).exists());
+    assert!(!layout.job_dir(&name).exists());
 }
 
 #[test]

@@ -33,41 +33,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use governor_integration_tests::daemon::{Daemon, bin};
-use governor_integration_tests::{require_v1_cpu_host, require_vm};
+use governor_integration_tests::{Layout, require_v1_cpu_host, require_vm};
 use governor_policy::governor::ATTAINED_QUANTUM;
-
-/// Where the kernel accounts a run-job group's CPU time.
-#[derive(Clone, Copy)]
-enum Layout {
-    /// Hybrid host: `cpuacct/governor.slice/jobs/<name>/cpuacct.usage` (ns).
-    HostV1,
-    /// Unified: `governor.slice/jobs/<name>/cpu.stat` `usage_usec`.
-    V2,
-}
-
-impl Layout {
-    /// The job's CPU time so far; `None` before its group exists (or if a read fails).
-    fn cpu_seconds(self, name: &str) -> Option<f64> {
-        match self {
-            Layout::HostV1 => fs::read_to_string(format!(
-                "/sys/fs/cgroup/cpuacct/governor.slice/jobs/{name}/cpuacct.usage"
-            ))
-            .ok()
-            .and_then(|t| t.trim().parse::<f64>().ok())
-            .map(|ns| ns / 1e9),
-            Layout::V2 => fs::read_to_string(format!(
-                "/sys/fs/cgroup/governor.slice/jobs/{name}/cpu.stat"
-            ))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-            })
-            .map(|us| us / 1e6),
-        }
-    }
-}
 
 /// One phase of a job's script. The loss falls by 0.005 a record from 2.0 (as in vm_daemon): a
 /// job still learning; k stays below 400 in these scenarios (at most 5 records a second for
@@ -176,22 +143,10 @@ impl Drop for Job {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }
-        let procs = match self.layout {
-            Layout::HostV1 => format!(
-                "/sys/fs/cgroup/cpu/governor.slice/jobs/{}/cgroup.procs",
-                self.name
-            ),
-            Layout::V2 => format!(
-                "/sys/fs/cgroup/governor.slice/jobs/{}/cgroup.procs",
-                self.name
-            ),
-        };
-        for pid in fs::read_to_string(procs).unwrap_or_default().lines() {
-            if let Ok(pid) = pid.trim().parse::<i32>()
-                && pid as u32 != self.child.id()
-            {
+        for pid in self.layout.job_pids(&self.name) {
+            if pid != self.child.id() {
                 let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
+                    nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }
@@ -360,7 +315,7 @@ fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), 
         if wanted.is_some_and(|w| now > w + 5.2) {
             break;
         }
-        let cpu: [Option<f64>; 3] = std::array::from_fn(|k| layout.cpu_seconds(&jobs[k].name));
+        let cpu: [Option<f64>; 3] = std::array::from_fn(|k| layout.job_cpu_seconds(&jobs[k].name));
         if let [Some(a), Some(b), Some(q)] = cpu {
             samples.at.push(now);
             samples.cpu.push([a, b, q]);

@@ -16,8 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-
-use crate::cmd;
+use governor_testbed::cmd;
 
 /// What all targets together get by default, in seconds.
 const DEFAULT_TOTAL_SECONDS: u64 = 60;

@@ -1,17 +1,17 @@
 //! `cargo xtask`: the project's chores. Every command that needs tools runs `setup` first, so the
 //! two README commands (`cargo xtask demo`, `cargo xtask test`) work on a fresh machine.
+//!
+//! xtask keeps the set-up, the tests (host, privileged, VM), fuzzing, the writers' fixtures and
+//! the demo. The evaluation (`bench-real` with govsim calibrated to it, `bench-daemon`,
+//! `bench-move`, `bench-ebpf`) is the `governor-eval` crate's (`goveval`): its subcommands are
+//! flattened into xtask's, so `cargo xtask bench-real ...` parses and runs exactly what
+//! `goveval bench-real ...` does. Running commands, the set-up and booting VM guests are
+//! `governor-testbed`'s, which both use.
 #![forbid(unsafe_code)]
 
-mod bench_daemon;
-mod bench_ebpf;
-mod bench_move;
-mod bench_real;
-mod calibrate;
-mod cmd;
 mod demo;
 mod fuzz;
 mod purity;
-mod setup;
 mod test;
 mod vm;
 mod writers;
@@ -44,16 +44,10 @@ enum Command {
     /// under Governor, then a sweep with and without its trial budget (`--short`: CI's version;
     /// in the VM bed where this host does not let it govern).
     Demo(demo::DemoArgs),
-    /// CPU and RSS of the release daemon governing 1,000 simulated jobs (fake cgroup root on tmpfs).
-    BenchDaemon(bench_daemon::BenchDaemonArgs),
-    /// Overhead of the eBPF CPU accounting (ns/event, events/s) and its read cost, host and VM.
-    BenchEbpf(bench_ebpf::BenchEbpfArgs),
-    /// Real training processes (TensorFlow/Keras, scikit-learn) on this machine's cores: each
-    /// policy against fair on the same arrivals, repeated; JCT, time to quality, CPU, plots.
-    BenchReal(bench_real::BenchRealArgs),
-    /// What moving a job with CRIU costs in the VM bed: pause, dump, restore and bytes against
-    /// the job's memory, with and without pre-dump.
-    BenchMove(bench_move::BenchMoveArgs),
+    /// The evaluation (`bench-daemon`, `bench-ebpf`, `bench-real`, `bench-move`): governor-eval's
+    /// commands, the same as `goveval`'s.
+    #[command(flatten)]
+    Eval(governor_eval::Command),
     /// Regenerate governor-progress's real-writer fixtures (TensorBoard event files, MLflow
     /// stores, Keras JSON lines) with the writers themselves, installed from PyPI into
     /// target/writers/venv.
@@ -63,15 +57,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => setup::run().map(|_| ()),
+        Command::Setup => governor_testbed::setup::run().map(|_| ()),
         Command::Test(args) => test::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
-        Command::BenchDaemon(args) => bench_daemon::run(&args),
-        Command::BenchEbpf(args) => bench_ebpf::run(&args),
-        Command::BenchReal(args) => bench_real::run(&args),
-        Command::BenchMove(args) => bench_move::run(&args),
+        Command::Eval(command) => governor_eval::run(&command),
         Command::WriterFixtures => writers::regenerate(),
     };
     match result {

@@ -4,8 +4,7 @@
 //! from its caller. `cargo xtask test` runs this check before clippy.
 
 use anyhow::{Result, bail};
-
-use crate::cmd;
+use governor_testbed::cmd;
 
 /// The crates that do no I/O: node policies, cluster placement, log parsing and the progress
 /// signal.

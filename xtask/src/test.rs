@@ -12,8 +12,8 @@
 use std::path::Path;
 
 use anyhow::{Result, bail};
+use governor_testbed::cmd;
 
-use crate::cmd;
 use crate::fuzz::FuzzArgs;
 use crate::vm::{self, VmTestArgs};
 
@@ -272,7 +272,7 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let started = std::time::Instant::now();
     // Before anything is built: a privileged group that must run here and cannot fails at once.
     let privileged = privileged_plan()?;
-    timed("setup", crate::setup::run)?;
+    timed("setup", governor_testbed::setup::run)?;
     cmd::report_free_disk("after setup");
     eprintln!("== cargo fmt --check");
     cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;

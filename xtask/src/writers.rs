@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-
-use crate::cmd;
+use governor_testbed::cmd;
 
 /// The writers and what they need, pinned (PyPI).
 pub(crate) const PYTHON_PACKAGES: &[&str] = &[

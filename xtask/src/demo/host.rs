@@ -26,11 +26,14 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use governor_eval::bench_real::{
+    self, Framework, JobResult, RealEnv, RunResult, Sizes, Workload, job, secs,
+};
+use governor_testbed::{cmd, setup};
+use sim::plot::{self, Chart, Panel, Series, StepPanel};
 
 use super::DemoArgs;
-use crate::bench_real::{self, Framework, JobResult, RealEnv, RunResult, Sizes, Workload, job};
-use crate::{cmd, setup, vm};
-use sim::plot::{self, Chart, Panel, Series, StepPanel};
+use crate::vm;
 
 /// One job of the sharing part: name, task, learning rate, seconds it trains alone.
 type SharingJob = (&'static str, &'static str, &'static str, f64);
@@ -371,10 +374,6 @@ impl Contention {
     }
 }
 
-fn secs(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1} s"))
-}
-
 fn change(base: Option<f64>, new: Option<f64>) -> String {
     match (base, new) {
         (Some(a), Some(b)) if a > 0.0 => format!("{:+.0}%", 100.0 * (b / a - 1.0)),
@@ -656,8 +655,8 @@ fn plot(sharing: &[RunResult], sweep: &[RunResult], cores: f64) -> String {
 
 /// A policy as a reader knows it: `governor+sweep=...` is the policy with the trial budget.
 fn display_policy(policy: &str) -> String {
-    let base = crate::bench_real::node_spec(policy);
-    if crate::bench_real::policy_option(policy, "sweep").is_some() {
+    let base = bench_real::node_spec(policy);
+    if bench_real::policy_option(policy, "sweep").is_some() {
         format!("{base} + budget")
     } else {
         base

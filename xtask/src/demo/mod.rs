@@ -17,8 +17,7 @@ mod vm;
 use std::path::Path;
 
 use anyhow::Result;
-
-use crate::cmd;
+use governor_testbed::cmd;
 
 /// Arguments of `cargo xtask demo`.
 #[derive(Debug, Default, clap::Args)]

@@ -11,13 +11,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use governor_testbed::vm::{self, GuestSpec};
+use governor_testbed::{cmd, setup};
 use serde_json::Value;
+use sim::plot::{self, Panel, Series};
 
 use super::DemoArgs;
-use crate::cmd;
-use crate::setup;
-use crate::vm::{self, GuestSpec};
-use sim::plot::{self, Panel, Series};
 
 /// The demo's jobs: name, log format, log file name, learning rate (how fast it learns).
 const JOBS: [(&str, &str, &str, &str); 3] = [

@@ -31,20 +31,20 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use governor_testbed::cmd;
 use serde_json::{Value, json};
 
-use crate::cmd;
+use crate::procfs;
 use bed::{Bed, remove_stale_dirs};
 
 mod bed;
 
 /// Arguments of `cargo xtask bench-daemon`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct BenchDaemonArgs {
+pub struct BenchDaemonArgs {
     /// Node policy the daemon runs (any name `governor daemon --policy` accepts).
     #[arg(long, default_value = "fair")]
     pub policy: String,
@@ -82,12 +82,12 @@ pub(crate) struct BenchDaemonArgs {
 
 /// The simulated jobs' logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
+pub enum LogFormat {
     Csv,
     Tensorboard,
 }
 
-pub(crate) fn run(args: &BenchDaemonArgs) -> Result<()> {
+pub fn run(args: &BenchDaemonArgs) -> Result<()> {
     ensure!(args.jobs > 0, "--jobs must be positive");
     ensure!(
         args.min_interval > 0.0 && args.max_interval >= args.min_interval,
@@ -100,7 +100,7 @@ pub(crate) fn run(args: &BenchDaemonArgs) -> Result<()> {
     // Setup brings the eBPF toolchain for the daemon's build; a build without the eBPF program
     // (GOVERNOR_EBPF_BUILD=skip: the figures then leave out its accounting) needs none of it.
     if std::env::var("GOVERNOR_EBPF_BUILD").as_deref() != Ok("skip") {
-        crate::setup::run()?;
+        governor_testbed::setup::run()?;
     }
     let profile = if args.dev { "dev" } else { "release" };
     eprintln!("== building the governor ({profile})");
@@ -159,39 +159,14 @@ impl SplitMix64 {
     }
 }
 
-/// The daemon's cumulative CPU time (user + system, all threads), from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: u32, clock_ticks: f64) -> Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
-    // Fields after the command name (which may hold spaces) start at field 3.
-    let rest = &stat[stat.rfind(')').context("malformed /proc/<pid>/stat")? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields[11].parse()?;
-    let stime: f64 = fields[12].parse()?;
-    Ok((utime + stime) / clock_ticks)
+/// The daemon's cumulative CPU time (user + system, all threads).
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    procfs::cpu_seconds(pid).with_context(|| format!("the daemon (pid {pid}) is gone"))
 }
 
-/// `VmRSS` and `VmHWM` in KiB, from `/proc/<pid>/status`.
+/// The daemon's `VmRSS` and `VmHWM` in KiB.
 fn memory_kib(pid: u32) -> Result<(u64, u64)> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("the daemon (pid {pid}) is gone"))?;
-    let get = |key: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .with_context(|| format!("no {key} in /proc/{pid}/status"))
-    };
-    Ok((get("VmRSS:")?, get("VmHWM:")?))
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-        .unwrap_or(100.0)
+    procfs::memory_kib(pid).with_context(|| format!("the daemon (pid {pid}) is gone"))
 }
 
 fn load_average() -> String {
@@ -236,17 +211,11 @@ fn round(v: f64, digits: i32) -> f64 {
 
 /// Run one phase: rows written on the schedule if `busy`, counters advanced and RSS sampled
 /// every second.
-fn phase(
-    bed: &mut Bed,
-    pid: u32,
-    ticks: f64,
-    seconds: u64,
-    busy: Option<(f64, f64)>,
-) -> Result<Phase> {
+fn phase(bed: &mut Bed, pid: u32, seconds: u64, busy: Option<(f64, f64)>) -> Result<Phase> {
     let load_before = load_average();
     let start = Instant::now();
     let end = start + Duration::from_secs(seconds);
-    let cpu0 = cpu_seconds(pid, ticks)?;
+    let cpu0 = cpu_seconds(pid)?;
     // (due, job), soonest first; first rows spread over one longest interval.
     let mut schedule = BinaryHeap::new();
     if let Some((_, max)) = busy {
@@ -290,7 +259,7 @@ fn phase(
             .min(end);
         std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
-    let cpu1 = cpu_seconds(pid, ticks)?;
+    let cpu1 = cpu_seconds(pid)?;
     Ok(Phase {
         seconds: start.elapsed().as_secs_f64(),
         cpu_seconds: cpu1 - cpu0,
@@ -302,7 +271,6 @@ fn phase(
 }
 
 fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> Result<Value> {
-    let ticks = clock_ticks();
     let load_at_start = load_average();
     eprintln!(
         "== {} jobs in {}; policy {}; load average {load_at_start}",
@@ -335,7 +303,7 @@ fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> 
         std::thread::sleep(Duration::from_millis(200));
     };
     let startup_seconds = started.elapsed().as_secs_f64();
-    let startup_cpu = cpu_seconds(pid, ticks)?;
+    let startup_cpu = cpu_seconds(pid)?;
     let (startup_rss, _) = memory_kib(pid)?;
     eprintln!(
         "   {governed} jobs governed after {startup_seconds:.2} s ({startup_cpu:.2} s CPU, RSS {:.1} MiB)",
@@ -347,7 +315,7 @@ fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> 
     // 2. Idle, 3. busy.
     let idle = if args.idle_seconds > 0 {
         eprintln!("== idle: {} s without log rows", args.idle_seconds);
-        let p = phase(bed, pid, ticks, args.idle_seconds, None)?;
+        let p = phase(bed, pid, args.idle_seconds, None)?;
         eprintln!(
             "   CPU {:.3}% of one core",
             100.0 * p.cpu_seconds / p.seconds
@@ -363,7 +331,6 @@ fn measure(args: &BenchDaemonArgs, bin: &Path, bed: &mut Bed, profile: &str) -> 
     let busy = phase(
         bed,
         pid,
-        ticks,
         args.seconds,
         Some((args.min_interval, args.max_interval)),
     )?;

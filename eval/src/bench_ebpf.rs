@@ -2,8 +2,9 @@
 //! BPF statistics, `run_time_ns / run_cnt` per program) under a context-switch-heavy load, and
 //! the cost of reading 1,000 cgroups, on the host and in the VM.
 //!
-//! The measuring program is `ebpf-bench` (tests/src/bin/ebpf-bench.rs, built in release): xtask
-//! itself must not depend on the governor crate, whose build needs the tools `setup` installs.
+//! The measuring program is `ebpf-bench` (tests/src/bin/ebpf-bench.rs, built in release): this
+//! crate (like xtask) must not depend on the governor crate, whose build needs the tools `setup`
+//! installs.
 //! Under TCG every instruction is emulated, so the VM's ns/event is far above the host's: both
 //! are reported as measured.
 
@@ -13,15 +14,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use governor_testbed::{cmd, setup, vm};
 use serde_json::Value;
-
-use crate::cmd;
-use crate::setup;
-use crate::vm;
 
 /// Arguments of `cargo xtask bench-ebpf`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct BenchEbpfArgs {
+pub struct BenchEbpfArgs {
     /// Seconds of load per measurement.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -42,7 +40,7 @@ pub(crate) struct BenchEbpfArgs {
     pub no_host: bool,
 }
 
-pub(crate) fn run(args: &BenchEbpfArgs) -> Result<()> {
+pub fn run(args: &BenchEbpfArgs) -> Result<()> {
     let bed = setup::run()?;
     eprintln!("== building ebpf-bench (release)");
     cmd::run(cmd::cargo().args([

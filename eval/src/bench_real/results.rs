@@ -10,7 +10,7 @@ use super::Sizes;
 
 /// What one job did in one run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub(crate) struct JobResult {
+pub struct JobResult {
     pub name: String,
     /// Submission, seconds after the run's start.
     pub submitted: f64,
@@ -28,7 +28,7 @@ pub(crate) struct JobResult {
 
 /// One run: a workload under one policy.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunResult {
+pub struct RunResult {
     pub workload: String,
     pub policy: String,
     pub rep: u32,
@@ -39,10 +39,10 @@ pub(crate) struct RunResult {
 }
 
 impl RunResult {
-    pub(crate) fn avg_jct(&self) -> f64 {
+    pub fn avg_jct(&self) -> f64 {
         mean(self.jobs.iter().map(|j| j.jct))
     }
-    pub(crate) fn avg_ttq(&self) -> Option<f64> {
+    pub fn avg_ttq(&self) -> Option<f64> {
         let v: Vec<f64> = self.jobs.iter().filter_map(|j| j.ttq).collect();
         (v.len() == self.jobs.len() && !v.is_empty()).then(|| mean(v.into_iter()))
     }
@@ -129,14 +129,14 @@ pub(crate) fn pair(fair: &RunResult, other: &RunResult) -> Pair {
 
 /// The value of a `+KEY=VALUE` flag of a policy (`governor+finish=5:0.001+sweep=lr`), read in
 /// the one policy grammar ([`SpecText`]).
-pub(crate) fn policy_option(policy: &str, key: &str) -> Option<String> {
+pub fn policy_option(policy: &str, key: &str) -> Option<String> {
     let spec: SpecText = policy.parse().ok()?;
     spec.option(key).map(str::to_owned)
 }
 
 /// The node policy spec of a benchmark policy (without its flags), as the daemon's `policy`
 /// setting takes it.
-pub(crate) fn node_spec(policy: &str) -> String {
+pub fn node_spec(policy: &str) -> String {
     policy
         .parse::<SpecText>()
         .map_or_else(|_| policy.to_owned(), |s| s.node)
@@ -144,7 +144,7 @@ pub(crate) fn node_spec(policy: &str) -> String {
 
 /// A run's result as the one who launched a sweep sees it: its best job (lowest best loss), that
 /// loss, and when that job reached its quality (seconds since the run's start).
-pub(crate) fn sweep_result(r: &RunResult) -> Option<(String, f64, Option<f64>)> {
+pub fn sweep_result(r: &RunResult) -> Option<(String, f64, Option<f64>)> {
     r.jobs
         .iter()
         .filter_map(|j| Some((j, best_quality(j)?)))
@@ -159,6 +159,12 @@ fn best_quality(j: &JobResult) -> Option<f64> {
         .map(|&(_, l, v)| if v.is_finite() { v } else { l })
         .filter(|v| v.is_finite())
         .reduce(f64::min)
+}
+
+/// Seconds in a table cell, "12.3 s", or "-" when there is no figure (the calibration's table
+/// and the demo's).
+pub fn secs(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.1} s"))
 }
 
 /// Median and range of a sample.

@@ -24,7 +24,8 @@ use sim::job::{JobModel, LogEvery, LossCurve, QuietPhase, Speedup};
 use sim::node::{NodeConfig, NodeRun, run_node};
 
 use crate::bench_real::{
-    JobResult, RunResult, Sizes, Workload, job_values, node_spec, policy_option, run_dir, spread,
+    JobResult, RunResult, Sizes, Workload, job_values, node_spec, policy_option, run_dir, secs,
+    spread,
 };
 use governor_policy::quality::FinishRule;
 use governor_policy::sweep::SweepTrial;
@@ -468,10 +469,6 @@ fn err(sim: Option<f64>, real: Option<f64>) -> String {
         (Some(s), Some(r)) if r > 0.0 => format!("{:+.0}%", 100.0 * (s / r - 1.0)),
         _ => "-".into(),
     }
-}
-
-fn secs(x: Option<f64>) -> String {
-    x.map_or("-".into(), |v| format!("{v:.1} s"))
 }
 
 /// The calibration section of a workload's summary: the fitted model, per-job error of the

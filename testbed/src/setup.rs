@@ -44,7 +44,7 @@ const KERNEL_META_PACKAGE: &str = "linux-image-amd64";
 
 /// What the other commands need from a completed set-up.
 #[derive(Debug, Clone)]
-pub(crate) struct Bed {
+pub struct Bed {
     /// `vng` in the project venv.
     pub vng: PathBuf,
     /// The kernel image to boot.
@@ -58,7 +58,7 @@ pub(crate) struct Bed {
 }
 
 /// Run every step; return the paths the bed needs.
-pub(crate) fn run() -> Result<Bed> {
+pub fn run() -> Result<Bed> {
     eprintln!(
         "== setup (idempotent; tools under {})",
         cmd::target_dir().display()
@@ -81,12 +81,12 @@ pub(crate) fn run() -> Result<Bed> {
 
 /// The steps the daemon's eBPF programs need (nightly `rust-src`, `bpf-linker`): all that the
 /// host demo needs of the set-up.
-pub(crate) fn ebpf_tools() -> Result<()> {
+pub fn ebpf_tools() -> Result<()> {
     step("nightly rust-src", nightly_rust_src)?;
     step("bpf-linker", bpf_linker)
 }
 
-pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     eprintln!("-- {name}");
     let started = std::time::Instant::now();
     let result = f();

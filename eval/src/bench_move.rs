@@ -30,14 +30,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use governor_testbed::{cmd, setup, vm};
 use serde::{Deserialize, Serialize};
 
 use crate::bench_real::spread;
-use crate::{cmd, setup, vm};
 
 /// Arguments of `cargo xtask bench-move`.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct BenchMoveArgs {
+pub struct BenchMoveArgs {
     /// Memory held by the moved process, MiB.
     #[arg(long, value_delimiter = ',', default_value = "64,256,1024")]
     pub sizes: Vec<u64>,
@@ -243,7 +243,7 @@ exit $rc
     )
 }
 
-pub(crate) fn run(args: &BenchMoveArgs) -> Result<()> {
+pub fn run(args: &BenchMoveArgs) -> Result<()> {
     let out = args
         .out
         .clone()

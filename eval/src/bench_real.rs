@@ -1,7 +1,7 @@
 //! `cargo xtask bench-real`: real training processes on this machine's real cores, governed by
 //! each node policy and by `fair` on the same arrivals, repeated.
 //!
-//! What it runs: TensorFlow/Keras (CPU) and scikit-learn jobs (`xtask/realjobs/*.py`), installed
+//! What it runs: TensorFlow/Keras (CPU) and scikit-learn jobs (`eval/realjobs/*.py`), installed
 //! by this command into a project-local virtual environment from PyPI (`target/bench/venv`).
 //! PyTorch is left out: the PyPI wheels carry the CUDA libraries (several GB) and the CPU-only
 //! index is not reachable from these machines. The jobs train on data that ships with
@@ -28,25 +28,25 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use governor_testbed::cmd;
 use serde::{Deserialize, Serialize};
-
-use crate::cmd;
 
 mod results;
 mod round;
 mod summary;
 mod workload;
 
-pub(crate) use results::{
-    JobResult, RunResult, job_values, node_spec, policy_option, spread, sweep_result,
-};
-pub(crate) use round::{RealEnv, python_env};
+// The demo (xtask) runs these jobs too: what it uses is `pub`.
+pub use results::{JobResult, RunResult, node_spec, policy_option, secs, sweep_result};
+pub(crate) use results::{job_values, spread};
+pub use round::{CgroupLayout, RealEnv, python_env};
 use summary::aggregate;
-pub(crate) use workload::{Framework, JobPlan, Workload, job, workloads};
+pub(crate) use workload::workloads;
+pub use workload::{Framework, JobPlan, Workload, job};
 
 /// Arguments of `cargo xtask bench-real`.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct BenchRealArgs {
+pub struct BenchRealArgs {
     /// Workloads to run (`all`, or names: mixed, sweep, quiet, threads).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub workload: Vec<String>,
@@ -80,12 +80,12 @@ pub(crate) struct BenchRealArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-pub(crate) enum Sizes {
+pub enum Sizes {
     Known,
     Unknown,
 }
 
-pub(crate) fn run(args: &BenchRealArgs) -> Result<()> {
+pub fn run(args: &BenchRealArgs) -> Result<()> {
     let out = args
         .out
         .clone()
@@ -155,7 +155,7 @@ pub(crate) fn run(args: &BenchRealArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn policy_dir_name(policy: &str) -> String {
+pub fn policy_dir_name(policy: &str) -> String {
     policy
         .chars()
         .map(|c| {

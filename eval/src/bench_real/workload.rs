@@ -4,14 +4,14 @@ use serde::{Deserialize, Serialize};
 
 /// A training framework the jobs use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Framework {
+pub enum Framework {
     Keras,
     Sklearn,
 }
 
 /// One job of a workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct JobPlan {
+pub struct JobPlan {
     pub name: String,
     /// Seconds after the workload's start.
     pub at: f64,
@@ -25,19 +25,13 @@ pub(crate) struct JobPlan {
 
 /// A workload: jobs and their arrivals.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Workload {
+pub struct Workload {
     pub name: String,
     pub about: String,
     pub jobs: Vec<JobPlan>,
 }
 
-pub(crate) fn job(
-    name: &str,
-    at: f64,
-    framework: Framework,
-    epochs: u32,
-    args: &[&str],
-) -> JobPlan {
+pub fn job(name: &str, at: f64, framework: Framework, epochs: u32, args: &[&str]) -> JobPlan {
     JobPlan {
         name: name.into(),
         at,

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use governor_policy::Direction;
 use governor_policy::quality::time_to_quality;
+use governor_testbed::cmd;
 
 use super::{Framework, JobPlan, JobResult, RunResult, Sizes, Workload, node_spec, policy_option};
-use crate::cmd;
+use crate::procfs;
 
 /// PyPI packages of the benchmark's environment, pinned (the versions measured).
 const PYTHON_PACKAGES: &[&str] = &[
@@ -24,7 +25,7 @@ const PYTHON_PACKAGES: &[&str] = &[
 ];
 
 /// The Python environment, the governor binary, and the host's cgroup layout.
-pub(crate) struct RealEnv {
+pub struct RealEnv {
     pub python: PathBuf,
     pub governor: PathBuf,
     pub scripts: PathBuf,
@@ -33,7 +34,7 @@ pub(crate) struct RealEnv {
 
 /// Where a job group's CPU time is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CgroupLayout {
+pub enum CgroupLayout {
     /// `cpuacct/<group>/cpuacct.usage` (ns): v1 or hybrid.
     V1,
     /// `<group>/cpu.stat` `usage_usec`: unified.
@@ -42,7 +43,7 @@ pub(crate) enum CgroupLayout {
 
 impl RealEnv {
     /// The benchmark's environment: the Python environment and the release daemon.
-    pub(crate) fn prepare() -> Result<RealEnv> {
+    pub fn prepare() -> Result<RealEnv> {
         let python = python_env()?;
         eprintln!("== building the release daemon");
         cmd::run(cmd::cargo().args(["build", "--release", "-p", "governor"]))?;
@@ -51,7 +52,7 @@ impl RealEnv {
 
     /// Real jobs run with `python` under the daemon binary `governor`; fails where this host
     /// cannot govern them (not root, no cgroup CPU controller).
-    pub(crate) fn new(python: PathBuf, governor: PathBuf) -> Result<RealEnv> {
+    pub fn new(python: PathBuf, governor: PathBuf) -> Result<RealEnv> {
         if !cmd::is_root() {
             bail!("real jobs run under a root daemon that writes cgroups: run it as root");
         }
@@ -65,7 +66,7 @@ impl RealEnv {
         Ok(RealEnv {
             python,
             governor,
-            scripts: cmd::workspace_root().join("xtask/realjobs"),
+            scripts: cmd::workspace_root().join("eval/realjobs"),
             cgroup,
         })
     }
@@ -96,12 +97,7 @@ impl RealEnv {
     }
 
     /// Starts the daemon with `policy`; returns it once its socket answers.
-    pub(crate) fn start_daemon(
-        &self,
-        policy: &str,
-        dir: &Path,
-        extra_config: &[String],
-    ) -> Result<Child> {
+    pub fn start_daemon(&self, policy: &str, dir: &Path, extra_config: &[String]) -> Result<Child> {
         let policy = node_spec(policy);
         let config = dir.join("governor.toml");
         let mut text = format!(
@@ -140,13 +136,7 @@ impl RealEnv {
     }
 
     /// The command that starts job `j` under `governor run-job`.
-    pub(crate) fn job_command(
-        &self,
-        j: &JobPlan,
-        sizes: Sizes,
-        dir: &Path,
-        policy: &str,
-    ) -> Command {
+    pub fn job_command(&self, j: &JobPlan, sizes: Sizes, dir: &Path, policy: &str) -> Command {
         let script = match j.framework {
             Framework::Keras => "train_keras.py",
             Framework::Sklearn => "train_sklearn.py",
@@ -184,7 +174,7 @@ impl RealEnv {
         c
     }
 
-    pub(crate) fn run_once(
+    pub fn run_once(
         &self,
         w: &Workload,
         policy: &str,
@@ -198,7 +188,7 @@ impl RealEnv {
         let slices_before = governor_slices();
         let mut daemon = self.start_daemon(policy, dir, extra_config)?;
         let result = self.drive(w, policy, sizes, rep, dir, &mut daemon);
-        let daemon_cpu = process_cpu_seconds(daemon.id()).unwrap_or(f64::NAN);
+        let daemon_cpu = procfs::cpu_seconds(daemon.id()).unwrap_or(f64::NAN);
         stop(&mut daemon);
         remove_new_empty_slices(&slices_before);
         let mut r = result?;
@@ -389,15 +379,6 @@ pub(super) fn read_times(path: &Path, origin: f64) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
-/// utime + stime of a process, seconds.
-fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 /// SIGTERM (the daemon restores every limit), then wait.
 fn stop(child: &mut Child) {
     let _ = Command::new("kill")
@@ -416,7 +397,7 @@ fn stop(child: &mut Child) {
 
 /// The benchmark's Python environment: created and filled once, then reused (a stamp names the
 /// packages installed).
-pub(crate) fn python_env() -> Result<PathBuf> {
+pub fn python_env() -> Result<PathBuf> {
     cmd::python_venv(
         &cmd::target_dir().join("bench/venv"),
         PYTHON_PACKAGES,

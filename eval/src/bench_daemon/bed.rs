@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use governor_progress::tensorboard::{file_version_event, scalar_event};
+use governor_progress::tfrecord::frame;
+use governor_testbed::cmd;
 use serde_json::Value;
 
 use super::{BenchDaemonArgs, LogFormat, SplitMix64};
-use crate::cmd;
-use governor_progress::tensorboard::{file_version_event, scalar_event};
-use governor_progress::tfrecord::frame;
 
 /// The files of a fresh cgroup v2 group, as `FakeCgroupRoot` (governor/src/cgroup/fake.rs)
 /// writes them.
@@ -50,7 +50,7 @@ const ROOT_FILES: &[(&str, &str)] = &[
 
 const DIR_PREFIX: &str = "governor-bench-daemon-";
 
-/// Directories of earlier runs whose xtask process is gone (killed before its clean-up).
+/// Directories of earlier runs whose benchmark process is gone (killed before its clean-up).
 pub(super) fn remove_stale_dirs() {
     let Ok(entries) = fs::read_dir("/dev/shm") else {
         return;

@@ -5,16 +5,16 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-/// The workspace root (parent of `xtask/`).
-pub(crate) fn workspace_root() -> PathBuf {
+/// The workspace root (parent of `testbed/`).
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("xtask lives in the workspace")
+        .expect("testbed lives in the workspace")
         .to_path_buf()
 }
 
 /// Cargo's target directory (honours CARGO_TARGET_DIR).
-pub(crate) fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) => {
             let d = PathBuf::from(d);
@@ -39,7 +39,7 @@ pub(crate) fn bed_dir() -> PathBuf {
 }
 
 /// Describe a command for messages: program and arguments, shell-like.
-pub(crate) fn describe(cmd: &Command) -> String {
+pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         let a = a.to_string_lossy();
@@ -54,7 +54,7 @@ pub(crate) fn describe(cmd: &Command) -> String {
 }
 
 /// Run a command with inherited stdio, echoing it first; fail with the command line on error.
-pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     let line = describe(cmd);
     eprintln!("  $ {line}");
     let status = cmd
@@ -67,7 +67,7 @@ pub(crate) fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Run a command and capture its stdout (stderr inherited); fail with the command line on error.
-pub(crate) fn output(cmd: &mut Command) -> Result<String> {
+pub fn output(cmd: &mut Command) -> Result<String> {
     let line = describe(cmd);
     let out = cmd
         .stderr(Stdio::inherit())
@@ -85,7 +85,7 @@ static EBPF_BUILD: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new(
 
 /// Build the daemon without its eBPF programs in every later cargo command of this run (the
 /// demo, when the eBPF tools could not be installed: it still shows the policies).
-pub(crate) fn build_without_ebpf() {
+pub fn build_without_ebpf() {
     let _ = EBPF_BUILD.set("skip");
 }
 
@@ -96,7 +96,7 @@ pub(crate) fn build_without_ebpf() {
 /// instead of passing the tests on the cgroupfs fallback. The caller's own `GOVERNOR_EBPF_BUILD`
 /// wins. The value must be the same in every stage of a run: changing it reruns the build script
 /// and rebuilds the daemon and everything above it.
-pub(crate) fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     // governor/build.rs links the eBPF object with the bpf-linker `setup` installs here.
@@ -116,7 +116,7 @@ pub(crate) fn cargo() -> Command {
 
 /// `rustup run nightly <program>` in the workspace root, without the outer (stable) cargo's
 /// settings, which must not leak into the nightly run (its own target directory included).
-pub(crate) fn nightly(program: &str) -> Command {
+pub fn nightly(program: &str) -> Command {
     let mut c = Command::new("rustup");
     c.args(["run", "nightly", program])
         .current_dir(workspace_root());
@@ -134,7 +134,7 @@ pub(crate) fn nightly(program: &str) -> Command {
 }
 
 /// Whether this process runs as root.
-pub(crate) fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -146,7 +146,7 @@ pub(crate) fn is_root() -> bool {
 }
 
 /// Free space, in GiB, on the file system that holds the target directory (`None` if unknown).
-pub(crate) fn target_free_gib() -> Option<f64> {
+fn target_free_gib() -> Option<f64> {
     let dir = target_dir();
     let _ = std::fs::create_dir_all(&dir);
     // `df` rather than statvfs: xtask holds no unsafe code.
@@ -163,7 +163,7 @@ pub(crate) fn target_free_gib() -> Option<f64> {
 
 /// Prints the free space under the target directory: CI's disk has run full before, and a
 /// figure per stage tells which stage used it.
-pub(crate) fn report_free_disk(stage: &str) {
+pub fn report_free_disk(stage: &str) {
     if let Some(gib) = target_free_gib() {
         eprintln!("   disk: {gib:.1} GiB free under the target directory ({stage})");
     }
@@ -179,7 +179,7 @@ fn venv_stamp(packages: &[&str], uninstall: &[&str]) -> String {
 
 /// The Python of the environment at `venv`, if it holds exactly `packages` (less `uninstall`),
 /// as its stamp file says.
-pub(crate) fn venv_python(venv: &Path, packages: &[&str], uninstall: &[&str]) -> Option<PathBuf> {
+pub fn venv_python(venv: &Path, packages: &[&str], uninstall: &[&str]) -> Option<PathBuf> {
     let python = venv.join("bin/python");
     let stamp = std::fs::read_to_string(venv.join("governor-packages")).ok()?;
     (python.exists() && stamp == venv_stamp(packages, uninstall)).then_some(python)
@@ -188,7 +188,7 @@ pub(crate) fn venv_python(venv: &Path, packages: &[&str], uninstall: &[&str]) ->
 /// A project-local Python environment at `venv` with `packages` from PyPI (then `uninstall`
 /// removed): created and filled once, reused while its stamp names the same packages.
 /// `what` names it in the output and in the error.
-pub(crate) fn python_venv(
+pub fn python_venv(
     venv: &Path,
     packages: &[&str],
     uninstall: &[&str],

@@ -1,7 +1,7 @@
 #!/bin/bash
 # How much of an order the kernel's CPU controller delivers to real Keras jobs (issue 12).
 #
-# Four real training processes (xtask/realjobs/train_keras.py) in four cgroups of the host's
+# Four real training processes (eval/realjobs/train_keras.py) in four cgroups of the host's
 # cgroup v1 cpu controller, two "served first" and two "held back", for each way of holding
 # back: weights alone (cpu.shares 2334/1567 against 102, what the governor policy writes for
 # a plan of ~1 core each against a floor), SCHED_IDLE groups (cpu.idle = 1) for the held-back
@@ -10,14 +10,14 @@
 # the benchmark's environment (`cargo xtask bench-real` creates target/bench/venv). The way
 # `spin` holds back with weights too but runs busy loops instead of Keras: the control.
 #
-#   sudo xtask/realjobs/enforcement.sh            # all four ways, ~2 min
-#   sudo WAYS="weights cap" xtask/realjobs/enforcement.sh
+#   sudo eval/realjobs/enforcement.sh            # all four ways, ~2 min
+#   sudo WAYS="weights cap" eval/realjobs/enforcement.sh
 #
 # It creates /sys/fs/cgroup/cpu/govexp and removes it on exit; nothing else is touched.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-$ROOT/target/bench/venv/bin/python}
-SCRIPT=$ROOT/xtask/realjobs/train_keras.py
+SCRIPT=$ROOT/eval/realjobs/train_keras.py
 BASE=/sys/fs/cgroup/cpu/govexp
 GROUPS_=(first second back1 back2)
 TASKS=(digits teacher teacher digits)
