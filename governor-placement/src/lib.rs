@@ -494,7 +494,9 @@ pub fn feasible_nodes(cluster: &ClusterView, job: &JobRequest) -> Result<Vec<usi
         why.push(format!("{down} not connected"));
     }
     if avoided > 0 {
-        why.push(format!("{avoided} already run another member of this job"));
+        why.push(format!(
+            "{avoided} avoided (another member of this job runs there, or it is being cleared for a job of higher priority)"
+        ));
     }
     if short_gpus > 0 {
         let most = most_free_gpus
@@ -713,7 +715,7 @@ mod tests {
         let e = feasible_nodes(&c, &req).unwrap_err();
         assert_eq!(
             e.reason,
-            "no node can take it now: of 3 nodes, 1 not connected, 2 already run another member of this job"
+            "no node can take it now: of 3 nodes, 1 not connected, 2 avoided (another member of this job runs there, or it is being cleared for a job of higher priority)"
         );
     }
 

@@ -112,6 +112,17 @@ impl QueuedJob {
     }
 }
 
+/// A node being cleared for a waiting job (its lower-priority jobs are being saved for it): jobs
+/// of lower priority than `priority` are not placed there meanwhile, so the room goes to the
+/// job it is made for, not back to the jobs just saved nor to others of lower priority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The node's name.
+    pub node: String,
+    /// The waiting job's priority.
+    pub priority: i32,
+}
+
 /// The id a member's pending placement has in the view: the job id, or `JOB#REPLICA` for gangs.
 pub fn member_id(job: &str, replica: u32, replicas: u32) -> String {
     if replicas > 1 {
@@ -212,6 +223,17 @@ impl Queue {
         cluster: &mut ClusterView,
         policy: &mut dyn PlacementPolicy,
     ) -> Round {
+        self.admit_holding(now, cluster, policy, &[])
+    }
+
+    /// [`Queue::admit`], keeping each node of `holds` for jobs of at least its priority.
+    pub fn admit_holding(
+        &mut self,
+        now: Seconds,
+        cluster: &mut ClusterView,
+        policy: &mut dyn PlacementPolicy,
+        holds: &[Hold],
+    ) -> Round {
         let order = policy.queue_order();
         if order != self.order {
             self.order = order;
@@ -244,7 +266,12 @@ impl Queue {
                 kept.push(job);
                 continue;
             }
-            match place_all(&job, cluster, policy) {
+            let held: Vec<String> = holds
+                .iter()
+                .filter(|h| job.priority < h.priority)
+                .map(|h| h.node.clone())
+                .collect();
+            match place_all(&job, cluster, policy, &held) {
                 Ok(members) => round.admitted.push(Admission { job, members }),
                 Err(reason) => {
                     job.waiting_reason = reason;
@@ -264,18 +291,24 @@ fn place_all(
     job: &QueuedJob,
     cluster: &mut ClusterView,
     policy: &mut dyn PlacementPolicy,
+    held: &[String],
 ) -> Result<Vec<Placement>, String> {
     if job.replicas > 1
         && policy.gangs_on_one_node()
-        && let Some(members) = place_on_one_node(job, cluster)
+        && let Some(members) = place_on_one_node(job, cluster, held)
     {
         return Ok(members);
     }
     let mut placed: Vec<(Placement, JobRequest)> = Vec::new();
     for replica in 0..job.replicas {
-        let avoid = placed
+        let avoid = held
             .iter()
-            .map(|(p, _)| cluster.nodes[p.node].name.clone())
+            .cloned()
+            .chain(
+                placed
+                    .iter()
+                    .map(|(p, _)| cluster.nodes[p.node].name.clone()),
+            )
             .collect();
         let request = job.member_request(replica, avoid);
         match policy.place(cluster, &request) {
@@ -309,7 +342,11 @@ fn place_all(
 
 /// The Kubeflow scheduler's gang step: the first node (by name) that holds every member at
 /// once, each member reserved there; `None` when no node can.
-fn place_on_one_node(job: &QueuedJob, cluster: &mut ClusterView) -> Option<Vec<Placement>> {
+fn place_on_one_node(
+    job: &QueuedJob,
+    cluster: &mut ClusterView,
+    held: &[String],
+) -> Option<Vec<Placement>> {
     let n = job.replicas;
     let whole = JobRequest {
         id: job.id.clone(),
@@ -317,7 +354,7 @@ fn place_on_one_node(job: &QueuedJob, cluster: &mut ClusterView) -> Option<Vec<P
         cores: job.cores.map(|c| c * n as f64),
         memory_bytes: job.memory_bytes.map(|m| m * n as u64),
         priority: job.priority,
-        avoid: Vec::new(),
+        avoid: held.to_vec(),
     };
     let node = *crate::feasible_nodes(cluster, &whole).ok()?.first()?;
     let mut members = Vec::new();

@@ -325,7 +325,10 @@ impl ClusterState {
 
     /// One admission round, then shrinks and preemptions for the jobs that still wait.
     fn admission_round(&mut self, now: Seconds) -> usize {
-        let round = self.queue.admit(now, &mut self.view, self.policy.as_mut());
+        let holds = self.holds();
+        let round = self
+            .queue
+            .admit_holding(now, &mut self.view, self.policy.as_mut(), &holds);
         let policy = self.policy.name().to_owned();
         for expired in round.expired {
             if let Some(job) = self.jobs.get_mut(&expired.job.id) {

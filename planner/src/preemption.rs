@@ -15,7 +15,9 @@
 //! - only jobs that have run [`StateConfig::preempt_min_run_s`](super::StateConfig) since their
 //!   latest start are displaced (a job saved and resumed is not displaced again at once);
 //! - no chains: a job that was itself preempted never displaces others;
-//! - one preemption at a time per waiting job: while its victims save, it waits;
+//! - one preemption at a time per waiting job: while its victims save, it waits, and the node
+//!   they leave is held for it (no job of lower priority is placed there, the saved ones
+//!   included, until it is admitted: [`ClusterState::holds`]);
 //! - gangs and GPU jobs are never displaced (they cannot be saved as one yet), so a gang is
 //!   never preempted in part; a waiting gang does not preempt either.
 //!
@@ -23,6 +25,7 @@
 //! acts on declared resources only, as Kubernetes' does on requests.
 
 use governor_placement::preempt::{self, Candidate};
+use governor_placement::queue::Hold;
 use governor_proto::control::{JobState, MovePhase};
 use governor_proto::node::RunState;
 use tracing::info;
@@ -93,6 +96,32 @@ impl ClusterState {
                 );
             }
         }
+    }
+
+    /// The nodes being cleared for waiting jobs: where a job preempted for one that still waits
+    /// is saving, or saved and queued to resume. Until the waiting job is admitted, jobs of lower
+    /// priority are not placed there (not the saved jobs themselves, which would otherwise take
+    /// the room back as soon as the first of them is saved, nor any other).
+    pub(super) fn holds(&self) -> Vec<Hold> {
+        if !self.config.preemption {
+            return Vec::new();
+        }
+        self.submitted_jobs()
+            .filter_map(|j| j.active_move())
+            .filter(|m| {
+                matches!(
+                    m.phase,
+                    MovePhase::Saving | MovePhase::Transferring | MovePhase::Requeued
+                )
+            })
+            .filter_map(|m| {
+                let waiting = self.queue.get(m.preempted_for.as_deref()?)?;
+                Some(Hold {
+                    node: m.from_node.clone(),
+                    priority: waiting.priority,
+                })
+            })
+            .collect()
     }
 
     /// The waiting jobs for which some job is being saved now (one preemption at a time each).

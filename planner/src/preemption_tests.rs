@@ -270,3 +270,59 @@ fn a_preempted_job_cancelled_while_queued_ends_cancelled_and_the_queue_forgets_i
     assert_eq!(status(&s, "j1"), JobState::Cancelled);
     assert!(s.queue.get("j1").is_none());
 }
+
+/// A job reserving half of a 4-core node, with a framework checkpoint on a shared path.
+fn half_node(name: &str, priority: i32) -> JobSpec {
+    JobSpec {
+        cores: Some(2.0),
+        ..whole_node(name, priority, false)
+    }
+}
+
+#[test]
+fn the_room_a_preemption_makes_goes_to_the_job_it_is_made_for_not_back_to_the_saved_ones() {
+    // One node of 4 cores, two low-priority jobs of 2 cores each on it.
+    let mut s = ClusterState::new(config(), "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, half_node("low1", 0));
+    s.submit(1.0, half_node("low2", 0));
+    let both = |state: [RunState; 2], attempt: u32, saved: [bool; 2]| {
+        report(&[
+            ("j1", state[0], attempt, saved[0]),
+            ("j2", state[1], attempt, saved[1]),
+        ])
+    };
+    let running = [RunState::Running, RunState::Running];
+    s.report(2.0, "a", a, both(running, 0, [false, false]))
+        .unwrap();
+    commands(&mut s);
+    // The urgent job needs the whole node: both are asked to save.
+    s.submit(70.0, whole_node("urgent", 10, false));
+    assert_eq!(commands(&mut s), ["save j1 on a", "save j2 on a"]);
+    // j1 is saved first: its 2 cores are free, not enough for j3. j1 is queued again, and must
+    // not take its room back while j3 waits for j2's save.
+    let half_saved = both([RunState::Exited, RunState::Running], 0, [true, false]);
+    s.handle(
+        72.0,
+        crate::Input::Report {
+            node: "a".into(),
+            session: a,
+            report: half_saved.clone(),
+        },
+    );
+    s.handle(73.0, crate::Input::Tick);
+    assert_eq!(status(&s, "j1"), JobState::Queued);
+    assert!(commands(&mut s).is_empty(), "the node is held for j3");
+    // j2 saved: the node is free, and j3 gets it.
+    let saved = both([RunState::Exited, RunState::Exited], 0, [true, true]);
+    s.handle(
+        75.0,
+        crate::Input::Report {
+            node: "a".into(),
+            session: a,
+            report: saved,
+        },
+    );
+    assert_eq!(commands(&mut s), ["start j3 on a attempt 0"]);
+    assert_eq!(status(&s, "j2"), JobState::Queued);
+}

@@ -6,10 +6,15 @@
 use anyhow::{Result, bail};
 use governor_testbed::cmd;
 
-/// The crates that do no I/O: node policies, cluster placement, log parsing and the progress
-/// signal.
-pub(crate) const PURE_CRATES: [&str; 3] =
-    ["governor-policy", "governor-placement", "governor-progress"];
+/// The crates that do no I/O: node policies, cluster placement, the cluster planner (with the
+/// protocol's domain types it builds on, `governor-proto` without its `grpc` feature), log
+/// parsing and the progress signal.
+pub(crate) const PURE_CRATES: [&str; 4] = [
+    "governor-policy",
+    "governor-placement",
+    "governor-planner",
+    "governor-progress",
+];
 
 /// Dependencies a pure crate must not have, each with its family (`tokio-util`, `aya-obj`).
 pub(crate) const FORBIDDEN: [&str; 5] = ["tokio", "nix", "libc", "inotify", "aya"];
