@@ -35,17 +35,26 @@
 //! # Event order
 //!
 //! A global heap orders arrivals (first at equal times), worker steps, then the coordinator's
-//! tick. A worker step advances its jobs to the step's time and then handles, in the
-//! single-node simulator's order ([`crate::node`]): finishes, log writes, checkpoints written,
-//! jobs starting, log lines delivered, the usage tick, the policy's own deadline; then asks the
-//! policy to `decide`, applies the plan at once and reports. A one-worker cluster with
-//! `start_delay = 0` therefore reproduces `node::run_node` exactly (a test checks it).
+//! tick. A worker step advances its jobs to the step's time and then handles, in order:
+//! finishes, quiet phases and log writes, checkpoints written, jobs starting, log lines
+//! delivered (and the jobs its node stops at convergence or cuts from a sweep, the trials it
+//! holds at a rung), the usage tick, the policy's own deadline; then asks the policy to
+//! `decide`, applies the plan at once and reports.
+//!
+//! One node engine: [`crate::node::run_node`] is this engine with one worker
+//! (`cluster/single.rs`), so a node's model (quiet phases, the kernel's enforcement, finish at
+//! convergence, sweeps) is the same alone and in a cluster.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use governor_planner::ClusterState;
-use governor_policy::{Category, CpuAllocation, JobId, NodePolicy, NodeResources, ProgressPoint};
+use governor_policy::quality::EarlyStop;
+use governor_policy::sweep::Sweeps;
+use governor_policy::{
+    Category, CpuAllocation, Direction, JobId, MoveRequest, NodePolicy, NodeResources,
+    ProgressPoint,
+};
 use governor_proto::node::NodeCommand;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -57,12 +66,14 @@ mod config;
 mod driver;
 mod policy_spec;
 mod results;
+mod single;
 mod step;
 
 pub use config::{ClusterConfig, MoveDowntime, WorkerSpec};
 pub use driver::{PlannerStep, planner_config};
 pub use policy_spec::{PREEMPT_MIN_RUN_S, PolicySpec, RESIZE_MIN_RUN_S};
 pub use results::{ClusterRun, JobOutcome, MoveRecord, RunError, WorkerTimeline};
+pub(crate) use single::run_one_node;
 
 /// Relative tolerance for "reached its work or a log threshold" (as in [`crate::node`]).
 const EPS: f64 = 1e-9;
@@ -95,6 +106,8 @@ enum Ended {
     Saved,
     /// The planner stopped it.
     Stopped,
+    /// Its node stopped it, as it asked (finish at convergence, cut from its sweep): complete.
+    Converged,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -145,6 +158,30 @@ struct Rt {
     gpu_energy_at_lines: Vec<f64>,
     /// Zeus's search of its GPUs' limit once it stopped learning (the daemon's `[gpu] slowdown`).
     gpu_search: Option<governor_policy::gpu_power::LimitSearch>,
+    /// Quiet (no CPU demand) until then; the next of its quiet phases.
+    quiet_until: f64,
+    next_quiet: usize,
+    /// Its finish rule, fed each log line as its node's policy sees it.
+    early_stop: Option<EarlyStop>,
+    /// Why its node stopped it before its work was done (converged, cut from its sweep).
+    stopped: Option<String>,
+    /// Held by its sweep at a rung (its node's policy was told so).
+    held: bool,
+    /// When its node's policy first asked to move it.
+    move_requested_at: Option<f64>,
+    /// `(time, cores)` at each change of its share (with `record_timeline`).
+    timeline: Vec<(f64, f64)>,
+}
+
+impl Rt {
+    /// Cores it wants at `t`: none while quiet, else what it runs with.
+    fn demand(&self, t: f64) -> f64 {
+        if self.quiet_until > t + EPS {
+            0.0
+        } else {
+            self.size
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -155,8 +192,8 @@ struct Delivery {
     obs: Observation,
 }
 
-struct Worker {
-    policy: Box<dyn NodePolicy>,
+struct Worker<'a> {
+    policy: Box<dyn NodePolicy + 'a>,
     node: NodeResources,
     t: f64,
     /// Its session with the planner.
@@ -176,6 +213,10 @@ struct Worker {
     force_decide: bool,
     gpu_owner: Vec<Option<usize>>,
     timeline: Vec<(f64, usize, f64)>,
+    /// Its sweeps: the daemon judges a sweep's trials on their node.
+    sweeps: Sweeps<usize>,
+    /// Core-seconds left idle while a job here could have used them.
+    idle_core_seconds: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -215,7 +256,7 @@ struct Engine<'a> {
     ids: Vec<JobId>,
     index: HashMap<String, usize>,
     rt: Vec<Rt>,
-    workers: Vec<Worker>,
+    workers: Vec<Worker<'a>>,
     /// The coordinator's planner: the code `coordinator` runs.
     planner: ClusterState,
     /// Planner id -> trace index.
@@ -230,6 +271,13 @@ struct Engine<'a> {
     events: u64,
     /// Commands the planner gave that the nodes have not carried out yet.
     pending: Vec<(String, NodeCommand)>,
+    /// One node run on its own (`node::run_node`): jobs declare no memory (a node does not queue
+    /// for it).
+    single_node: bool,
+    /// Every decision, with `record_decisions`: `(time, job, weight, cap, reason)`.
+    decision_log: Vec<(f64, String, u32, Option<f64>, String)>,
+    /// Every move request a node policy made: `(time, request)`.
+    move_requests: Vec<(f64, MoveRequest)>,
     /// Every input fed to the planner and the commands it gave back (same-trace test).
     recorded: Option<Vec<PlannerStep>>,
 }
@@ -267,13 +315,37 @@ fn run(
     if config.workers.is_empty() {
         return Err(RunError::NoWorkers);
     }
-    let jobs = &trace.jobs;
-    let workers = config
+    let policies = config
         .workers
         .iter()
-        .map(|w| {
-            Ok(Worker {
-                policy: governor_policy::by_spec(&spec.node)?,
+        .map(|_| governor_policy::by_spec(&spec.node).map_err(RunError::from))
+        .collect::<Result<Vec<_>, RunError>>()?;
+    let mut engine = Engine::new(trace, config, spec, seed, policies, false)?;
+    engine.recorded = record.then(Vec::new);
+    engine.start();
+    engine.run();
+    let run = engine.result();
+    Ok((run, engine.recorded.take().unwrap_or_default()))
+}
+
+impl<'a> Engine<'a> {
+    /// The engine for `trace` on `config`'s workers, each with its node policy (in worker
+    /// order).
+    fn new(
+        trace: &'a Trace,
+        config: &'a ClusterConfig,
+        spec: &'a PolicySpec,
+        seed: u64,
+        policies: Vec<Box<dyn NodePolicy + 'a>>,
+        single_node: bool,
+    ) -> Result<Self, RunError> {
+        let jobs = &trace.jobs;
+        let workers = config
+            .workers
+            .iter()
+            .zip(policies)
+            .map(|(w, policy)| Worker {
+                policy,
                 node: NodeResources {
                     cores: w.cores,
                     memory_bytes: w.memory_bytes,
@@ -291,84 +363,100 @@ fn run(
                 force_decide: false,
                 gpu_owner: vec![None; w.gpus as usize],
                 timeline: Vec::new(),
+                sweeps: Sweeps::default(),
+                idle_core_seconds: 0.0,
             })
+            .collect();
+        let planner = ClusterState::new(driver::planner_config(config, spec), &spec.placement)?;
+        Ok(Engine {
+            jobs,
+            config,
+            spec,
+            ids: jobs.iter().map(|j| JobId(j.model.id.clone())).collect(),
+            index: jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| (j.model.id.clone(), i))
+                .collect(),
+            rt: (0..jobs.len())
+                .map(|i| {
+                    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                    rng.set_stream(i as u64 + 1);
+                    Rt {
+                        phase: Phase::NotSubmitted,
+                        worker: 0,
+                        done: 0.0,
+                        cpu: 0.0,
+                        next_log: 0.0,
+                        log_started: false,
+                        cores: 0.0,
+                        alloc: CpuAllocation::DEFAULT,
+                        category: Category::Unknown,
+                        rng,
+                        first_start: None,
+                        first_worker: None,
+                        finish: None,
+                        gpus: Vec::new(),
+                        lines_seen: 0,
+                        last: None,
+                        previous: None,
+                        written: Vec::new(),
+                        last_start: 0.0,
+                        size: jobs[i].model.parallelism,
+                        planner_id: String::new(),
+                        attempt: 0,
+                        move_request: None,
+                        gpu_limit: 1.0,
+                        gpu_energy_j: 0.0,
+                        gpu_energy_at_lines: Vec::new(),
+                        gpu_search: None,
+                        quiet_until: f64::NEG_INFINITY,
+                        next_quiet: 0,
+                        early_stop: jobs[i]
+                            .model
+                            .finish
+                            .map(|r| EarlyStop::new(r, Direction::Minimise)),
+                        stopped: None,
+                        held: false,
+                        move_requested_at: None,
+                        timeline: Vec::new(),
+                    }
+                })
+                .collect(),
+            workers,
+            planner,
+            by_planner_id: HashMap::new(),
+            by_worker_name: config
+                .workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.name.clone(), i))
+                .collect(),
+            heap: BinaryHeap::new(),
+            next_tick: None,
+            max_cores: config.max_cores(),
+            decisions: 0,
+            events: 0,
+            pending: Vec::new(),
+            single_node,
+            decision_log: Vec::new(),
+            move_requests: Vec::new(),
+            recorded: None,
         })
-        .collect::<Result<Vec<_>, RunError>>()?;
-    let planner = ClusterState::new(driver::planner_config(config, spec), &spec.placement)?;
-    let mut engine = Engine {
-        jobs,
-        config,
-        spec,
-        ids: jobs.iter().map(|j| JobId(j.model.id.clone())).collect(),
-        index: jobs
-            .iter()
-            .enumerate()
-            .map(|(i, j)| (j.model.id.clone(), i))
-            .collect(),
-        rt: (0..jobs.len())
-            .map(|i| {
-                let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                rng.set_stream(i as u64 + 1);
-                Rt {
-                    phase: Phase::NotSubmitted,
-                    worker: 0,
-                    done: 0.0,
-                    cpu: 0.0,
-                    next_log: 0.0,
-                    log_started: false,
-                    cores: 0.0,
-                    alloc: CpuAllocation::DEFAULT,
-                    category: Category::Unknown,
-                    rng,
-                    first_start: None,
-                    first_worker: None,
-                    finish: None,
-                    gpus: Vec::new(),
-                    lines_seen: 0,
-                    last: None,
-                    previous: None,
-                    written: Vec::new(),
-                    last_start: 0.0,
-                    size: jobs[i].model.parallelism,
-                    planner_id: String::new(),
-                    attempt: 0,
-                    move_request: None,
-                    gpu_limit: 1.0,
-                    gpu_energy_j: 0.0,
-                    gpu_energy_at_lines: Vec::new(),
-                    gpu_search: None,
-                }
-            })
-            .collect(),
-        workers,
-        planner,
-        by_planner_id: HashMap::new(),
-        by_worker_name: config
-            .workers
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.name.clone(), i))
-            .collect(),
-        heap: BinaryHeap::new(),
-        next_tick: None,
-        max_cores: config.max_cores(),
-        decisions: 0,
-        events: 0,
-        pending: Vec::new(),
-        recorded: record.then(Vec::new),
-    };
-    engine.join_workers();
-    for (i, j) in jobs.iter().enumerate() {
-        engine.heap.push(Reverse(Ev {
-            t: j.model.submit,
-            class: 0,
-            idx: i,
-            version: 0,
-        }));
     }
-    engine.run();
-    let run = engine.result();
-    Ok((run, engine.recorded.take().unwrap_or_default()))
+
+    /// The workers join the planner and the trace's arrivals are scheduled.
+    fn start(&mut self) {
+        self.join_workers();
+        for (i, j) in self.jobs.iter().enumerate() {
+            self.heap.push(Reverse(Ev {
+                t: j.model.submit,
+                class: 0,
+                idx: i,
+                version: 0,
+            }));
+        }
+    }
 }
 
 /// A GPU job's power limit (fraction of its default) at its learning stage: the daemon's rule,
@@ -425,6 +513,10 @@ impl Engine<'_> {
     fn run(&mut self) {
         while let Some(Reverse(ev)) = self.heap.pop() {
             if ev.t > self.config.horizon {
+                // Jobs still running ran until the horizon.
+                for w in 0..self.workers.len() {
+                    self.advance(w, self.config.horizon);
+                }
                 break;
             }
             match ev.class {
@@ -521,9 +613,15 @@ impl Engine<'_> {
                     let target = m.log_at(rt.next_log);
                     next = next.min(t + (target - rt.done).max(0.0) / speed);
                 }
+                if let Some(q) = m.quiet.get(rt.next_quiet) {
+                    next = next.min(t + (q.after - rt.done).max(0.0) / speed);
+                }
             }
             if let LogEvery::Seconds { .. } = m.log_every {
                 next = next.min(rt.next_log.max(t));
+            }
+            if rt.quiet_until > t {
+                next = next.min(rt.quiet_until);
             }
         }
         for d in &worker.deliveries {

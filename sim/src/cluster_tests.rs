@@ -48,7 +48,7 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 #[test]
-fn one_worker_reproduces_the_single_node_simulator_for_every_policy() {
+fn a_one_worker_cluster_and_run_node_agree_for_every_policy() {
     for seed in 1..=3 {
         let jobs = generate(&WorkloadParams {
             jobs: 6,
@@ -437,4 +437,40 @@ fn the_planner_makes_the_same_decisions_on_the_same_event_trace() {
             );
         }
     }
+}
+
+#[test]
+fn a_job_its_node_stops_at_convergence_completes_in_the_cluster_and_frees_its_room() {
+    use governor_policy::quality::FinishRule;
+    // One worker of one core, cores reserved: b waits for a. a's loss stops improving at half
+    // its work; with the finish rule its node stops it there, the planner takes the stop as a
+    // completion, and b starts at once.
+    let flat = |id: &str, submit: f64| {
+        let mut j = job(id, submit, 100.0, 1.0);
+        j.model.loss = LossCurve::Exponential {
+            initial: 2.0,
+            floor: 0.1,
+            rate: 40.0,
+        };
+        j
+    };
+    let mut a = flat("a", 0.0);
+    a.model.finish = Some(FinishRule {
+        patience: 2,
+        min_delta: 0.001,
+    });
+    let t = trace(vec![a, flat("b", 0.1)]);
+    let mut config = ClusterConfig::homogeneous(1, 1.0, 16 * GIB, 0);
+    config.start_delay = 0.0;
+    let stopped = run_cluster(&t, &config, &spec("fifo"), 1).unwrap();
+    let plain_trace = trace(vec![flat("a", 0.0), flat("b", 0.1)]);
+    let plain = run_cluster(&plain_trace, &config, &spec("fifo"), 1).unwrap();
+    let (a, b) = (&stopped.jobs[0], &stopped.jobs[1]);
+    assert_eq!(stopped.unfinished, 0);
+    assert!(a.finish.unwrap() < 50.0, "{a:?}");
+    assert!(
+        b.start.unwrap() < a.finish.unwrap() + 2.0,
+        "b starts once a is stopped: {b:?} after {a:?}"
+    );
+    assert!(b.finish.unwrap() < plain.jobs[1].finish.unwrap() - 40.0);
 }

@@ -2,7 +2,8 @@
 //! placement through their traits, with a simulated clock, cgroup sharing and log-granular
 //! progress.
 //!
-//! - [`node::run_node`]: one node (`govsim node`, `govsim sweep`);
+//! - [`node::run_node`]: one node (`govsim node`, `govsim sweep`): the cluster engine with one
+//!   worker;
 //! - [`cluster::run_cluster`]: a cluster replaying a [`trace::Trace`] under a
 //!   [`cluster::PolicySpec`] (`govsim run`), with moves;
 //! - [`evaluate::evaluate`]: policies against `fair` on the same trace (`govsim compare`),

@@ -1,6 +1,9 @@
 use super::*;
+use crate::job::LogEvery;
 use crate::job::{LossCurve, QuietPhase, Speedup};
 use governor_policy::fair::Fair;
+use governor_policy::{CpuAllocation, JobId, JobSpec, NodeResources, ProgressPoint, Usage};
+use std::collections::BTreeMap;
 
 fn job(id: &str, work: f64) -> JobModel {
     JobModel {

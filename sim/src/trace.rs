@@ -189,19 +189,6 @@ impl Trace {
             if !(m.startup.is_finite() && m.startup >= 0.0 && m.startup < m.work) {
                 return Err(bad("startup must be at least 0 and less than work"));
             }
-            if !m.quiet.is_empty() {
-                return Err(bad(
-                    "quiet phases are simulated on a single node only (bench-real's calibration); \
-                     the cluster simulator does not model them",
-                ));
-            }
-            if m.finish.is_some() || m.sweep.is_some() {
-                return Err(bad(
-                    "finish at convergence and a sweep's trial budget are simulated on a single \
-                     node only (bench-real's calibration); the cluster simulator does not model \
-                     them",
-                ));
-            }
         }
         Ok(())
     }

@@ -111,6 +111,17 @@ pub struct ClusterConfig {
     pub horizon: f64,
     /// Record each job's cores over time, per worker (for plots).
     pub record_timeline: bool,
+    /// How much of the weights' order the kernel delivers, in [0, 1] (see
+    /// [`crate::node::NodeConfig::enforcement`]); 1: exactly.
+    #[serde(default = "exactly")]
+    pub enforcement: f64,
+    /// Record every decision's allocations with the policy's reasons (single-node runs).
+    #[serde(default)]
+    pub record_decisions: bool,
+}
+
+fn exactly() -> f64 {
+    1.0
 }
 
 impl ClusterConfig {
@@ -166,6 +177,8 @@ impl Default for ClusterConfig {
             max_moves_per_job: 1,
             horizon: 30.0 * 24.0 * 3600.0,
             record_timeline: false,
+            enforcement: 1.0,
+            record_decisions: false,
         }
     }
 }

@@ -176,7 +176,8 @@ impl Engine<'_> {
         );
         spec.gpus = m.gpus;
         spec.priority = m.model.priority;
-        spec.memory_bytes = Some(m.model.memory_bytes);
+        // One node on its own does not queue for memory (the single-node model never did).
+        spec.memory_bytes = (!self.single_node).then_some(m.model.memory_bytes);
         spec.checkpoint = Some(Checkpoint {
             dir: format!("/sim/checkpoints/{}", m.model.id),
             save_signal: DEFAULT_SAVE_SIGNAL,
@@ -301,10 +302,11 @@ impl Engine<'_> {
         for &(j, how) in &worker.ended {
             let mut report = self.bare_report(j);
             match how {
-                Ended::Finished | Ended::Saved => {
+                Ended::Finished | Ended::Saved | Ended::Converged => {
                     report.state = RunState::Exited;
                     report.exit_code = Some(0);
                     report.saved = how == Ended::Saved;
+                    report.converged = how == Ended::Converged;
                 }
                 Ended::Stopped => {
                     report.state = RunState::Failed;

@@ -3,32 +3,41 @@
 //! shares and the node's report to the coordinator.
 
 use governor_policy::share::{ShareRequest, water_fill};
-use governor_policy::{Category, CpuAllocation, JobSpec, Plan, ProgressPoint, Usage};
+use governor_policy::sweep::Outranked;
+use governor_policy::{Category, CpuAllocation, Direction, JobSpec, Plan, ProgressPoint, Usage};
 
 use super::{Delivery, EPS, Ended, Engine, Observation, Phase, gpu_limit_for, speed_with};
 use crate::job::LogEvery;
 
 impl Engine<'_> {
-    pub(super) fn step(&mut self, w: usize, t: f64) {
-        // Run everyone until now.
-        {
-            let worker = &mut self.workers[w];
-            let dt = t - worker.t;
-            if dt > 0.0 {
-                for &j in &worker.running {
-                    let speed = speed_with(&self.jobs[j], &self.rt[j]);
-                    let rt = &mut self.rt[j];
-                    rt.done += speed * dt;
-                    rt.cpu += rt.cores * dt;
-                    let gpus = self.jobs[j].gpus;
-                    if gpus > 0 {
-                        let model = crate::gpu::GpuModel::default();
-                        rt.gpu_energy_j += f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
-                    }
+    /// Run worker `w`'s jobs until `t` at their current shares.
+    pub(super) fn advance(&mut self, w: usize, t: f64) {
+        let worker = &mut self.workers[w];
+        let dt = t - worker.t;
+        if dt > 0.0 {
+            let (mut wanted, mut used) = (0.0, 0.0);
+            for &j in &worker.running {
+                let speed = speed_with(&self.jobs[j], &self.rt[j]);
+                let rt = &mut self.rt[j];
+                wanted += rt.demand(worker.t);
+                used += rt.cores;
+                rt.done += speed * dt;
+                rt.cpu += rt.cores * dt;
+                let gpus = self.jobs[j].gpus;
+                if gpus > 0 {
+                    let model = crate::gpu::GpuModel::default();
+                    rt.gpu_energy_j += f64::from(gpus) * model.busy_watts(rt.gpu_limit) * dt;
                 }
             }
-            worker.t = t;
+            let wanted = f64::min(wanted, worker.node.cores);
+            worker.idle_core_seconds += (wanted - used).max(0.0) * dt;
         }
+        worker.t = worker.t.max(t);
+    }
+
+    pub(super) fn step(&mut self, w: usize, t: f64) {
+        // Run everyone until now.
+        self.advance(w, t);
         let active_at_start = self.workers[w].running.clone();
         let mut changed = std::mem::take(&mut self.workers[w].force_decide);
         let mut departed = false;
@@ -45,13 +54,17 @@ impl Engine<'_> {
                 self.workers[w].ended.push((j, Ended::Finished));
                 changed = true;
                 departed = true;
+                // A rung that waited only for it is judged now.
+                let stops = cuts(self.workers[w].sweeps.leave(&j));
+                self.stop_jobs(w, t, stops);
             }
         }
-        // 2. Log writes.
+        // 2. Quiet phases starting or ending, and log writes.
         for &j in &active_at_start {
             if self.rt[j].phase != Phase::Running {
                 continue;
             }
+            changed |= self.quiet(j, t);
             self.write_logs(w, j, t);
         }
         // 2b. Checkpoints written: the saved jobs exit.
@@ -97,6 +110,9 @@ impl Engine<'_> {
             }
         });
         for d in due {
+            if self.rt[d.job].phase != Phase::Running || self.rt[d.job].worker != w {
+                continue;
+            }
             let reports_total = self.jobs[d.job].model.reports_total;
             let worker = &mut self.workers[w];
             worker.policy.progress(t, &self.ids[d.job], d.point);
@@ -107,6 +123,34 @@ impl Engine<'_> {
             rt.previous = rt.last.replace(d.obs);
             rt.lines_seen += 1;
             changed = true;
+            // The daemon stops a job as it reads the line that says so (SIGINT); its exit is
+            // taken as immediate. Both rules see every value, its finish rule first.
+            let mut stops = match self.jobs[d.job].model.epochs_at(d.obs.fraction) {
+                Some(epochs) => cuts(
+                    self.workers[w]
+                        .sweeps
+                        .observe(&d.job, epochs, d.point.value),
+                ),
+                None => Vec::new(),
+            };
+            if self.rt[d.job]
+                .early_stop
+                .as_mut()
+                .is_some_and(|s| s.observe(d.point.value))
+            {
+                // Last in, first stopped: its reason is "converged".
+                stops.push((d.job, "converged".to_owned()));
+            }
+            departed |= self.stop_jobs(w, t, stops);
+        }
+        // 4b. Trials at a rung waiting for the others are served last, as the daemon holds them.
+        for j in self.workers[w].running.clone() {
+            let held = self.workers[w].sweeps.waiting_at(&j).is_some();
+            if held != self.rt[j].held {
+                self.rt[j].held = held;
+                self.workers[w].policy.hold(t, &self.ids[j], held);
+                changed = true;
+            }
         }
         // 5. Usage tick (and the node's report).
         if let Some(next_usage) = self.workers[w].next_usage
@@ -249,6 +293,58 @@ impl Engine<'_> {
                 ..JobSpec::new(m.id.clone())
             },
         );
+        if let Some(trial) = &m.sweep {
+            worker.sweeps.join(
+                &trial.sweep,
+                trial.rule,
+                Direction::Minimise,
+                j,
+                m.declared_epochs(),
+            );
+        }
+    }
+
+    /// Job `j`'s quiet phases at `t`: one starts when its work reaches it, and ends after its
+    /// seconds. True when its demand changed.
+    fn quiet(&mut self, j: usize, t: f64) -> bool {
+        let m = &self.jobs[j].model;
+        let rt = &mut self.rt[j];
+        if rt.quiet_until > t + EPS {
+            return false;
+        }
+        if let Some(q) = m.quiet.get(rt.next_quiet)
+            && rt.done >= q.after - EPS * m.work.max(1.0)
+        {
+            rt.quiet_until = t + q.seconds.max(0.0);
+            rt.next_quiet += 1;
+            true
+        } else if rt.quiet_until > f64::NEG_INFINITY {
+            rt.quiet_until = f64::NEG_INFINITY;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Stop each job (with its reason) on worker `w` at `t`, as its node does when it asks it
+    /// to (finish at convergence, cut from its sweep), and the trials each leaving cuts from its
+    /// sweep. True when one was stopped.
+    fn stop_jobs(&mut self, w: usize, t: f64, mut work: Vec<(usize, String)>) -> bool {
+        let mut any = false;
+        while let Some((j, why)) = work.pop() {
+            if self.rt[j].phase != Phase::Running || self.rt[j].worker != w {
+                continue;
+            }
+            let rt = &mut self.rt[j];
+            rt.finish = Some(t);
+            rt.phase = Phase::Done;
+            rt.stopped = Some(why);
+            self.leave(w, j, t);
+            self.workers[w].ended.push((j, Ended::Converged));
+            work.extend(cuts(self.workers[w].sweeps.leave(&j)));
+            any = true;
+        }
+        any
     }
 
     /// Take job `j` off worker `w` (finished or moving away).
@@ -273,6 +369,17 @@ impl Engine<'_> {
     /// Apply a plan on worker `w`. True when it asks to move a job it did not ask about
     /// before (the node reports at once).
     fn apply(&mut self, w: usize, t: f64, plan: Plan) -> bool {
+        if self.config.record_decisions {
+            for (id, a) in &plan.allocations {
+                self.decision_log.push((
+                    t,
+                    id.0.clone(),
+                    a.cpu.weight,
+                    a.cpu.max_cores,
+                    a.reason.clone(),
+                ));
+            }
+        }
         for &j in &self.workers[w].running {
             self.rt[j].alloc = CpuAllocation::DEFAULT;
         }
@@ -302,8 +409,10 @@ impl Engine<'_> {
                 && self.rt[j].worker == w
             {
                 asked |= self.rt[j].move_request.is_none();
-                self.rt[j].move_request = Some(m.reason);
+                self.rt[j].move_request = Some(m.reason.clone());
+                self.rt[j].move_requested_at.get_or_insert(t);
             }
+            self.move_requests.push((t, m));
         }
         asked
     }
@@ -316,16 +425,48 @@ impl Engine<'_> {
             .map(|&j| ShareRequest {
                 weight: self.rt[j].alloc.weight,
                 max_cores: self.rt[j].alloc.max_cores,
-                demand: self.rt[j].size,
+                demand: self.rt[j].demand(t),
             })
             .collect();
-        let shares = water_fill(worker.node.cores, &requests);
+        let mut shares = water_fill(worker.node.cores, &requests);
+        // The kernel delivers only part of the weights' order (caps are always exact).
+        let enforcement = self.config.enforcement.clamp(0.0, 1.0);
+        if enforcement < 1.0 {
+            let equal: Vec<ShareRequest> = requests
+                .iter()
+                .map(|r| ShareRequest {
+                    weight: CpuAllocation::DEFAULT.weight,
+                    ..*r
+                })
+                .collect();
+            let fair = water_fill(worker.node.cores, &equal);
+            for (s, f) in shares.iter_mut().zip(fair) {
+                *s = enforcement * *s + (1.0 - enforcement) * f;
+            }
+        }
         for (&j, &cores) in worker.running.iter().zip(&shares) {
             let rt = &mut self.rt[j];
-            if self.config.record_timeline && (rt.cores - cores).abs() > 1e-9 {
-                worker.timeline.push((t, j, cores));
+            if self.config.record_timeline {
+                if (rt.cores - cores).abs() > 1e-9 {
+                    worker.timeline.push((t, j, cores));
+                }
+                if rt
+                    .timeline
+                    .last()
+                    .is_none_or(|&(_, c)| (c - cores).abs() > 1e-9)
+                {
+                    rt.timeline.push((t, cores));
+                }
             }
             rt.cores = cores;
         }
     }
+}
+
+/// The trials a sweep's verdicts stop, with the daemon's reason.
+fn cuts(outranked: Vec<Outranked<usize>>) -> Vec<(usize, String)> {
+    outranked
+        .into_iter()
+        .map(|o| (o.trial, o.describe()))
+        .collect()
 }
