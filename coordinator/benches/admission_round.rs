@@ -1,6 +1,7 @@
-//! The admission round alone: the coordinator's `ClusterState` driven in this process with no
-//! gRPC, no store and no other thread, so that the figure is the decision's own cost and not
-//! queueing behind reports (which `cluster_load` measures with it).
+//! The admission round alone: the planner's `ClusterState` (`governor-planner`, what the
+//! coordinator runs) driven in this process with no gRPC, no store and no other thread, so that
+//! the figure is the decision's own cost and not queueing behind reports (which `cluster_load`
+//! measures with it).
 //!
 //! ```text
 //! cargo bench -p coordinator --bench admission_round -- [--nodes 10000] [--jobs 1000]
