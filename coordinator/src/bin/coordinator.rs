@@ -58,7 +58,7 @@ const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags
 listen = "0.0.0.0:7070"
 store = "/var/lib/governor/coordinator.redb"
 # Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit,
-# elastic-fifo, kubeflow.
+# elastic-fifo, kubeflow; the papers' baselines spread and usage.
 policy = "soonest"
 
 # mTLS: the CA that signed every node and govctl certificate, and the server's own.
@@ -81,6 +81,7 @@ auto_move = true           # act on the nodes' move requests for jobs that can m
 move_target = "specon"     # ... to SpeCon Algorithm 2's node ("most-free": the most free cores)
 move_after_s = 10.0        # ... once a request has stood this long
 move_cooldown_s = 300.0    # ... and not again within this long of the job's last move
+# max_auto_moves = 1       # ... nor more than this many times in all (unset: no limit)
 move_payoff = 2.0          # ... and only if it gives back this many times what it costs (0: off)
 rebalance = true           # SpeCon Algorithm 3: asked-to-move jobs that stayed go to idle nodes
 move_confirm_s = 10.0      # a moved job runs this long on its target before the move is over
