@@ -3,7 +3,7 @@
 #
 # Four real training processes (eval/realjobs/train_keras.py) in four cgroups of the host's
 # cgroup v1 cpu controller, two "served first" and two "held back", for each way of holding
-# back: weights alone (cpu.shares 2334/1567 against 102, what the governor policy writes for
+# back: weights alone (cpu.shares 2334/1567 against 102, what the shortest-left policy writes for
 # a plan of ~1 core each against a floor), SCHED_IDLE groups (cpu.idle = 1) for the held-back
 # pair, and hard caps (cfs quota 5% of a core) on them. Prints each group's cores over 15 s
 # after a 12 s warm-up. Needs root, the host's v1 cpu controller at /sys/fs/cgroup/cpu, and

@@ -37,7 +37,9 @@ mod summary;
 mod workload;
 
 // The demo (xtask) runs these jobs too: what it uses is `pub`.
-pub use results::{JobResult, RunResult, node_spec, policy_option, secs, sweep_result};
+pub use results::{
+    JobResult, RunResult, node_spec, old_spellings, policy_option, secs, sweep_result,
+};
 pub(crate) use results::{job_values, spread};
 pub use round::{CgroupLayout, RealEnv, python_env};
 use summary::aggregate;
@@ -54,7 +56,7 @@ pub struct BenchRealArgs {
     /// `+finish=PATIENCE:MIN_DELTA` also starts every job with `run-job --finish` (finish at
     /// convergence, opt-in); `+sweep=NAME[:ETA:FIRST_RUNG]` starts every job as a trial of one
     /// sweep (`run-job --sweep`, successive halving, opt-in); both may be given.
-    #[arg(long, value_delimiter = ',', default_value = "governor")]
+    #[arg(long, value_delimiter = ',', default_value = "shortest-left")]
     pub policies: Vec<String>,
     /// Repetitions of every pair.
     #[arg(long, default_value_t = 5)]

@@ -30,7 +30,7 @@ fn run(policy: &str, rep: u32, jobs: &[(&str, f64, f64)]) -> RunResult {
 #[test]
 fn pairs_compare_averages_and_name_the_worst_job() {
     let fair = run("fair", 1, &[("a", 100.0, 50.0), ("b", 100.0, 80.0)]);
-    let gov = run("governor", 1, &[("a", 60.0, 20.0), ("b", 110.0, 80.0)]);
+    let gov = run("shortest-left", 1, &[("a", 60.0, 20.0), ("b", 110.0, 80.0)]);
     let p = pair(&fair, &gov);
     assert!((p.avg_jct - (-0.15)).abs() < 1e-9);
     assert!((p.avg_ttq.unwrap() - (100.0 / 130.0 - 1.0)).abs() < 1e-9);
@@ -40,18 +40,32 @@ fn pairs_compare_averages_and_name_the_worst_job() {
 }
 
 #[test]
+fn a_policy_is_also_looked_up_under_its_old_name() {
+    assert_eq!(old_spellings("shortest-left"), ["governor"]);
+    assert_eq!(
+        old_spellings("shortest-left:slack=0.2+finish=5:0.001"),
+        ["governor:slack=0.2+finish=5:0.001"]
+    );
+    assert!(old_spellings("fair+sweep=lr").is_empty());
+    assert!(
+        old_spellings("governor").is_empty(),
+        "an old name has no older one"
+    );
+}
+
+#[test]
 fn policy_options_and_the_sweeps_result() {
-    let p = "governor:probe_offer=1.5+finish=5:0.001+sweep=lr:3:5";
+    let p = "shortest-left:probe_offer=1.5+finish=5:0.001+sweep=lr:3:5";
     assert_eq!(policy_option(p, "finish").as_deref(), Some("5:0.001"));
     assert_eq!(policy_option(p, "sweep").as_deref(), Some("lr:3:5"));
-    assert_eq!(node_spec(p), "governor:probe_offer=1.5");
-    assert_eq!(policy_option("governor", "sweep"), None);
+    assert_eq!(node_spec(p), "shortest-left:probe_offer=1.5");
+    assert_eq!(policy_option("shortest-left", "sweep"), None);
     assert_eq!(
-        policy_option("governor:sweep=1", "sweep"),
+        policy_option("shortest-left:sweep=1", "sweep"),
         None,
         "a policy parameter"
     );
-    let mut r = run("governor", 1, &[("a", 100.0, 50.0), ("b", 40.0, 20.0)]);
+    let mut r = run("shortest-left", 1, &[("a", 100.0, 50.0), ("b", 40.0, 20.0)]);
     r.jobs[0].curve = vec![(10.0, 0.5, 0.4), (20.0, 0.3, 0.2)];
     r.jobs[1].curve = vec![(10.0, 0.5, 0.3), (20.0, 0.4, f64::NAN)];
     r.jobs[1].submitted = 5.0;

@@ -265,7 +265,7 @@ pub(crate) fn effective_cores(fair: &[RunResult], fitted: &[FittedJob], node_cor
 /// least squares from the daemon's status samples of the policy runs: each job's measured
 /// cores against `e × planned + (1 - e) × equal share`, the plan capped at the job's usable
 /// cores. Only samples with at least two jobs, and only decisions that state the cores they
-/// expect (the governor policy's "~X cores"). Returns the fit and the number of samples.
+/// expect (the shortest-left policy's "~X cores"). Returns the fit and the number of samples.
 pub(crate) fn fit_enforcement(
     status_files: &[PathBuf],
     fitted: &[FittedJob],
@@ -779,7 +779,10 @@ mod tests {
             "{j:?}"
         );
         assert_eq!(
-            finish_rule("governor+finish=3").unwrap().unwrap().min_delta,
+            finish_rule("shortest-left+finish=3")
+                .unwrap()
+                .unwrap()
+                .min_delta,
             0.0
         );
         for bad in ["fair+finish=0:0.1", "fair+finish=x", "fair+finish=2:-1"] {
@@ -800,7 +803,10 @@ mod tests {
             );
         }
         assert_eq!(
-            sweep_trial("governor+sweep=lr:2:3").unwrap().unwrap().rule,
+            sweep_trial("shortest-left+sweep=lr:2:3")
+                .unwrap()
+                .unwrap()
+                .rule,
             HalvingRule {
                 eta: 2,
                 first_rung: 3.0
@@ -847,8 +853,8 @@ mod tests {
         // planned 0 and gets 0.6, i.e. e = 0.4 of the way from its equal share to the plan.
         let line = |a: f64, b: f64| {
             serde_json::json!({"t": 1.0, "status": {"jobs": [
-                {"name": "a", "cpu_usage_cores": a, "decision": "governor: #1 (in order), ~1.00 cores"},
-                {"name": "b", "cpu_usage_cores": b, "decision": "governor: #2 (in order), ~0.00 cores"},
+                {"name": "a", "cpu_usage_cores": a, "decision": "shortest-left: #1 (in order), ~1.00 cores"},
+                {"name": "b", "cpu_usage_cores": b, "decision": "shortest-left: #2 (in order), ~0.00 cores"},
             ]}})
             .to_string()
         };

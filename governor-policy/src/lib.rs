@@ -16,7 +16,8 @@
 //!    latest. A policy that acts only on its own interval returns its previous allocations when
 //!    asked early; the actuator skips writes that change nothing.
 //!
-//! Selectable by name through [`by_name`].
+//! Selectable by name through [`by_name`] (or a spec with parameters, [`by_spec`]); the default
+//! node policy is [`shortest_left`], once called `governor` ([`POLICY_ALIASES`]).
 
 #![forbid(unsafe_code)]
 
@@ -28,10 +29,10 @@ use serde::{Deserialize, Serialize};
 pub mod allocate;
 pub mod fair;
 pub mod flowcon;
-pub mod governor;
 pub mod gpu_power;
 pub mod quality;
 pub mod share;
+pub mod shortest_left;
 pub mod spec;
 pub mod specon;
 pub mod speedup;
@@ -318,7 +319,24 @@ pub fn clamp_cores(cap: Option<f64>, bounds: &Bounds) -> Option<f64> {
 }
 
 /// Names accepted by [`by_name`], in the order they are documented.
-pub const POLICY_NAMES: &[&str] = &["fair", "flowcon", "specon", "governor"];
+pub const POLICY_NAMES: &[&str] = &["fair", "flowcon", "specon", DEFAULT_POLICY];
+
+/// The daemon's node policy unless its configuration names another.
+pub const DEFAULT_POLICY: &str = "shortest-left";
+
+/// Old names still accepted by [`by_name`] and [`by_spec`] (in configurations, on command lines,
+/// in benchmark lists), each with the name of the policy it stands for: the policy built reports
+/// its own name. Not listed in [`POLICY_NAMES`].
+pub const POLICY_ALIASES: &[(&str, &str)] = &[("governor", "shortest-left")];
+
+/// The name a policy name stands for: an alias's ([`POLICY_ALIASES`]) policy, any other name
+/// itself (known or not).
+pub fn canonical_name(name: &str) -> &str {
+    POLICY_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map_or(name, |(_, canonical)| canonical)
+}
 
 /// Error for an unknown policy name.
 #[derive(Debug, thiserror::Error)]
@@ -362,11 +380,12 @@ pub enum PolicySpecError {
 }
 
 /// Build a policy from a spec `NAME[:KEY=VALUE]...`, e.g. `flowcon:interval=30` or
-/// `governor:floor=0.5:concentration=2`: the named policy with the given parameters changed
+/// `shortest-left:floor=0.5:slack=0.2`: the named policy with the given parameters changed
 /// from their defaults (the parameters each policy accepts are listed in its module doc).
+/// `NAME` may be an old name ([`POLICY_ALIASES`]).
 pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
     let mut parts = spec.split(':');
-    let name = parts.next().unwrap_or_default().trim();
+    let name = canonical_name(parts.next().unwrap_or_default().trim());
     let params: Vec<(&str, &str)> = parts
         .map(|kv| {
             kv.split_once('=')
@@ -399,12 +418,12 @@ pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
             }
             Ok(Box::new(specon::SpeCon::new(p)))
         }
-        "governor" => {
-            let mut p = governor::GovernorParams::default();
+        "shortest-left" => {
+            let mut p = shortest_left::ShortestLeftParams::default();
             for (k, v) in params {
                 p.set(k, v).map_err(bad)?;
             }
-            Ok(Box::new(governor::Governor::new(p)))
+            Ok(Box::new(shortest_left::ShortestLeft::new(p)))
         }
         "fair" => Err(bad(ParamError::NoParameters)),
         _ => Err(PolicySpecError::Unknown(UnknownPolicy {
@@ -421,13 +440,13 @@ fn parse_param<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ParamE
         .map_err(|_| ParamError::invalid(key, format!("invalid value {value:?} for {key}")))
 }
 
-/// Build a policy by its name, with its default parameters.
+/// Build a policy by its name (or an old name, [`POLICY_ALIASES`]), with its default parameters.
 pub fn by_name(name: &str) -> Result<Box<dyn NodePolicy>, UnknownPolicy> {
-    match name {
+    match canonical_name(name) {
         "fair" => Ok(Box::new(fair::Fair::default())),
         "flowcon" => Ok(Box::new(flowcon::FlowCon::default())),
         "specon" => Ok(Box::new(specon::SpeCon::default())),
-        "governor" => Ok(Box::new(governor::Governor::default())),
+        "shortest-left" => Ok(Box::new(shortest_left::ShortestLeft::default())),
         _ => Err(UnknownPolicy {
             name: name.to_owned(),
             known: POLICY_NAMES.join(", "),
@@ -467,10 +486,38 @@ mod tests {
             "flowcon:bogus=1",
             "flowcon:interval=abc",
             "specon:alpha=x",
+            "shortest-left:bogus=1",
             "governor:bogus=1",
         ] {
             assert!(by_spec(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn the_old_name_governor_is_an_alias_of_shortest_left() {
+        assert!(POLICY_NAMES.contains(&"shortest-left"), "{POLICY_NAMES:?}");
+        assert!(!POLICY_NAMES.contains(&"governor"), "{POLICY_NAMES:?}");
+        assert_eq!(DEFAULT_POLICY, "shortest-left");
+        assert_eq!(canonical_name("governor"), "shortest-left");
+        assert_eq!(canonical_name("fair"), "fair");
+        assert_eq!(by_name("governor").unwrap().name(), "shortest-left");
+        for spec in [
+            "governor",
+            "governor:slack=0.2",
+            " governor :slack=0.2:floor=0.5",
+        ] {
+            let p = by_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(p.name(), "shortest-left", "{spec}");
+        }
+        // The alias takes the same parameters, with the same checks, as the policy.
+        let err = by_spec("governor:slack=-1")
+            .err()
+            .expect("bad slack rejected");
+        assert!(err.to_string().contains("shortest-left"), "{err}");
+        // An unknown name lists the canonical names, not the alias.
+        let err = by_name("nope").err().expect("unknown name rejected");
+        assert!(err.to_string().contains("shortest-left"), "{err}");
+        assert!(!err.to_string().contains("governor"), "{err}");
     }
 
     #[test]

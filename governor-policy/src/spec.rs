@@ -1,6 +1,6 @@
 //! The one grammar of a policy as written on a command line or in a benchmark's list:
 //! `NODE[/PLACEMENT][+FLAG[=VALUE]]...`, where `NODE` is a node policy spec for [`by_spec`]
-//! (`NAME[:KEY=VALUE]...`, e.g. `governor:floor=0.5`), `PLACEMENT` a placement policy's name
+//! (`NAME[:KEY=VALUE]...`, e.g. `shortest-left:floor=0.5`), `PLACEMENT` a placement policy's name
 //! (govsim), and each flag a switch or option of whoever runs the policy: govsim's
 //! `+no-move` or `+preempt`, the real-job benchmark's `+finish=5:0.001` or `+sweep=lr:3:5`.
 //!
@@ -118,9 +118,9 @@ mod tests {
 
     #[test]
     fn node_placement_and_flags_are_split_whatever_they_hold() {
-        let s = spec("governor:probe_offer=1.5+finish=5:0.001+sweep=lr:3:5");
-        assert_eq!(s.node, "governor:probe_offer=1.5");
-        assert_eq!(s.node_name(), "governor");
+        let s = spec("shortest-left:probe_offer=1.5+finish=5:0.001+sweep=lr:3:5");
+        assert_eq!(s.node, "shortest-left:probe_offer=1.5");
+        assert_eq!(s.node_name(), "shortest-left");
         assert_eq!(s.placement, None);
         assert_eq!(s.option("finish"), Some("5:0.001"));
         assert_eq!(s.option("sweep"), Some("lr:3:5"));

@@ -99,8 +99,8 @@ const COMMON_LOSS_NAMES: [&str; 16] = [
 ];
 
 /// The record's validation loss, if it has one: the *quality signal* by which time to quality
-/// is judged (`governor_policy::quality`) and by which the governor policy tells a job that has
-/// learnt what it will learn. The first finite metric with an eval-style name (`val_loss`,
+/// is judged (`governor_policy::quality`) and by which the shortest-left policy tells a job that
+/// has learnt what it will learn. The first finite metric with an eval-style name (`val_loss`,
 /// `eval_loss`, `validation_loss`, `val/loss`, Lightning's `val_loss_epoch`...) that contains
 /// `loss`, in records of any split; `test*` metrics are not validation. A log without one is
 /// judged by its progress signal instead.

@@ -21,8 +21,8 @@
 //! Policy: `GOVERNOR_BENCH_POLICY` (default `loss-cap`). `loss-cap` is a SYNTHETIC policy defined
 //! in this file, for measuring the pipeline only: it caps each job at `latest loss` cores, so every
 //! record changes that job's `cpu.max` (the `fair` policy writes nothing, by design). Any name
-//! `governor::policy::by_name` knows works too (`GOVERNOR_BENCH_POLICY=governor`); with a real
-//! policy a record need not cause a write, and the report says how many did.
+//! `governor::policy::by_name` knows works too (`GOVERNOR_BENCH_POLICY=shortest-left`); with a
+//! real policy a record need not cause a write, and the report says how many did.
 //!
 //! Differences from the daemon, on purpose: the actuator's per-file rate limit (100 ms by
 //! default) is 0, because the benchmark sends a record for the same job faster than a real job

@@ -63,7 +63,8 @@ pub struct ClusterFlags {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// Node policy: `fair`, `flowcon`, `specon` or `governor`.
+    /// Node policy: `fair`, `flowcon`, `specon` or `shortest-left` (`governor`, its old name,
+    /// is still accepted), with parameters as `NAME:KEY=VALUE[:KEY=VALUE]`.
     pub policy: String,
     /// Directory of declared jobs, one TOML file per job.
     pub jobs_dir: PathBuf,
@@ -142,7 +143,7 @@ impl Default for GpuConfig {
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
-            policy: "governor".into(),
+            policy: governor_policy::DEFAULT_POLICY.into(),
             jobs_dir: "/etc/governor/jobs.d".into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             state_file: "/run/governor/state.json".into(),

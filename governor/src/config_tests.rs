@@ -35,6 +35,19 @@ fn example_job_in_the_example_config_is_valid() {
 }
 
 #[test]
+fn the_default_policy_is_shortest_left_and_its_old_name_still_loads() {
+    assert_eq!(DaemonConfig::default().policy, "shortest-left");
+    // Configurations written before the rename keep working: `governor` is an alias.
+    for policy in ["governor", "governor:slack=0.2"] {
+        let c = DaemonConfig::parse(&format!("policy = \"{policy}\""), Path::new("g.toml"))
+            .unwrap_or_else(|e| panic!("{policy}: {e}"));
+        assert_eq!(c.policy, policy);
+        let built = crate::policy::by_spec(&c.policy).unwrap();
+        assert_eq!(built.name(), "shortest-left", "{policy}");
+    }
+}
+
+#[test]
 fn unknown_keys_and_bad_values_are_rejected_with_the_file_named() {
     let e = DaemonConfig::parse("polcy = \"fair\"", Path::new("/etc/g.toml"))
         .unwrap_err()

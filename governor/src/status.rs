@@ -218,7 +218,7 @@ mod tests {
     fn table_has_a_row_per_job_and_aligned_columns() {
         let s = NodeStatus {
             node: "n1".into(),
-            policy: "governor".into(),
+            policy: "shortest-left".into(),
             cpu_source: "cpu.stat".into(),
             cpu_source_note: Some("eBPF disabled".into()),
             cgroup_mode: "v2".into(),
@@ -256,7 +256,7 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4, "{t}");
         assert!(
-            lines[0].contains("policy governor")
+            lines[0].contains("policy shortest-left")
                 && lines[0].contains("cpu source cpu.stat (eBPF disabled)")
         );
         assert!(

@@ -1,14 +1,14 @@
 //! `govsim` subcommands.
 //!
 //! ```text
-//! govsim node --policy governor --jobs 6 --cores 4 --seed 1        # one policy vs fair
+//! govsim node --policy shortest-left --jobs 6 --cores 4 --seed 1   # one policy vs fair
 //! govsim node --policy all --jobs 6 --cores 4 --seed 1             # every policy, same workload
 //! govsim node --scenario jobs.json --policy flowcon --timeline     # a hand-written workload
 //! govsim node --jobs 6 --cores 4 --seed 1 --dump-scenario          # print the generated workload
 //! govsim sweep --jobs 3,6,10 --cores 2,4,8,16 --seeds 1-10 --policy all   # aggregate table
 //!
 //! govsim trace --from-logs ../shared/fixtures/logs --jobs 20 --arrival uniform:0:300 --seed 1 > trace.json
-//! govsim run --trace trace.json --policy governor/soonest --workers 4 --cores 8 --seed 1
+//! govsim run --trace trace.json --policy shortest-left/soonest --workers 4 --cores 8 --seed 1
 //! govsim compare --trace trace.json --workers 4 --cores 8 --plots out/
 //! govsim paper flowcon                                   # a paper's setup, every policy
 //! govsim bench --workers 1000 --jobs 10000               # simulator speed
@@ -208,7 +208,7 @@ struct PaperArgs {
     /// Print JSON instead of Markdown.
     #[arg(long)]
     json: bool,
-    /// Also run this system (repeatable), e.g. `governor:converged_share=1:watching_share=1/soonest`.
+    /// Also run this system (repeatable), e.g. `shortest-left:slack=0.2/soonest`.
     #[arg(long)]
     also: Vec<String>,
     /// What a move costs: `default` (2 s + 500 MB/s dump, 10 Gbit/s, 1 GB/s restore),
@@ -311,7 +311,7 @@ struct WorkloadArgs {
 
 #[derive(Debug, Args)]
 struct NodeArgs {
-    /// Policies (names or specs like `governor:floor=0.5`), comma-separated or repeated; `all`
+    /// Policies (names or specs like `shortest-left:floor=0.5`), comma-separated or repeated; `all`
     /// for every built-in policy. `fair` always runs as the reference.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     policy: Vec<String>,

@@ -56,7 +56,7 @@ fn the_demo_trace_runs_and_compare_plots_are_written() {
     })
     .unwrap();
     config.record_timeline = true;
-    let specs: Vec<PolicySpec> = ["fair", "governor"]
+    let specs: Vec<PolicySpec> = ["fair", "shortest-left/soonest"]
         .iter()
         .map(|s| parse_spec(s).unwrap())
         .collect();
@@ -70,11 +70,15 @@ fn the_demo_trace_runs_and_compare_plots_are_written() {
         .collect();
     assert_eq!(
         names,
-        ["demo-jct.svg", "demo-cpu-fair.svg", "demo-cpu-governor.svg"]
+        [
+            "demo-jct.svg",
+            "demo-cpu-fair.svg",
+            "demo-cpu-shortest_left_soonest.svg"
+        ]
     );
     let jct = std::fs::read_to_string(&written[0]).unwrap();
     assert!(
-        jct.contains(">fair<") && jct.contains(">governor<"),
+        jct.contains(">fair<") && jct.contains(">shortest-left/soonest<"),
         "legend"
     );
     let cpu = std::fs::read_to_string(&written[2]).unwrap();

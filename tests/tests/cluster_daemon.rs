@@ -120,7 +120,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     // The [coordinator] table's address and `insecure` are overridden by the flags below, as an
     // operator's `--coordinator`/`--certs` override /etc/governor/governor.toml.
     let mut daemon = Daemon::configure(
-        "governor",
+        "shortest-left",
         &format!(
             "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\ninsecure = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
             root.display(),
@@ -570,7 +570,7 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
     std::fs::create_dir(&root).unwrap();
     let fake = FakeCgroupRoot::unified(&root);
     let mut daemon = Daemon::configure(
-        "governor",
+        "shortest-left",
         &format!(
             "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n",
             root.display()

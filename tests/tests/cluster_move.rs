@@ -107,7 +107,7 @@ impl Cluster {
             }
             let out = dir.path().join(format!("output-{name}"));
             let mut d = Daemon::configure(
-                "governor",
+                "shortest-left",
                 &format!(
                     "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
                     root.display(),

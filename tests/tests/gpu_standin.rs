@@ -127,7 +127,7 @@ struct GpuBed {
 fn gpu_bed(layout: Layout, prefix: &str, extra: &str, gpu_memory: u64) -> GpuBed {
     let library = nvml_standin_library();
     let mut d = Daemon::configure(
-        "governor",
+        "shortest-left",
         &format!(
             "[gpu]\ngovern = true\nnvml_library = \"{}\"\n{extra}",
             library.display()

@@ -177,7 +177,7 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
     FakeCgroupRoot::unified(&root).add_group("governor.slice/jobs/train-j1");
     let metrics_port = free_port();
     let mut daemon = Daemon::configure(
-        "governor",
+        "shortest-left",
         &format!(
             "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[coordinator]\naddress = \"{address}\"\ninsecure = true\njob_output_dir = \"{}\"\n",
             root.display(),

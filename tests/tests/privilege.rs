@@ -43,7 +43,7 @@ fn scenario(extra: &str) -> (std::sync::MutexGuard<'static, ()>, Tidy, Daemon) {
     let one = ONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut d = Daemon::configure("governor", extra);
+    let mut d = Daemon::configure("shortest-left", extra);
     d.spawn();
     (one, Tidy, d)
 }

@@ -53,7 +53,7 @@ fn scenario(extra: &str) -> (std::sync::MutexGuard<'static, ()>, Tidy, Daemon, P
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut d = Daemon::configure(
-        "governor",
+        "shortest-left",
         &format!("socket_group = \"{SOCKET_GID}\"\n{extra}"),
     );
     fs::set_permissions(d.dir.path(), fs::Permissions::from_mode(0o711)).unwrap();

@@ -1,5 +1,5 @@
 //! No job is locked out, on the real kernel: three jobs started with `governor run-job` under the
-//! real daemon and the `governor` policy, two of them busy from the start, the third quiet at
+//! real daemon and the `shortest-left` policy, two of them busy from the start, the third quiet at
 //! first (loading data), pausing in the middle, or running more threads than the node has cores.
 //! Once the third job wants CPU it must get some at once (its floor: within 1 s) and, 2-5 s
 //! after, at least 3/4 of an equal split of what the three jobs get together: a demand
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use governor_integration_tests::daemon::{Daemon, bin};
 use governor_integration_tests::{Layout, require_v1_cpu_host, require_vm};
-use governor_policy::governor::ATTAINED_QUANTUM;
+use governor_policy::shortest_left::ATTAINED_QUANTUM;
 
 /// One phase of a job's script. The loss falls by 0.005 a record from 2.0 (as in vm_daemon): a
 /// job still learning; k stays below 400 in these scenarios (at most 5 records a second for
@@ -266,7 +266,7 @@ fn no_lockout(layout: Layout, prefix: &str, q_phases: &[Phase]) {
 /// when they were and q was held back.
 fn one_scenario(layout: Layout, prefix: &str, q_phases: &[Phase]) -> Result<(), String> {
     let _alone = alone();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     d.spawn();
     let total: u32 = q_phases
         .iter()
@@ -473,7 +473,7 @@ fn vm_a_job_with_more_threads_than_cores_is_not_locked_out() {
 /// must still get the SIGINT (not sit it out until the SIGTERM 30 s later).
 fn finish_at_convergence(layout: Layout, prefix: &str) {
     let _alone = alone();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     d.spawn();
     // 30 s of a loss that falls for 2 s, then stays flat.
     let script = |log: &Path| {
@@ -561,7 +561,7 @@ fn start_ignoring_sigint(
 /// before their scripts would end (18 s), and says why; the best trial runs all its 60 epochs.
 fn sweep_cuts_its_worst_trials(layout: Layout, prefix: &str) {
     let _alone = alone();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     d.spawn();
     let script = |log: &Path, level: u32| {
         format!(

@@ -2,9 +2,9 @@
 //! training jobs, each with no other logging than one back-end — a PyTorch loop with only
 //! `SummaryWriter`, a Keras `fit()` with only the `TensorBoard` callback, a Lightning run with
 //! its default logger, an MLflow-autologged Keras run (MLflow's default SQLite store) — started
-//! with `governor run-job --log <their log directory>` under the real daemon (the `governor`
-//! policy, cgroup v1 on the host). Each must show in `governor status` with its loss and a
-//! category other than `unknown`.
+//! with `governor run-job --log <their log directory>` under the real daemon (the
+//! `shortest-left` policy, cgroup v1 on the host). Each must show in `governor status` with its
+//! loss and a category other than `unknown`.
 //!
 //! The writers run in the Python environment `cargo xtask writer-fixtures` installs (7.7 GB,
 //! so `cargo xtask test` runs this only where it was installed, and sets
@@ -54,7 +54,7 @@ impl Drop for Job {
 fn root_host_v1_jobs_logging_only_to_a_tracking_backend_are_governed_by_progress() {
     require_v1_cpu_host();
     let python = writers_python();
-    let d = Daemon::start("governor", "");
+    let d = Daemon::start("shortest-left", "");
     // (job, writer, its log directory, units of work, seconds per unit)
     let jobs = [
         ("tb-pytorch", "pytorch", "pytorch-runs", "400", "0.25"),

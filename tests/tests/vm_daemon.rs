@@ -83,7 +83,7 @@ fn both_progress(jobs: &mut TwoJobs, from: u32, secs: u32) -> u32 {
 #[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test`"]
 fn daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s() {
     require_vm();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     let mut jobs = two_jobs(&d, "vmd-shift");
     d.spawn();
     d.wait_job("a", Duration::from_secs(10), "adoption", |_| true);
@@ -215,7 +215,7 @@ fn governed_pair(d: &mut Daemon, prefix: &str) -> (TwoJobs, String, String) {
 #[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test`"]
 fn daemon_restores_every_limit_on_sigterm() {
     require_vm();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     let (jobs, w0, m0) = governed_pair(&mut d, "vmd-term");
     eprintln!(
         "governed: a cpu.weight {} cpu.max {}",
@@ -253,7 +253,7 @@ fn daemon_restores_every_limit_on_sigterm() {
 #[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test`"]
 fn daemon_restores_limits_after_sigkill_and_restart() {
     require_vm();
-    let mut d = Daemon::configure("governor", "");
+    let mut d = Daemon::configure("shortest-left", "");
     let (jobs, w0, m0) = governed_pair(&mut d, "vmd-kill");
     let governed = (
         read(jobs.a.path(), "cpu.weight"),
@@ -275,7 +275,7 @@ fn daemon_restores_limits_after_sigkill_and_restart() {
     // Restart with the hands-off policy: recovery must put the originals back.
     let config = fs::read_to_string(&d.config)
         .unwrap()
-        .replace("policy = \"governor\"", "policy = \"fair\"");
+        .replace("policy = \"shortest-left\"", "policy = \"fair\"");
     fs::write(&d.config, config).unwrap();
     d.spawn();
     for g in [&jobs.a, &jobs.b] {
@@ -406,7 +406,7 @@ fn run_job_starts_a_governed_job_in_its_own_cgroup_and_cleans_up() {
 #[ignore = "vm: runs the daemon against real cgroups; run with `cargo xtask vm-test`"]
 fn a_memory_hungry_job_under_the_memory_policy_is_never_oom_killed() {
     require_vm();
-    let mut d = Daemon::configure("governor", "[actuation]\ngovern_memory = true\n");
+    let mut d = Daemon::configure("shortest-left", "[actuation]\ngovern_memory = true\n");
     let mut jobs = two_jobs(&d, "vmd-mem");
     d.spawn();
     // Job b keeps learning; job a has converged (flat loss) and grows its memory to 300 MiB in

@@ -343,7 +343,7 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     timed("demo (short)", || {
         crate::demo::run(&crate::demo::DemoArgs {
             short: true,
-            policy: "governor".into(),
+            policy: "shortest-left".into(),
             ..Default::default()
         })
     })?;

@@ -206,7 +206,7 @@ pub struct SubmitArgs {
     /// Extra environment for the job (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Total epochs of the run: the node's `governor` policy then knows how much work is left
+    /// Total epochs of the run: the node's `shortest-left` policy then knows how much work is left
     /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
     #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,

@@ -127,7 +127,7 @@ pub(crate) fn pair(fair: &RunResult, other: &RunResult) -> Pair {
     }
 }
 
-/// The value of a `+KEY=VALUE` flag of a policy (`governor+finish=5:0.001+sweep=lr`), read in
+/// The value of a `+KEY=VALUE` flag of a policy (`shortest-left+finish=5:0.001+sweep=lr`), read in
 /// the one policy grammar ([`SpecText`]).
 pub fn policy_option(policy: &str, key: &str) -> Option<String> {
     let spec: SpecText = policy.parse().ok()?;
@@ -140,6 +140,28 @@ pub fn node_spec(policy: &str) -> String {
     policy
         .parse::<SpecText>()
         .map_or_else(|_| policy.to_owned(), |s| s.node)
+}
+
+/// The same benchmark policy under the old names of its node policy
+/// ([`governor_policy::POLICY_ALIASES`]): `shortest-left:slack=0.2+finish=5` was run as
+/// `governor:slack=0.2+finish=5` before the rename, and its stored runs are under that name.
+pub fn old_spellings(policy: &str) -> Vec<String> {
+    let Ok(spec) = policy.parse::<SpecText>() else {
+        return Vec::new();
+    };
+    let name = spec.node_name().to_owned();
+    let params = spec.node.trim_start()[name.len()..].to_owned();
+    governor_policy::POLICY_ALIASES
+        .iter()
+        .filter(|(_, canonical)| *canonical == name)
+        .map(|(alias, _)| {
+            SpecText {
+                node: format!("{alias}{params}"),
+                ..spec.clone()
+            }
+            .to_string()
+        })
+        .collect()
 }
 
 /// A run's result as the one who launched a sweep sees it: its best job (lowest best loss), that

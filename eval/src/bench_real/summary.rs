@@ -10,8 +10,8 @@ use sim::plot::{self, Panel, Series};
 
 use super::results::{Pair, Spread, pair};
 use super::{
-    JobResult, RunResult, Sizes, Workload, job_values, policy_dir_name, run_dir, spread,
-    sweep_result,
+    JobResult, RunResult, Sizes, Workload, job_values, old_spellings, policy_dir_name, run_dir,
+    spread, sweep_result,
 };
 use crate::calibrate;
 
@@ -39,7 +39,21 @@ fn ratio(s: Option<Spread>) -> String {
     })
 }
 
+/// The stored runs of `policy`; where there are none, those stored under an old name of its node
+/// policy ([`old_spellings`]: series run before a rename still aggregate).
 fn load_runs(out: &Path, w: &Workload, policy: &str, sizes: Sizes) -> Vec<RunResult> {
+    let runs = load_runs_named(out, w, policy, sizes);
+    if !runs.is_empty() {
+        return runs;
+    }
+    old_spellings(policy)
+        .iter()
+        .map(|old| load_runs_named(out, w, old, sizes))
+        .find(|runs| !runs.is_empty())
+        .unwrap_or_default()
+}
+
+fn load_runs_named(out: &Path, w: &Workload, policy: &str, sizes: Sizes) -> Vec<RunResult> {
     let mut runs = Vec::new();
     for rep in 1..=1000 {
         let f = run_dir(out, w, policy, sizes, rep).join("run.json");

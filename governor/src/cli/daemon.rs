@@ -11,8 +11,9 @@ pub struct DaemonArgs {
     /// Configuration file (see `governor --example-config`); defaults apply when it is missing.
     #[arg(long, default_value = "/etc/governor/governor.toml")]
     pub config: PathBuf,
-    /// Node policy, overriding the configuration: fair, flowcon, specon or governor, with
-    /// parameters as NAME:KEY=VALUE[:KEY=VALUE] (e.g. `specon:interval=10`).
+    /// Node policy, overriding the configuration: fair, flowcon, specon or shortest-left
+    /// (`governor` is its old name, still accepted), with parameters as
+    /// NAME:KEY=VALUE[:KEY=VALUE] (e.g. `specon:interval=10`).
     #[arg(long)]
     pub policy: Option<String>,
     /// Compute and log decisions without writing any cgroup file.

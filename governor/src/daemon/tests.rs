@@ -1,5 +1,5 @@
 use super::pacing::pace;
-use super::startup::{agent_config, apply_cluster_options};
+use super::startup::{agent_config, apply_cluster_options, load_config};
 use super::*;
 use crate::config::DaemonConfig;
 
@@ -28,6 +28,29 @@ fn opts() -> DaemonOptions {
         insecure: false,
         node_name: None,
     }
+}
+
+#[test]
+fn the_policy_flag_takes_the_old_name_of_shortest_left() {
+    assert_eq!(load_config(&opts()).unwrap().policy, "shortest-left");
+    for flag in ["governor", "governor:slack=0.2", "shortest-left:slack=0.2"] {
+        let config = load_config(&DaemonOptions {
+            policy: Some(flag.into()),
+            ..opts()
+        })
+        .unwrap_or_else(|e| panic!("--policy {flag}: {e:#}"));
+        assert_eq!(config.policy, flag);
+        assert_eq!(
+            policy::by_spec(&config.policy).unwrap().name(),
+            "shortest-left"
+        );
+    }
+    let e = load_config(&DaemonOptions {
+        policy: Some("governor:slack=x".into()),
+        ..opts()
+    })
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("slack"), "{e:#}");
 }
 
 #[test]

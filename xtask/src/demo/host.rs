@@ -653,7 +653,7 @@ fn plot(sharing: &[RunResult], sweep: &[RunResult], cores: f64) -> String {
     )
 }
 
-/// A policy as a reader knows it: `governor+sweep=...` is the policy with the trial budget.
+/// A policy as a reader knows it: `shortest-left+sweep=...` is the policy with the trial budget.
 fn display_policy(policy: &str) -> String {
     let base = bench_real::node_spec(policy);
     if bench_real::policy_option(policy, "sweep").is_some() {

@@ -210,8 +210,8 @@ impl NodeCore {
     pub fn round_done(&mut self, now: Instant, took: Duration) {
         self.metrics.decided(took);
         self.last_decision = Some((now, took));
-        // The policy's own next decision time stays within the budget too (the governor policy
-        // asks every second; with 1,000 jobs a decision takes ~2 ms).
+        // The policy's own next decision time stays within the budget too (the shortest-left
+        // policy asks every second; with 1,000 jobs a decision takes ~2 ms).
         let earliest = now + took.mul_f64(1.0 / decision_budget(self.jobs.len()));
         if let Some(next) = self.next_decision_at.as_mut() {
             *next = (*next).max(earliest);

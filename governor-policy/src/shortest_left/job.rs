@@ -1,5 +1,6 @@
-//! The governor's per-job state: what it knows of a job's demand for CPU ([`Demand`]), of its
-//! size ([`Work`]), and the job itself ([`Job`]: stage, fair twin, promotions).
+//! The shortest-left policy's per-job state: what it knows of a job's demand for CPU
+//! ([`Demand`]), of its size ([`Work`]), and the job itself ([`Job`]: stage, fair twin,
+//! promotions).
 
 use crate::stage::LossTracker;
 use crate::{Category, JobSpec, Seconds};

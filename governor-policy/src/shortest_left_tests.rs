@@ -108,7 +108,7 @@ fn alike_jobs_run_in_turn_at_the_speed_they_can_use_and_none_ends_later_than_fai
         .map(|(n, a, s, d)| (n.as_str(), *a, *s, *d))
         .collect();
     let fair = run_node(&mut crate::fair::Fair::default(), 2.0, &jobs, true);
-    let ours = run_node(&mut Governor::default(), 2.0, &jobs, true);
+    let ours = run_node(&mut ShortestLeft::default(), 2.0, &jobs, true);
     assert!(
         mean(&ours) < 0.8 * mean(&fair),
         "ours {:.1} s against fair {:.1} s: {ours:?}",
@@ -137,7 +137,7 @@ fn the_guard_keeps_a_large_job_within_the_slack_of_fair_sharing() {
         .map(|(n, a, s, d)| (n.as_str(), *a, *s, *d))
         .collect();
     let fair = run_node(&mut crate::fair::Fair::default(), 1.0, &jobs, true);
-    let ours = run_node(&mut Governor::default(), 1.0, &jobs, true);
+    let ours = run_node(&mut ShortestLeft::default(), 1.0, &jobs, true);
     assert!(mean(&ours) < mean(&fair), "ours {ours:?} fair {fair:?}");
     assert!(
         ours["long"] <= 1.15 * fair["long"],
@@ -149,8 +149,8 @@ fn the_guard_keeps_a_large_job_within_the_slack_of_fair_sharing() {
 
 /// Two jobs of declared size, 1 core usable each, on one core: `a` (20 CPU-s) ranks
 /// before `b` (200 CPU-s). Returns `b`'s CPU-seconds and its fair twin's at `until`.
-fn long_job_pace(params: GovernorParams, until: f64) -> (f64, f64) {
-    let mut p = Governor::new(params);
+fn long_job_pace(params: ShortestLeftParams, until: f64) -> (f64, f64) {
+    let mut p = ShortestLeft::new(params);
     let sizes = [("a", 20.0), ("b", 200.0)];
     for (j, _) in sizes {
         p.job_added(0.0, &JobSpec::new(j));
@@ -187,11 +187,11 @@ fn pace_learning_keeps_a_learning_job_of_known_size_near_its_fair_twin() {
     // Shortest first serves a and holds b near its floor; the completion guard lets b wait
     // (its fair completion is far off, so it ends in time). With `pace_learning` b, still
     // learning, never falls more than the slack (and the grace) behind its fair twin.
-    let (held, twin) = long_job_pace(GovernorParams::default(), 16.0);
+    let (held, twin) = long_job_pace(ShortestLeftParams::default(), 16.0);
     assert!(held < 0.5 * twin, "b {held:.1} CPU-s, its twin {twin:.1}");
-    let paced = GovernorParams {
+    let paced = ShortestLeftParams {
         pace_learning: true,
-        ..GovernorParams::default()
+        ..ShortestLeftParams::default()
     };
     for until in [8.0, 16.0, 30.0] {
         let (cpu, twin) = long_job_pace(paced, until);
@@ -212,7 +212,7 @@ fn jobs_of_unknown_size_stay_close_to_their_fair_twin() {
         ("c", 10.0, 40.0, 2.0),
     ];
     let fair = run_node(&mut crate::fair::Fair::default(), 2.0, &jobs, false);
-    let ours = run_node(&mut Governor::default(), 2.0, &jobs, false);
+    let ours = run_node(&mut ShortestLeft::default(), 2.0, &jobs, false);
     for (name, t) in &ours {
         assert!(
             *t <= 1.15 * fair[name],
@@ -226,7 +226,7 @@ fn jobs_of_unknown_size_stay_close_to_their_fair_twin() {
 fn a_job_alone_at_the_cores_it_can_use_is_not_behind_its_fair_twin() {
     // Measured on real Keras jobs: one alone on 2 cores keeps one busy. Its fair twin must
     // not count the second core, or the guard promotes it as "behind its fair-share pace".
-    let mut p = Governor::default();
+    let mut p = ShortestLeft::default();
     p.job_added(0.0, &JobSpec::new("a"));
     let mut cpu = 0.0;
     // Its start-up (imports) uses both cores for a second: the most it was ever seen
@@ -262,8 +262,8 @@ fn a_job_alone_at_the_cores_it_can_use_is_not_behind_its_fair_twin() {
 /// Three jobs of unknown size on 2 cores, all learning; `quiet` uses no CPU for its first
 /// 10 s (loading data), then wants 2 cores. Returns its share of the node each second after
 /// it became busy, with or without a measured CPU wait.
-fn quiet_job_shares(measure_wait: bool, params: GovernorParams) -> Vec<f64> {
-    let mut p = Governor::new(params);
+fn quiet_job_shares(measure_wait: bool, params: ShortestLeftParams) -> Vec<f64> {
+    let mut p = ShortestLeft::new(params);
     let jobs = ["busy1", "busy2", "quiet"];
     for j in jobs {
         p.job_added(0.0, &JobSpec::new(j));
@@ -313,15 +313,15 @@ fn quiet_job_shares(measure_wait: bool, params: GovernorParams) -> Vec<f64> {
 #[test]
 fn a_job_that_was_quiet_gets_its_floor_at_once_and_its_fair_share_within_two_seconds() {
     let fair = 2.0 / 3.0;
-    let floor = GovernorParams::default().floor * fair;
+    let floor = ShortestLeftParams::default().floor * fair;
     let offers = [f64::INFINITY, 1.5];
     for (measure_wait, probe_offer) in [true, false]
         .into_iter()
         .flat_map(|w| offers.map(|o| (w, o)))
     {
-        let params = GovernorParams {
+        let params = ShortestLeftParams {
             probe_offer,
-            ..GovernorParams::default()
+            ..ShortestLeftParams::default()
         };
         let shares = quiet_job_shares(measure_wait, params);
         // The first second it wants CPU it runs on the plan made while it was quiet.
@@ -352,7 +352,7 @@ fn a_job_that_was_quiet_gets_its_floor_at_once_and_its_fair_share_within_two_sec
 
 #[test]
 fn a_job_that_converged_yields_to_jobs_still_learning() {
-    let mut p = Governor::default();
+    let mut p = ShortestLeft::default();
     for j in ["learning", "done"] {
         p.job_added(0.0, &JobSpec::new(j));
     }
@@ -403,14 +403,18 @@ fn a_job_that_converged_yields_to_jobs_still_learning() {
 
 #[test]
 fn a_trial_held_at_its_sweeps_rung_goes_after_the_others_and_keeps_its_floor() {
-    let mut p = Governor::default();
+    let mut p = ShortestLeft::default();
     for j in ["x", "y"] {
         p.job_added(0.0, &JobSpec::new(j));
     }
     let first = |plan: &Plan| -> String {
         ["x", "y"]
             .into_iter()
-            .find(|j| plan.allocations[&id(j)].reason.starts_with("governor: #1 "))
+            .find(|j| {
+                plan.allocations[&id(j)]
+                    .reason
+                    .starts_with("shortest-left: #1 ")
+            })
             .expect("one job ranked first")
             .to_owned()
     };
@@ -438,9 +442,9 @@ fn probe_offer_bounds_what_a_job_that_waited_is_offered() {
     // Two jobs of unknown size on 2 cores; `a` (served first) used 0.2 cores while its
     // threads waited for a CPU 0.8 s of the second: its demand is unknown again.
     let share_of_a = |probe_offer: f64| {
-        let mut p = Governor::new(GovernorParams {
+        let mut p = ShortestLeft::new(ShortestLeftParams {
             probe_offer,
-            ..GovernorParams::default()
+            ..ShortestLeftParams::default()
         });
         for j in ["a", "b"] {
             p.job_added(0.0, &JobSpec::new(j));
@@ -477,7 +481,7 @@ fn probe_offer_bounds_what_a_job_that_waited_is_offered() {
 
 #[test]
 fn every_job_keeps_its_floor_and_weights_stay_in_range() {
-    let mut p = Governor::default();
+    let mut p = ShortestLeft::default();
     for k in 0..50 {
         p.job_added(0.0, &JobSpec::new(format!("j{k}")));
     }
@@ -492,7 +496,7 @@ fn every_job_keeps_its_floor_and_weights_stay_in_range() {
 
 #[test]
 fn parameters_are_set_by_name_and_checked() {
-    let mut p = GovernorParams::default();
+    let mut p = ShortestLeftParams::default();
     p.set("slack", "0.2").unwrap();
     p.set("learning_first", "false").unwrap();
     assert_eq!(p.slack, 0.2);

@@ -1,6 +1,7 @@
-//! `governor`: our policy. Jobs that are still learning and closest to done run first, at the
-//! speed they can use; no job is let fall more than `slack` (10%) behind where the kernel's fair
-//! sharing would have it; every job always keeps its floor.
+//! `shortest-left` (formerly `governor`, a name still accepted): the default node policy. Jobs
+//! that are still learning and closest to done run first, at the speed they can use; no job is
+//! let fall more than `slack` (10%) behind where the kernel's fair sharing would have it; every
+//! job always keeps its floor.
 //!
 //! # What the measurements say (docs/evaluation/real-jobs.md)
 //!
@@ -59,7 +60,7 @@
 //! sharing at any moment. Projections cannot see future arrivals: the bound is a target, and
 //! docs/evaluation/real-jobs.md reports how often it held.
 //!
-//! # Parameters (`--policy governor:KEY=VALUE`)
+//! # Parameters (`--policy shortest-left:KEY=VALUE`)
 //!
 //! `floor` (0.1), `slack` (0.1), `hysteresis` (0.1), `smoothing` (0.5, EWMA weight of each loss
 //! value for the stage), `interval` (1 s between decisions when nothing happens),
@@ -109,9 +110,9 @@ pub const MIN_SPAN: f64 = 0.05;
 /// instead of all together (a start-up, imports and data, costs ~6 CPU-seconds here).
 pub const ATTAINED_QUANTUM: f64 = 5.0;
 
-/// The governor policy's parameters.
+/// The shortest-left policy's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GovernorParams {
+pub struct ShortestLeftParams {
     /// Every job gets at least this fraction of its equal share of the node.
     pub floor: f64,
     /// The guard's bound: no job to finish later than its fair completion by more than this
@@ -143,9 +144,9 @@ pub struct GovernorParams {
     pub probe_offer: f64,
 }
 
-impl Default for GovernorParams {
+impl Default for ShortestLeftParams {
     fn default() -> Self {
-        GovernorParams {
+        ShortestLeftParams {
             floor: 0.1,
             slack: 0.1,
             hysteresis: 0.1,
@@ -160,7 +161,7 @@ impl Default for GovernorParams {
     }
 }
 
-impl GovernorParams {
+impl ShortestLeftParams {
     /// Set a parameter by name.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         let num = |min: f64, max: f64| -> Result<f64, ParamError> {
@@ -193,8 +194,8 @@ impl GovernorParams {
 
 /// Our policy.
 #[derive(Debug)]
-pub struct Governor {
-    params: GovernorParams,
+pub struct ShortestLeft {
+    params: ShortestLeftParams,
     jobs: BTreeMap<JobId, Job>,
     next_seq: u64,
     /// The order of the previous decision (hysteresis starts from it).
@@ -203,15 +204,15 @@ pub struct Governor {
     cores: f64,
 }
 
-impl Default for Governor {
+impl Default for ShortestLeft {
     fn default() -> Self {
-        Self::new(GovernorParams::default())
+        Self::new(ShortestLeftParams::default())
     }
 }
 
-impl Governor {
-    pub fn new(params: GovernorParams) -> Self {
-        Governor {
+impl ShortestLeft {
+    pub fn new(params: ShortestLeftParams) -> Self {
+        ShortestLeft {
             params,
             jobs: BTreeMap::new(),
             next_seq: 0,
@@ -511,9 +512,9 @@ fn cmp_keys(a: &(Key, u64), b: &(Key, u64), h: f64) -> std::cmp::Ordering {
     })
 }
 
-impl NodePolicy for Governor {
+impl NodePolicy for ShortestLeft {
     fn name(&self) -> &'static str {
-        "governor"
+        "shortest-left"
     }
 
     fn job_added(&mut self, now: Seconds, spec: &JobSpec) {
@@ -736,7 +737,7 @@ impl NodePolicy for Governor {
                 }
             };
             let reason = format!(
-                "governor: #{} ({why}; {work}), ~{expected:.2} cores",
+                "shortest-left: #{} ({why}; {work}), ~{expected:.2} cores",
                 rank + 1
             );
             allocations.insert(
@@ -761,5 +762,5 @@ impl NodePolicy for Governor {
 }
 
 #[cfg(test)]
-#[path = "governor_tests.rs"]
+#[path = "shortest_left_tests.rs"]
 mod tests;
