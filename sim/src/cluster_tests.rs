@@ -370,7 +370,10 @@ fn policy_specs_resolve_aliases_and_flags() {
         (s.node.as_str(), s.placement.as_str()),
         ("governor:floor=0.5", "procon")
     );
-    assert_eq!(spec("ours").node, "governor");
+    assert_eq!(spec("ours").node, "shortest-left");
+    // The old name of the node policy still reads.
+    assert_eq!(spec("governor").placement, "soonest");
+    assert_eq!(spec("shortest-left").placement, "soonest");
     for bad in ["nope", "fair/nope", "fair+bogus", "bogus/spread"] {
         assert!(bad.parse::<PolicySpec>().is_err(), "{bad} accepted");
     }
@@ -407,7 +410,7 @@ fn the_planner_makes_the_same_decisions_on_the_same_event_trace() {
         (
             &mixed,
             &mixed_config,
-            "governor/soonest+reserve+elastic+preempt",
+            "shortest-left/soonest+reserve+elastic+preempt",
         ),
         (&mixed, &mixed_config, "fair/elastic-fifo+reserve+elastic"),
     ];

@@ -24,7 +24,7 @@ use governor_placement::by_name as placement_by_name;
 /// | `specon` | specon | specon | SpeCon, Algorithms 1-2, moves on |
 /// | `procon` | fair | procon | ProCon (placement only) |
 /// | `fifo` | fair | first-fit +reserve | Schedulearn FIFO |
-/// | `governor`, `ours` | governor | soonest | ours |
+/// | `shortest-left` (old name `governor`), `ours` | shortest-left | soonest | ours |
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicySpec {
     /// The spec as written (the name results are reported under).
@@ -83,15 +83,17 @@ impl std::str::FromStr for PolicySpec {
         let (node, placement, mut reserve) = match &text.placement {
             Some(p) => (head.to_owned(), p.clone(), false),
             None => {
-                let (node, placement, reserve) = match text.node_name() {
+                let (node, placement, reserve) = match governor_policy::canonical_name(
+                    text.node_name(),
+                ) {
                     "fair" => (head, "spread", false),
                     // The default scheduler as the papers' explanations describe it: kernel
                     // sharing on the node, placement by instant resource usage.
                     "default" => ("fair", "usage", false),
                     "flowcon" => (head, "flowcon", false),
                     "specon" => (head, "specon", false),
-                    "governor" => (head, "soonest", false),
-                    "ours" => ("governor", "soonest", false),
+                    "shortest-left" => (head, "soonest", false),
+                    "ours" => ("shortest-left", "soonest", false),
                     "procon" => ("fair", "procon", false),
                     "fifo" | "schedulearn" => ("fair", "first-fit", true),
                     other => {
