@@ -68,33 +68,13 @@ impl Engine<'_> {
             self.write_logs(w, j, t);
         }
         // 2b. Checkpoints written: the saved jobs exit.
-        let mut saved: Vec<(f64, usize)> = Vec::new();
-        self.workers[w].saving.retain(|&(at, j)| {
-            if at <= t + EPS {
-                saved.push((at, j));
-                false
-            } else {
-                true
-            }
-        });
-        saved.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, j) in saved {
+        for j in take_due(&mut self.workers[w].saving, t) {
             self.rt[j].phase = Phase::Saved;
             self.workers[w].ended.push((j, Ended::Saved));
             departed = true;
         }
         // 3. Jobs starting here.
-        let mut starting: Vec<(f64, usize)> = Vec::new();
-        self.workers[w].arriving.retain(|&(at, j)| {
-            if at <= t + EPS {
-                starting.push((at, j));
-                false
-            } else {
-                true
-            }
-        });
-        starting.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, j) in starting {
+        for j in take_due(&mut self.workers[w].arriving, t) {
             self.arrive(w, j, t);
             changed = true;
             report = true;
@@ -469,4 +449,18 @@ fn cuts(outranked: Vec<Outranked<usize>>) -> Vec<(usize, String)> {
         .into_iter()
         .map(|o| (o.trial, o.describe()))
         .collect()
+}
+
+/// Take the jobs of `list` (`(time, job)`) due by `t`, in time order (then job order).
+fn take_due(list: &mut Vec<(f64, usize)>, t: f64) -> Vec<usize> {
+    let mut due: Vec<(f64, usize)> = Vec::new();
+    list.retain(|&(at, j)| {
+        let now = at <= t + EPS;
+        if now {
+            due.push((at, j));
+        }
+        !now
+    });
+    due.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    due.into_iter().map(|(_, j)| j).collect()
 }
