@@ -30,6 +30,7 @@ pub mod allocate;
 pub mod fair;
 pub mod flowcon;
 pub mod gpu_power;
+pub mod predict;
 pub mod quality;
 pub mod share;
 pub mod shortest_left;

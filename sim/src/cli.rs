@@ -63,6 +63,20 @@ enum Command {
     Gpu(GpuArgs),
     /// Time the simulator on a large generated cluster.
     Bench(BenchArgs),
+    /// How well the learning-curve predictors foresee the real curves of the fixtures from 25%,
+    /// 50% and 75% of each run
+    Predict(PredictArgs),
+}
+
+#[derive(Debug, Args)]
+struct PredictArgs {
+    /// Directory of real training logs [default: $GOVERNOR_FIXTURES, else the first
+    /// shared/fixtures/logs in this directory or one above it].
+    #[arg(long, default_value_os_t = default_logs(), hide_default_value = true)]
+    logs: PathBuf,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -377,6 +391,7 @@ pub(crate) fn main() -> ExitCode {
             parse_seeds(&args.seeds).and_then(|s| sim::gpu::eval::command(s, &args.logs, args.json))
         }
         Command::Bench(args) => bench_command(args),
+        Command::Predict(args) => sim::predict::command(&args.logs, args.json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

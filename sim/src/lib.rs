@@ -25,6 +25,7 @@ pub mod job;
 pub mod node;
 pub mod paper;
 pub mod plot;
+pub mod predict;
 pub mod priority;
 pub mod trace;
 pub mod workload;
