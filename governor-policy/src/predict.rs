@@ -156,6 +156,8 @@ fn fit_at(method: Method, points: &[(f64, f64)], b: f64, best_seen: f64) -> Opti
 /// `None` when it has too few points or finds no falling fit.
 pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
     let first = points.first()?.1;
+    // A parametric family's residual is its spread; the slope claims none.
+    let mut spread = 0.0;
     let value_at: Box<dyn Fn(f64) -> f64> = match method {
         Method::LastSlope => {
             if points.len() < 2 {
@@ -181,6 +183,7 @@ pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Opti
         }
         _ => {
             let f = fit(method, points)?;
+            spread = f.rmse;
             Box::new(move |x: f64| f.c + f.a * shape(method, f.b, x))
         }
     };
@@ -197,10 +200,6 @@ pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Opti
                 .map(|k| last_x + (horizon - last_x) * f64::from(k) / 200.0)
                 .find(|&x| value_at(x) <= threshold)
         });
-    let spread = match method {
-        Method::LastSlope => 0.0,
-        _ => fit(method, points).map_or(0.0, |f| f.rmse),
-    };
     Some(Prediction {
         final_value,
         quality_at,
@@ -212,23 +211,21 @@ pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Opti
 /// The prediction for `points` at `horizon`: the parametric family that fits them best, its
 /// spread widened by how much the families disagree; the last-k slope when neither fits.
 pub fn predict(points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
-    let fits: Vec<(Prediction, f64)> = [Method::Exponential, Method::PowerLaw]
+    // Each family fitted once: its prediction's spread is its residual.
+    let fits: Vec<Prediction> = [Method::Exponential, Method::PowerLaw]
         .into_iter()
-        .filter_map(|m| {
-            let rmse = fit(m, points)?.rmse;
-            Some((predict_with(m, points, horizon)?, rmse))
-        })
+        .filter_map(|m| predict_with(m, points, horizon))
         .collect();
-    let Some(&(best, _)) = fits.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+    let Some(&best) = fits.iter().min_by(|a, b| a.spread.total_cmp(&b.spread)) else {
         return predict_with(Method::LastSlope, points, horizon);
     };
     let lo = fits
         .iter()
-        .map(|f| f.0.final_value)
+        .map(|f| f.final_value)
         .fold(f64::INFINITY, f64::min);
     let hi = fits
         .iter()
-        .map(|f| f.0.final_value)
+        .map(|f| f.final_value)
         .fold(f64::NEG_INFINITY, f64::max);
     Some(Prediction {
         spread: (best.spread.powi(2) + ((hi - lo) / 2.0).powi(2)).sqrt(),

@@ -17,7 +17,7 @@ use governor_proto::node::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterConfig, Ended, Engine, MoveRecord, Phase, PolicySpec, TICK_S};
+use super::{ClusterConfig, Ended, Engine, MoveRecord, Phase, PolicySpec};
 use crate::job::LogEvery;
 
 /// One input the planner was fed and the commands it answered with, `(node, command)` in
@@ -144,7 +144,7 @@ impl Engine<'_> {
         self.feed(t, Input::Tick);
         self.carry_out(t);
         if self.jobs_in_cluster() {
-            self.schedule_tick(t + TICK_S * 1e-9);
+            self.schedule_tick(t);
         }
     }
 
