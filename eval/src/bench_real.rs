@@ -56,7 +56,7 @@ pub struct BenchRealArgs {
     /// `+finish=PATIENCE:MIN_DELTA` also starts every job with `run-job --finish` (finish at
     /// convergence, opt-in); `+sweep=NAME[:ETA:FIRST_RUNG]` starts every job as a trial of one
     /// sweep (`run-job --sweep`, successive halving, opt-in); both may be given.
-    #[arg(long, value_delimiter = ',', default_value = "shortest-left")]
+    #[arg(long, value_delimiter = ',', default_value = governor_policy::DEFAULT_POLICY)]
     pub policies: Vec<String>,
     /// Repetitions of every pair.
     #[arg(long, default_value_t = 5)]

@@ -17,7 +17,8 @@
 //!    asked early; the actuator skips writes that change nothing.
 //!
 //! Selectable by name through [`by_name`] (or a spec with parameters, [`by_spec`]); the default
-//! node policy is [`shortest_left`], once called `governor` ([`POLICY_ALIASES`]).
+//! node policy is [`learning_first`]; [`shortest_left`] (once called `governor`,
+//! [`POLICY_ALIASES`]) was the default before it.
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod allocate;
 pub mod fair;
 pub mod flowcon;
 pub mod gpu_power;
+pub mod learning_first;
 pub mod predict;
 pub mod quality;
 pub mod share;
@@ -320,10 +322,10 @@ pub fn clamp_cores(cap: Option<f64>, bounds: &Bounds) -> Option<f64> {
 }
 
 /// Names accepted by [`by_name`], in the order they are documented.
-pub const POLICY_NAMES: &[&str] = &["fair", "flowcon", "specon", DEFAULT_POLICY];
+pub const POLICY_NAMES: &[&str] = &["fair", "flowcon", "specon", "shortest-left", DEFAULT_POLICY];
 
 /// The daemon's node policy unless its configuration names another.
-pub const DEFAULT_POLICY: &str = "shortest-left";
+pub const DEFAULT_POLICY: &str = "learning-first";
 
 /// Old names still accepted by [`by_name`] and [`by_spec`] (in configurations, on command lines,
 /// in benchmark lists), each with the name of the policy it stands for: the policy built reports
@@ -419,6 +421,13 @@ pub fn by_spec(spec: &str) -> Result<Box<dyn NodePolicy>, PolicySpecError> {
             }
             Ok(Box::new(specon::SpeCon::new(p)))
         }
+        "learning-first" => {
+            let mut p = learning_first::LearningFirstParams::default();
+            for (k, v) in params {
+                p.set(k, v).map_err(bad)?;
+            }
+            Ok(Box::new(learning_first::LearningFirst::new(p)))
+        }
         "shortest-left" => {
             let mut p = shortest_left::ShortestLeftParams::default();
             for (k, v) in params {
@@ -448,6 +457,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn NodePolicy>, UnknownPolicy> {
         "flowcon" => Ok(Box::new(flowcon::FlowCon::default())),
         "specon" => Ok(Box::new(specon::SpeCon::default())),
         "shortest-left" => Ok(Box::new(shortest_left::ShortestLeft::default())),
+        "learning-first" => Ok(Box::new(learning_first::LearningFirst::default())),
         _ => Err(UnknownPolicy {
             name: name.to_owned(),
             known: POLICY_NAMES.join(", "),
@@ -498,7 +508,7 @@ mod tests {
     fn the_old_name_governor_is_an_alias_of_shortest_left() {
         assert!(POLICY_NAMES.contains(&"shortest-left"), "{POLICY_NAMES:?}");
         assert!(!POLICY_NAMES.contains(&"governor"), "{POLICY_NAMES:?}");
-        assert_eq!(DEFAULT_POLICY, "shortest-left");
+        assert_eq!(DEFAULT_POLICY, "learning-first");
         assert_eq!(canonical_name("governor"), "shortest-left");
         assert_eq!(canonical_name("fair"), "fair");
         assert_eq!(by_name("governor").unwrap().name(), "shortest-left");

@@ -85,12 +85,12 @@ fn fit(method: Method, points: &[(f64, f64)]) -> Option<Fit> {
     let best_seen = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let mut best: Option<Fit> = None;
     // Rates from a hundredth to a hundred times the inverse of the span (exponential), or
-    // exponents 0.05 to 5 (power law).
+    // exponents 0.05 to 10 (power law).
     for k in 0..=60 {
         let t = f64::from(k) / 60.0;
         let b = match method {
             Method::Exponential => 10f64.powf(-2.0 + 4.0 * t) / span,
-            Method::PowerLaw => 10f64.powf(-1.3 + 2.0 * t),
+            Method::PowerLaw => 10f64.powf(-1.3 + 2.3 * t),
             Method::LastSlope => unreachable!(),
         };
         if let Some(f) = fit_at(method, points, b, best_seen)
@@ -155,6 +155,22 @@ fn fit_at(method: Method, points: &[(f64, f64)], b: f64, best_seen: f64) -> Opti
 /// What `method` predicts for the curve `points` (`(x, loss)` in order of `x`) at `horizon`.
 /// `None` when it has too few points or finds no falling fit.
 pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
+    // The power law is fitted in units of the first point's position: in epochs (or logged
+    // steps) where the first report is one epoch in, the scale the literature fits it in; in
+    // shares of the run `(x + 1)^-b` could only bend gently over [0, 1].
+    let unit = points.first()?.0;
+    if method == Method::PowerLaw && unit > 0.0 && unit.is_finite() {
+        let scaled: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x / unit, y)).collect();
+        let p = predict_unscaled(method, &scaled, horizon / unit)?;
+        return Some(Prediction {
+            quality_at: p.quality_at.map(|q| q * unit),
+            ..p
+        });
+    }
+    predict_unscaled(method, points, horizon)
+}
+
+fn predict_unscaled(method: Method, points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
     let first = points.first()?.1;
     // A parametric family's residual is its spread; the slope claims none.
     let mut spread = 0.0;
@@ -209,7 +225,9 @@ pub fn predict_with(method: Method, points: &[(f64, f64)], horizon: f64) -> Opti
 }
 
 /// The prediction for `points` at `horizon`: the parametric family that fits them best, its
-/// spread widened by how much the families disagree; the last-k slope when neither fits.
+/// spread widened by how much the families that fit about as well disagree (a family whose
+/// residual is more than twice the best one's, plus 1% of the values' range, has been ruled out
+/// by the points and does not widen it); the last-k slope when neither fits.
 pub fn predict(points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
     // Each family fitted once: its prediction's spread is its residual.
     let fits: Vec<Prediction> = [Method::Exponential, Method::PowerLaw]
@@ -219,18 +237,44 @@ pub fn predict(points: &[(f64, f64)], horizon: f64) -> Option<Prediction> {
     let Some(&best) = fits.iter().min_by(|a, b| a.spread.total_cmp(&b.spread)) else {
         return predict_with(Method::LastSlope, points, horizon);
     };
-    let lo = fits
+    let (lo_seen, hi_seen) = points
         .iter()
-        .map(|f| f.final_value)
-        .fold(f64::INFINITY, f64::min);
-    let hi = fits
-        .iter()
-        .map(|f| f.final_value)
-        .fold(f64::NEG_INFINITY, f64::max);
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+            (l.min(p.1), h.max(p.1))
+        });
+    let tolerance = 2.0 * best.spread + 0.01 * (hi_seen - lo_seen);
+    let plausible = fits.iter().filter(|f| f.spread <= tolerance);
+    let (lo, hi) = plausible.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), f| {
+        (l.min(f.final_value), h.max(f.final_value))
+    });
     Some(Prediction {
         spread: (best.spread.powi(2) + ((hi - lo) / 2.0).powi(2)).sqrt(),
         ..best
     })
+}
+
+/// Whether the curve `points` (`(x, loss)`, `x` in the units of `horizon`, the end of its run) is
+/// confidently past its quality point: the best value seen is within [`QUALITY_FRACTION`] of the
+/// reduction from its first value to the predicted final value lowered by `confidence` spreads
+/// (an uncertain end is judged as one that may fall further). `method` `None` is [`predict`].
+/// Returns the prediction that says so, `None` when it does not (or cannot) say so.
+pub fn past_quality_point(
+    points: &[(f64, f64)],
+    horizon: f64,
+    confidence: f64,
+    method: Option<Method>,
+) -> Option<Prediction> {
+    let prediction = match method {
+        None => predict(points, horizon),
+        Some(m) => predict_with(m, points, horizon),
+    }?;
+    let first = points.first()?.1;
+    let best = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let low = prediction.final_value - confidence * prediction.spread;
+    if first.partial_cmp(&low) != Some(std::cmp::Ordering::Greater) {
+        return None;
+    }
+    (best <= low + QUALITY_FRACTION * (first - low)).then_some(prediction)
 }
 
 #[cfg(test)]

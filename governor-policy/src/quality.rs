@@ -119,19 +119,44 @@ pub fn time_to_quality(points: &[(Seconds, f64)], direction: Direction) -> Optio
 /// after `patience` values of its quality signal in a row without a new best by more than
 /// `min_delta` (absolute, in the signal's units). Opt-in per job; the daemon then stops the job
 /// gracefully.
+///
+/// With `predict` (`PATIENCE:MIN_DELTA:predict`), a job whose size is known (its log says
+/// `epoch k/N`, or it declared its epochs) is stopped instead when the learning-curve predictor
+/// ([`crate::predict`], the power law the default node policy uses) says, with
+/// [`PREDICT_CONFIDENCE`] standard deviations to spare, that the rest of its run would improve
+/// its best value by less than `min_delta`, and so does its latest slope carried to the end (a
+/// curve still falling straight fits a power law about to flatten as tightly); `patience` is then the least number of values
+/// before it may judge. A job of unknown size follows the patience rule.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FinishRule {
     /// Values in a row without improvement before the job counts as converged.
     pub patience: u32,
     /// The least change that counts as an improvement.
     pub min_delta: f64,
+    /// Judge by the predicted rest of the run where the job's size is known.
+    #[serde(default)]
+    pub predict: bool,
 }
 
+/// Standard deviations of the predicted final value a predicted stop must withstand.
+pub const PREDICT_CONFIDENCE: f64 = 2.0;
+
+/// A predicted stop needs the values to span this much of the run.
+pub const PREDICT_MIN_SPAN: f64 = 0.1;
+
+/// Values of a curve kept for prediction (every other one is dropped beyond it).
+const PREDICT_MAX_POINTS: usize = 512;
+
 impl FinishRule {
-    /// Parse `PATIENCE[:MIN_DELTA]`, the one syntax of a finish rule (`GOVERNOR_FINISH`,
-    /// `run-job --finish`, a job file's `finish`, `govctl submit --finish`, bench-real's
-    /// `+finish=`): a whole PATIENCE >= 1 and a MIN_DELTA >= 0 (0 when left out).
+    /// Parse `PATIENCE[:MIN_DELTA[:predict]]`, the one syntax of a finish rule
+    /// (`GOVERNOR_FINISH`, `run-job --finish`, a job file's `finish`, `govctl submit --finish`,
+    /// bench-real's `+finish=`): a whole PATIENCE >= 1 and a MIN_DELTA >= 0 (0 when left out);
+    /// `predict` judges by the predicted rest of the run.
     pub fn parse(s: &str) -> Option<FinishRule> {
+        let (s, predict) = match s.trim().strip_suffix(":predict") {
+            Some(rest) => (rest, true),
+            None => (s.trim(), false),
+        };
         let (p, d) = match s.trim().split_once(':') {
             Some((p, d)) => (p, Some(d)),
             None => (s.trim(), None),
@@ -144,7 +169,19 @@ impl FinishRule {
         (patience > 0 && min_delta.is_finite() && min_delta >= 0.0).then_some(FinishRule {
             patience,
             min_delta,
+            predict,
         })
+    }
+}
+
+impl std::fmt::Display for FinishRule {
+    /// The syntax [`FinishRule::parse`] reads.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.patience, self.min_delta)?;
+        if self.predict {
+            f.write_str(":predict")?;
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +192,13 @@ pub struct EarlyStop {
     direction: Direction,
     best: Option<f64>,
     since_best: u32,
+    /// (fraction of the run, value signed so that smaller is better) of the values whose place
+    /// in the run is known (with `predict`), thinned to [`PREDICT_MAX_POINTS`].
+    curve: Vec<(f64, f64)>,
+    /// Values seen.
+    seen: u32,
+    /// The predicted rule fired.
+    predicted_stop: bool,
 }
 
 impl EarlyStop {
@@ -169,14 +213,46 @@ impl EarlyStop {
             direction,
             best: None,
             since_best: 0,
+            curve: Vec::new(),
+            seen: 0,
+            predicted_stop: false,
         }
     }
 
     /// One value (non-finite ones are ignored); returns true once the job has converged (and
     /// from then on).
     pub fn observe(&mut self, value: f64) -> bool {
+        self.observe_at(value, None)
+    }
+
+    /// One value at `fraction` of the job's run where its size is known: with `predict`, the
+    /// predicted rule judges (see [`FinishRule`]); returns true once the job has converged.
+    pub fn observe_at(&mut self, value: f64, fraction: Option<f64>) -> bool {
         if !value.is_finite() || self.converged() {
             return self.converged();
+        }
+        self.seen = self.seen.saturating_add(1);
+        let signed = match self.direction {
+            Direction::Minimise => value,
+            Direction::Maximise => -value,
+        };
+        if self.rule.predict
+            && let Some(f) = fraction.filter(|f| f.is_finite() && *f > 0.0)
+        {
+            if self.curve.last().is_some_and(|p| f < p.0 - 1e-9) {
+                // Its counters went back: a new run, judged afresh.
+                self.curve.clear();
+            }
+            self.curve.push((f.min(1.0), signed));
+            if self.curve.len() > PREDICT_MAX_POINTS {
+                let last = self.curve.len() - 1;
+                let mut i = 0;
+                self.curve.retain(|_| {
+                    i += 1;
+                    (i - 1) % 2 == 0 || i - 1 == last
+                });
+            }
+            self.predicted_stop = self.little_left();
         }
         let improved = match self.best {
             None => true,
@@ -194,9 +270,38 @@ impl EarlyStop {
         self.converged()
     }
 
-    /// The rule has been met.
+    /// The rule has been met: the predicted rule where it judges (`predict` and the job's size
+    /// known), the patience rule otherwise.
     pub fn converged(&self) -> bool {
+        if self.rule.predict && !self.curve.is_empty() {
+            return self.predicted_stop;
+        }
         self.rule.patience > 0 && self.since_best >= self.rule.patience
+    }
+
+    /// Whether the rest of the run is predicted, with [`PREDICT_CONFIDENCE`] deviations to
+    /// spare, to improve the best value by less than `min_delta`.
+    fn little_left(&self) -> bool {
+        let n = self.curve.len();
+        let span = self.curve[n - 1].0 - self.curve[0].0;
+        if self.seen < self.rule.patience.max(4) || n < 4 || span < PREDICT_MIN_SPAN {
+            return false;
+        }
+        use crate::predict::{Method, predict_with};
+        let Some(p) = predict_with(Method::PowerLaw, &self.curve, 1.0) else {
+            return false;
+        };
+        // A curve still falling straight fits a power law about to flatten just as well (and
+        // as tightly): the run's latest slope, carried to its end, must agree.
+        let Some(slope) = predict_with(Method::LastSlope, &self.curve, 1.0) else {
+            return false;
+        };
+        let best = self.curve.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+        // The fit's residual is the noise of one value; its asymptote, fitted to all of them,
+        // is known to about that over the square root of their number.
+        let uncertainty = p.spread / (n as f64).sqrt();
+        let lowest = (p.final_value - PREDICT_CONFIDENCE * uncertainty).min(slope.final_value);
+        best - lowest < self.rule.min_delta
     }
 
     /// The best value seen.
@@ -274,6 +379,7 @@ mod tests {
         let rule = FinishRule {
             patience: 3,
             min_delta: 0.01,
+            predict: false,
         };
         let mut e = EarlyStop::new(rule, Direction::Minimise);
         for v in [1.0, 0.5, 0.3] {
@@ -287,5 +393,59 @@ mod tests {
         assert_eq!(e.best(), Some(0.3));
         // Once converged it stays so.
         assert!(e.observe(0.1));
+    }
+
+    #[test]
+    fn a_predicted_stop_waits_for_the_rest_of_the_run_not_for_patience() {
+        let rule = FinishRule::parse("5:0.015:predict").unwrap();
+        assert!(rule.predict);
+        assert_eq!(rule.to_string(), "5:0.015:predict");
+        assert_eq!(FinishRule::parse(&rule.to_string()), Some(rule));
+        // A loss falling 0.002 an epoch of 40, steadily: five values improve by less than
+        // min_delta, so patience stops it, but the 20 epochs left take it 0.04 lower.
+        let straight = |k: u32| 2.0 - 0.002 * f64::from(k);
+        let mut patient = EarlyStop::new(
+            FinishRule {
+                predict: false,
+                ..rule
+            },
+            Direction::Minimise,
+        );
+        let mut predicted = EarlyStop::new(rule, Direction::Minimise);
+        let mut patience_stopped_at = None;
+        for k in 1..=20 {
+            let f = f64::from(k) / 40.0;
+            if patient.observe_at(straight(k), Some(f)) && patience_stopped_at.is_none() {
+                patience_stopped_at = Some(k);
+            }
+            assert!(
+                !predicted.observe_at(straight(k), Some(f)),
+                "stopped at epoch {k} with 0.04 still to come"
+            );
+        }
+        assert_eq!(patience_stopped_at, Some(6));
+        // A loss that has flattened (a power law in epochs): stopped once the rest of the run
+        // cannot add min_delta, well before its end.
+        let flattening = |k: u32| 0.1 + 2.0 * f64::from(k + 1).powi(-3);
+        let mut predicted = EarlyStop::new(rule, Direction::Minimise);
+        let stopped_at =
+            (1..=40).find(|&k| predicted.observe_at(flattening(k), Some(f64::from(k) / 40.0)));
+        assert!(
+            stopped_at.is_some_and(|k| (5..=12).contains(&k)),
+            "stopped at {stopped_at:?}"
+        );
+        assert!(predicted.converged(), "it stays stopped");
+    }
+
+    #[test]
+    fn a_predicted_rule_without_the_jobs_size_follows_patience() {
+        let mut e = EarlyStop::new(
+            FinishRule::parse("3:0.01:predict").unwrap(),
+            Direction::Minimise,
+        );
+        for v in [1.0, 0.5, 0.3, 0.299, 0.298] {
+            assert!(!e.observe(v));
+        }
+        assert!(e.observe(0.297), "three values without a 0.01 improvement");
     }
 }

@@ -1,4 +1,6 @@
-//! `shortest-left` (formerly `governor`, a name still accepted): the default node policy. Jobs
+//! `shortest-left` (formerly `governor`, a name still accepted): the default node policy until
+//! [`learning-first`](crate::learning_first) replaced it (an order cannot promise to do no harm
+//! to time to quality; see that module). Jobs
 //! that are still learning and closest to done run first, at the speed they can use; no job is
 //! let fall more than `slack` (10%) behind where the kernel's fair sharing would have it; every
 //! job always keeps its floor.

@@ -63,8 +63,9 @@ pub struct ClusterFlags {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// Node policy: `fair`, `flowcon`, `specon` or `shortest-left` (`governor`, its old name,
-    /// is still accepted), with parameters as `NAME:KEY=VALUE[:KEY=VALUE]`.
+    /// Node policy: `learning-first` (the default), `fair`, `flowcon`, `specon` or
+    /// `shortest-left` (`governor`, its old name, is still accepted), with parameters as
+    /// `NAME:KEY=VALUE[:KEY=VALUE]`.
     pub policy: String,
     /// Directory of declared jobs, one TOML file per job.
     pub jobs_dir: PathBuf,

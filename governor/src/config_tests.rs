@@ -35,8 +35,8 @@ fn example_job_in_the_example_config_is_valid() {
 }
 
 #[test]
-fn the_default_policy_is_shortest_left_and_its_old_name_still_loads() {
-    assert_eq!(DaemonConfig::default().policy, "shortest-left");
+fn the_default_policy_is_learning_first_and_the_old_name_of_shortest_left_still_loads() {
+    assert_eq!(DaemonConfig::default().policy, "learning-first");
     // Configurations written before the rename keep working: `governor` is an alias.
     for policy in ["governor", "governor:slack=0.2"] {
         let c = DaemonConfig::parse(&format!("policy = \"{policy}\""), Path::new("g.toml"))

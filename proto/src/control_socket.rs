@@ -219,6 +219,7 @@ mod tests {
             finish: Some(FinishRule {
                 patience: 3,
                 min_delta: 0.01,
+                predict: false,
             }),
             sweep: None,
         });

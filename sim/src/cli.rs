@@ -1,7 +1,7 @@
 //! `govsim` subcommands.
 //!
 //! ```text
-//! govsim node --policy shortest-left --jobs 6 --cores 4 --seed 1   # one policy vs fair
+//! govsim node --policy learning-first --jobs 6 --cores 4 --seed 1   # one policy vs fair
 //! govsim node --policy all --jobs 6 --cores 4 --seed 1             # every policy, same workload
 //! govsim node --scenario jobs.json --policy flowcon --timeline     # a hand-written workload
 //! govsim node --jobs 6 --cores 4 --seed 1 --dump-scenario          # print the generated workload

@@ -370,7 +370,8 @@ fn policy_specs_resolve_aliases_and_flags() {
         (s.node.as_str(), s.placement.as_str()),
         ("governor:floor=0.5", "procon")
     );
-    assert_eq!(spec("ours").node, "shortest-left");
+    assert_eq!(spec("ours").node, governor_policy::DEFAULT_POLICY);
+    assert_eq!(spec("ours").placement, "soonest");
     // The old name of the node policy still reads.
     assert_eq!(spec("governor").placement, "soonest");
     assert_eq!(spec("shortest-left").placement, "soonest");
@@ -461,6 +462,7 @@ fn a_job_its_node_stops_at_convergence_completes_in_the_cluster_and_frees_its_ro
     a.model.finish = Some(FinishRule {
         patience: 2,
         min_delta: 0.001,
+        predict: false,
     });
     let t = trace(vec![a, flat("b", 0.1)]);
     let mut config = ClusterConfig::homogeneous(1, 1.0, 16 * GIB, 0);

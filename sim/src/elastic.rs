@@ -52,7 +52,7 @@ pub const SYSTEMS: [(&str, &str); 5] = [
         "fair/elastic-fifo+reserve+elastic",
     ),
     ("Kubeflow scale up/down", "fair/kubeflow+reserve+elastic"),
-    ("ours", "shortest-left/soonest+reserve+elastic+preempt"),
+    ("ours", "learning-first/soonest+reserve+elastic+preempt"),
 ];
 
 /// A scenario's cluster and trace for one seed.

@@ -61,6 +61,7 @@ fn a_job_that_finishes_at_convergence_stops_when_the_daemon_reads_its_plateau() 
         finish: Some(FinishRule {
             patience: 2,
             min_delta: 0.001,
+            predict: false,
         }),
         ..job("a", 100.0)
     };

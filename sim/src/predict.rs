@@ -10,7 +10,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use governor_policy::Direction;
-use governor_policy::predict::{Method, predict, predict_with};
+use governor_policy::learning_first::LearningFirstParams;
+use governor_policy::predict::{Method, past_quality_point, predict, predict_with};
 use governor_policy::quality::time_to_quality;
 use serde::Serialize;
 
@@ -73,6 +74,72 @@ pub fn evaluate(curves: &[RealCurve]) -> Vec<ErrorRow> {
     rows
 }
 
+/// How one verdict rule ("past its quality point", as `learning-first` judges it) fares on the
+/// curves, walking each curve point by point as a job would log it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VerdictRow {
+    pub method: String,
+    pub confidence: f64,
+    pub curves: usize,
+    /// Curves on which it fired before the true quality point (a job sent back too early).
+    pub early: usize,
+    /// Median of how early, over those, in shares of the run.
+    pub early_median: f64,
+    /// Curves on which it fired at or after the true quality point.
+    pub late: usize,
+    /// Median delay after the true quality point, in shares of the run, over those.
+    pub late_median: f64,
+    /// Curves on which it never fired.
+    pub never: usize,
+}
+
+/// Confidences compared (the policy's default is among them).
+pub const CONFIDENCES: [f64; 3] = [0.0, 1.0, 2.0];
+
+/// Every verdict rule's record on `curves`, with the policy's own thresholds
+/// ([`LearningFirstParams`]: values and share of the run before any verdict).
+pub fn verdicts(curves: &[RealCurve]) -> Vec<VerdictRow> {
+    let params = LearningFirstParams::default();
+    let methods = [None, Some(Method::PowerLaw), Some(Method::Exponential)];
+    let mut rows = Vec::new();
+    for &method in &methods {
+        for &confidence in &CONFIDENCES {
+            let (mut early, mut late, mut never, mut n) = (Vec::new(), Vec::new(), 0, 0);
+            for c in curves {
+                let Some(truth) = Truth::of(c) else {
+                    continue;
+                };
+                n += 1;
+                let fired = (params.min_points..=c.points.len()).find_map(|k| {
+                    let seen = &c.points[..k];
+                    let span = seen[k - 1].0 - seen[0].0;
+                    (span >= params.min_fraction
+                        && past_quality_point(seen, 1.0, confidence, method).is_some())
+                    .then_some(seen[k - 1].0)
+                });
+                match fired {
+                    Some(x) if x < truth.quality_at - 1e-9 => early.push(truth.quality_at - x),
+                    Some(x) => late.push(x - truth.quality_at),
+                    None => never += 1,
+                }
+            }
+            rows.push(VerdictRow {
+                method: method
+                    .map_or("best fit (ensemble)", Method::name)
+                    .to_owned(),
+                confidence,
+                curves: n,
+                early: early.len(),
+                early_median: percentile(&mut early, 0.5),
+                late: late.len(),
+                late_median: percentile(&mut late, 0.5),
+                never,
+            });
+        }
+    }
+    rows
+}
+
 /// What a whole curve did.
 struct Truth {
     final_value: f64,
@@ -111,8 +178,15 @@ pub fn command(logs: &Path, json: bool) -> Result<()> {
     let (curves, _) =
         load_dir(logs).with_context(|| format!("cannot read logs in {}", logs.display()))?;
     let rows = evaluate(&curves);
+    let verdict_rows = verdicts(&curves);
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "errors": rows,
+                "verdicts": verdict_rows,
+            }))?
+        );
         return Ok(());
     }
     println!(
@@ -132,6 +206,26 @@ pub fn command(logs: &Path, json: bool) -> Result<()> {
             r.quality_p90,
             100.0 * r.final_median,
             100.0 * r.final_p90
+        );
+    }
+    println!(
+        "\nThe verdict \"past its quality point\" (`learning-first`), walking each curve value by value: fired before the true point (too early), at or after it (delay), never\n"
+    );
+    println!(
+        "| method | confidence | curves | too early: curves, median by | after: curves, median delay | never |"
+    );
+    println!("| --- | ---: | ---: | --- | --- | ---: |");
+    for r in verdict_rows {
+        println!(
+            "| {} | {} | {} | {}, {:.3} | {}, {:.3} | {} |",
+            r.method,
+            r.confidence,
+            r.curves,
+            r.early,
+            r.early_median,
+            r.late,
+            r.late_median,
+            r.never
         );
     }
     Ok(())

@@ -343,7 +343,7 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     timed("demo (short)", || {
         crate::demo::run(&crate::demo::DemoArgs {
             short: true,
-            policy: "shortest-left".into(),
+            policy: governor_policy::DEFAULT_POLICY.into(),
             ..Default::default()
         })
     })?;

@@ -160,20 +160,31 @@ pub const SHARES_RANGE: std::ops::RangeInclusive<u64> = 2..=262_144;
 /// this large means "unlimited".
 const V1_UNLIMITED_THRESHOLD: u64 = 1 << 62;
 
-/// `cpu.weight` → `cpu.shares`, the inverse of the mapping the OCI runtimes (runc, crun) and the
-/// kubelet use to turn shares into a weight: `weight = 1 + ((shares - 2) * 9999) / 262142`.
-/// Rounding up makes the round trip exact: `shares_to_weight(weight_to_shares(w)) == w` for every
-/// weight. Note that with this mapping the v2 default weight 100 is 2598 shares and the v1
-/// default 1024 shares is weight 39, exactly as a pod's requests translate on a v2 node.
+/// `cpu.weight` → `cpu.shares`: proportional, the kernel's defaults matched (weight 100, v2's
+/// default, is 1024 shares, v1's), as systemd maps `CPUWeight=` to `CPUShares=`; rounded up, so
+/// that `shares_to_weight(weight_to_shares(w)) == w` for every weight.
+///
+/// Why not the OCI runtimes' mapping (`weight = 1 + ((shares - 2) * 9999) / 262142`, under which
+/// 1024 shares are weight 39 and weight 100 is 2598 shares; the daemon used it until
+/// 2026-11-29): a policy leaves most jobs at weight 100, "hands off", and the daemon then writes
+/// nothing, so their groups keep v1's default 1024. Under the runtimes' mapping a job the policy
+/// holds back to weight 50 was written 1287 shares, more than its untouched neighbours, and got
+/// more CPU instead of less. Only a mapping that sends the default to the default keeps a plan's
+/// proportions on v1 what they are on v2.
 pub fn weight_to_shares(weight: u32) -> u64 {
     let w = u64::from(weight.clamp(*WEIGHT_RANGE.start(), *WEIGHT_RANGE.end()));
-    2 + ((w - 1) * 262_142).div_ceil(9_999)
+    (w * 1024)
+        .div_ceil(100)
+        .clamp(*SHARES_RANGE.start(), *SHARES_RANGE.end())
 }
 
-/// `cpu.shares` → `cpu.weight` (the runtimes' mapping, see [`weight_to_shares`]).
+/// `cpu.shares` → `cpu.weight` (the inverse of [`weight_to_shares`]: 1024 shares are weight 100).
 pub fn shares_to_weight(shares: u64) -> u32 {
     let s = shares.clamp(*SHARES_RANGE.start(), *SHARES_RANGE.end());
-    (1 + ((s - 2) * 9_999) / 262_142) as u32
+    ((s * 100) / 1024).clamp(
+        u64::from(*WEIGHT_RANGE.start()),
+        u64::from(*WEIGHT_RANGE.end()),
+    ) as u32
 }
 
 /// A core count as a CFS quota for `period_us`, or `None` for no cap. Non-positive counts get the
@@ -270,38 +281,31 @@ pub fn page_size() -> u64 {
 mod tests {
     use super::*;
 
-    /// The runtimes' shares → weight mapping, written as in runc/crun, as the reference.
-    fn runtime_shares_to_weight(shares: u64) -> u64 {
-        1 + ((shares - 2) * 9999) / 262_142
-    }
-
     #[test]
-    fn weight_to_shares_inverts_the_runtime_mapping_for_every_weight() {
+    fn weight_to_shares_round_trips_for_every_weight() {
         for w in WEIGHT_RANGE {
             let s = weight_to_shares(w);
             assert!(
                 SHARES_RANGE.contains(&s),
                 "weight {w} -> shares {s} out of range"
             );
-            assert_eq!(
-                runtime_shares_to_weight(s),
-                u64::from(w),
-                "weight {w} -> shares {s} does not map back"
-            );
-            assert_eq!(shares_to_weight(s), w);
+            assert_eq!(shares_to_weight(s), w, "weight {w} -> shares {s}");
         }
     }
 
     #[test]
     fn weight_to_shares_known_points() {
-        assert_eq!(weight_to_shares(1), 2);
-        assert_eq!(weight_to_shares(10_000), 262_144);
-        assert_eq!(weight_to_shares(100), 2598);
-        // The v1 default (1024 shares) is weight 39 under the runtimes' mapping.
-        assert_eq!(shares_to_weight(1024), 39);
+        // The defaults match: a job left at weight 100 (not written) and one written at 100
+        // stand equal on v1 as on v2.
+        assert_eq!(weight_to_shares(100), 1024);
+        assert_eq!(shares_to_weight(1024), 100);
+        // Half the default is half the default.
+        assert_eq!(weight_to_shares(50), 512);
+        assert_eq!(weight_to_shares(1), 11);
+        assert_eq!(weight_to_shares(10_000), 102_400);
         // Out-of-range weights are clamped, never panic.
-        assert_eq!(weight_to_shares(0), 2);
-        assert_eq!(weight_to_shares(u32::MAX), 262_144);
+        assert_eq!(weight_to_shares(0), 11);
+        assert_eq!(weight_to_shares(u32::MAX), 102_400);
         assert_eq!(shares_to_weight(0), 1);
         assert_eq!(shares_to_weight(u64::MAX), 10_000);
     }

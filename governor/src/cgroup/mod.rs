@@ -46,7 +46,7 @@
 //!   "max 100000" and put it back byte for byte, and to compare what we wrote with what is there),
 //!   whereas its getters parse into typed values and its setters always open and write, with
 //!   `File::create`, which would silently create a file a disabled controller does not have;
-//! - the v1/v2 differences the governor cares about (weight vs shares with the runtimes' mapping,
+//! - the v1/v2 differences the governor cares about (weight vs shares, mapped default to default,
 //!   `memory.high` vs the soft limit, "max" vs -1 vs 9223372036854771712) need our own mapping
 //!   anyway (its `set_shares` writes the number unchanged to `cpu.weight` on v2);
 //! - errors: its error kinds carry no path/value pair for the operator.

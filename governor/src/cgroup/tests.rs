@@ -1166,14 +1166,15 @@ fn v1_cpu_maps_weight_to_shares_and_caps_to_cfs_quota() {
     let mut act = bed.actuator();
     let t0 = Instant::now();
     let out = act
-        .apply(&job("docker/abc"), &cpu(100, Some(0.2)), t0)
+        .apply(&job("docker/abc"), &cpu(50, Some(0.2)), t0)
         .unwrap();
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     let mut w = written(&out);
     w.sort();
+    // Weight 50 is half of v1's default 1024 shares, as it is half of v2's default weight.
     assert_eq!(
         w,
-        vec![(Knob::CfsQuota, "20000"), (Knob::CpuShares, "2598")],
+        vec![(Knob::CfsQuota, "20000"), (Knob::CpuShares, "512")],
         "the period already is 100000"
     );
     let g = |f: &str| {
@@ -1183,7 +1184,7 @@ fn v1_cpu_maps_weight_to_shares_and_caps_to_cfs_quota() {
             .to_owned()
     };
     assert_eq!(g("cpu.cfs_quota_us"), "20000");
-    assert_eq!(g("cpu.shares"), "2598");
+    assert_eq!(g("cpu.shares"), "512");
     act.release(&job("docker/abc"));
     assert_eq!(g("cpu.cfs_quota_us"), "-1");
     assert_eq!(g("cpu.shares"), "1024");
@@ -1197,7 +1198,7 @@ fn v1_period_is_written_with_the_quota_and_restored_after_it() {
         .set_v1(Controller::Cpu, "j", "cpu.cfs_period_us", "50000\n");
     let mut act = bed.actuator();
     let out = act
-        .apply(&job("j"), &cpu(100, Some(0.5)), Instant::now())
+        .apply(&job("j"), &cpu(50, Some(0.5)), Instant::now())
         .unwrap();
     let knobs: Vec<Knob> = out.written.iter().map(|w| w.knob).collect();
     assert!(

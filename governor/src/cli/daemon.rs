@@ -11,8 +11,9 @@ pub struct DaemonArgs {
     /// Configuration file (see `governor --example-config`); defaults apply when it is missing.
     #[arg(long, default_value = "/etc/governor/governor.toml")]
     pub config: PathBuf,
-    /// Node policy, overriding the configuration: fair, flowcon, specon or shortest-left
-    /// (`governor` is its old name, still accepted), with parameters as
+    /// Node policy, overriding the configuration: fair, flowcon, specon, shortest-left
+    /// (`governor` is its old name, still accepted) or learning-first (the default), with
+    /// parameters as
     /// NAME:KEY=VALUE[:KEY=VALUE] (e.g. `specon:interval=10`).
     #[arg(long)]
     pub policy: Option<String>,

@@ -239,7 +239,7 @@ fn job_command(args: &RunJobArgs, logs: &[String]) -> std::process::Command {
         command.env(job_env::EPOCHS, e.to_string());
     }
     if let Some(f) = args.finish {
-        command.env(job_env::FINISH, format!("{}:{}", f.patience, f.min_delta));
+        command.env(job_env::FINISH, f.to_string());
     }
     if let Some(t) = &args.sweep {
         command.env(job_env::SWEEP, job_env::format_sweep(t));

@@ -321,6 +321,7 @@ fn a_job_stopped_at_convergence_is_served_last_until_it_exits() {
         Some(FinishRule {
             patience: 2,
             min_delta: 0.01,
+            predict: false,
         }),
     );
     let a = JobCgroup::new("jobs/a").unwrap();

@@ -32,7 +32,7 @@ fn opts() -> DaemonOptions {
 
 #[test]
 fn the_policy_flag_takes_the_old_name_of_shortest_left() {
-    assert_eq!(load_config(&opts()).unwrap().policy, "shortest-left");
+    assert_eq!(load_config(&opts()).unwrap().policy, "learning-first");
     for flag in ["governor", "governor:slack=0.2", "shortest-left:slack=0.2"] {
         let config = load_config(&DaemonOptions {
             policy: Some(flag.into()),

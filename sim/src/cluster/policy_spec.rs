@@ -20,11 +20,13 @@ use governor_placement::by_name as placement_by_name;
 /// | name | node policy | placement | |
 /// | --- | --- | --- | --- |
 /// | `fair` | fair | spread | the papers' default schedulers |
+/// | `learning-first` | learning-first | spread | the default node policy |
 /// | `flowcon` | flowcon | flowcon | FlowCon, Algorithms 1-4 |
 /// | `specon` | specon | specon | SpeCon, Algorithms 1-2, moves on |
 /// | `procon` | fair | procon | ProCon (placement only) |
 /// | `fifo` | fair | first-fit +reserve | Schedulearn FIFO |
-/// | `shortest-left` (old name `governor`), `ours` | shortest-left | soonest | ours |
+/// | `ours` | learning-first (the daemon's default) | soonest | ours |
+/// | `shortest-left` (old name `governor`) | shortest-left | soonest | ours until 2026-11-29 |
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicySpec {
     /// The spec as written (the name results are reported under).
@@ -87,13 +89,16 @@ impl std::str::FromStr for PolicySpec {
                     text.node_name(),
                 ) {
                     "fair" => (head, "spread", false),
+                    // The default node policy: fair sharing but for learnt jobs, with fair's
+                    // placement, so a comparison with `fair` is the node policy's alone.
+                    "learning-first" => (head, "spread", false),
                     // The default scheduler as the papers' explanations describe it: kernel
                     // sharing on the node, placement by instant resource usage.
                     "default" => ("fair", "usage", false),
                     "flowcon" => (head, "flowcon", false),
                     "specon" => (head, "specon", false),
                     "shortest-left" => (head, "soonest", false),
-                    "ours" => ("shortest-left", "soonest", false),
+                    "ours" => (governor_policy::DEFAULT_POLICY, "soonest", false),
                     "procon" => ("fair", "procon", false),
                     "fifo" | "schedulearn" => ("fair", "first-fit", true),
                     other => {

@@ -113,10 +113,12 @@ impl Engine<'_> {
                 ),
                 None => Vec::new(),
             };
+            // The daemon's rule sees the job's place in its run where its log says it.
+            let fraction = reports_total.then_some(d.obs.fraction);
             if self.rt[d.job]
                 .early_stop
                 .as_mut()
-                .is_some_and(|s| s.observe(d.point.value))
+                .is_some_and(|s| s.observe_at(d.point.value, fraction))
             {
                 // Last in, first stopped: its reason is "converged".
                 stops.push((d.job, "converged".to_owned()));

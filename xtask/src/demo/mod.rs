@@ -27,7 +27,7 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     pub short: bool,
     /// Node policy compared with `fair` (NAME or NAME:KEY=VALUE).
-    #[arg(long, default_value = "shortest-left")]
+    #[arg(long, default_value = governor_policy::DEFAULT_POLICY)]
     pub policy: String,
     /// Run the demo in the VM bed (emulated cores, a real cgroup v2 kernel) instead of on this
     /// machine's real cores.

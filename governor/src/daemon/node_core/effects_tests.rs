@@ -208,6 +208,7 @@ fn a_converged_job_is_sent_sigint_then_sigterm_after_the_grace_period() {
     let finish = FinishRule {
         patience: 2,
         min_delta: 0.01,
+        predict: false,
     };
     let (mut core, _, now) = core_with(false, Some(finish), None);
     let a = cgroup("a");

@@ -73,7 +73,8 @@ impl NodeCore {
                 }
             }
             entry.quality.observe(t, v);
-            finish_on_quality(entry, cgroup, now, v, effects);
+            let fraction = work_fraction(record, entry.epochs);
+            finish_on_quality(entry, cgroup, now, v, fraction, effects);
             sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, v, cuts);
             self.policy.quality(
                 t,
@@ -124,7 +125,8 @@ impl NodeCore {
                     }
                     entry.quality.observe(t, value);
                     // A job that logs no validation loss: its training signal is its quality.
-                    finish_on_quality(entry, cgroup, now, value, effects);
+                    let fraction = work_fraction(record, entry.epochs);
+                    finish_on_quality(entry, cgroup, now, value, fraction, effects);
                     // Its sweep compares losses: a signal that rises (accuracy) is not one.
                     if entry.spec.direction == Direction::Minimise {
                         sweep_on_quality(&mut self.sweeps, entry, cgroup, epochs, value, cuts);

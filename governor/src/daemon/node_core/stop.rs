@@ -21,17 +21,19 @@ fn signal(cgroup: &JobCgroup, signal: Signal, entry: &JobEntry) -> Effect {
     }
 }
 
-/// Feed a job's quality value to its finish rule; once it has converged, stop the job
-/// (SIGINT to its cgroup, SIGTERM after [`FINISH_GRACE`]).
+/// Feed a job's quality value (at `fraction` of its run, where its size is known) to its finish
+/// rule; once it has converged, stop the job (SIGINT to its cgroup, SIGTERM after
+/// [`FINISH_GRACE`]).
 pub(super) fn finish_on_quality(
     entry: &mut JobEntry,
     cgroup: &JobCgroup,
     now: Instant,
     value: f64,
+    fraction: Option<f64>,
     effects: &mut Vec<Effect>,
 ) {
     if let Some(stop) = entry.finish.as_mut()
-        && stop.observe(value)
+        && stop.observe_at(value, fraction)
         && entry.finishing.is_none()
     {
         let best = stop.best().unwrap_or(value);
