@@ -123,17 +123,7 @@ impl Default for LearningFirstParams {
 impl LearningFirstParams {
     /// Set a parameter by name.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
-        let num = |min: f64, max: f64| -> Result<f64, ParamError> {
-            let v: f64 = super::parse_param(key, value)?;
-            if v.is_finite() && v >= min && v <= max {
-                Ok(v)
-            } else {
-                Err(ParamError::invalid(
-                    key,
-                    format!("{key} must be in [{min}, {max}], not {value}"),
-                ))
-            }
-        };
+        let num = |min: f64, max: f64| super::parse_number_in(key, value, min, max);
         match key {
             "yield" => self.yield_share = num(0.01, 1.0)?,
             "slack" => self.slack = num(0.0, 10.0)?,
@@ -265,14 +255,7 @@ impl Job {
     /// of a long run would otherwise cost a fit over all of them at every new value).
     fn push(&mut self, at: Seconds, value: f64) {
         self.curve.push((at, value, None));
-        if self.curve.len() > MAX_CURVE {
-            let last = self.curve.len() - 1;
-            let mut i = 0;
-            self.curve.retain(|_| {
-                i += 1;
-                (i - 1) % 2 == 0 || i - 1 == last
-            });
-        }
+        crate::predict::thin(&mut self.curve, MAX_CURVE);
         self.revision += 1;
     }
 

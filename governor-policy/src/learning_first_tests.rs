@@ -34,18 +34,23 @@ fn straight(epoch: f64) -> f64 {
 fn run_epochs(p: &mut LearningFirst, job: &str, from: u32, to: u32, curve: fn(f64) -> f64) {
     for e in from..=to {
         let t = f64::from(e);
-        p.usage(
-            t,
-            &id(job),
-            Usage {
-                at: t,
-                cpu_seconds: t,
-                ..Usage::default()
-            },
-        );
+        used(p, job, t, t);
         p.progress(t, &id(job), point(t, curve(t)));
         p.work_done(t, &id(job), t / 20.0);
     }
+}
+
+/// `cpu_seconds` used by `job` so far, sampled at `t`.
+fn used(p: &mut LearningFirst, job: &str, t: f64, cpu_seconds: f64) {
+    p.usage(
+        t,
+        &id(job),
+        Usage {
+            at: t,
+            cpu_seconds,
+            ..Usage::default()
+        },
+    );
 }
 
 fn weight(plan: &Plan, job: &str) -> u32 {
@@ -136,16 +141,11 @@ fn a_yielding_job_is_held_within_its_pace_bound() {
     let (mut yields, mut lag) = (0, 0.0);
     for t in 11..=60 {
         let t = f64::from(t);
-        let used = if yielding { 0.2 } else { 1.0 };
-        cpu += used;
-        lag += 1.0 - used;
-        let sample = |cpu_seconds| Usage {
-            at: t,
-            cpu_seconds,
-            ..Usage::default()
-        };
-        p.usage(t, &id("learnt"), sample(cpu));
-        p.usage(t, &id("learning"), sample(t));
+        let got = if yielding { 0.2 } else { 1.0 };
+        cpu += got;
+        lag += 1.0 - got;
+        used(&mut p, "learnt", t, cpu);
+        used(&mut p, "learning", t, t);
         let plan = p.decide(t, &NODE);
         yielding = weight(&plan, "learnt") == 50;
         if yielding {
@@ -173,15 +173,7 @@ fn a_job_that_loses_nothing_by_yielding_spends_no_budget() {
     for t in 11..=40 {
         let t = f64::from(t);
         for job in ["learnt", "learning"] {
-            p.usage(
-                t,
-                &id(job),
-                Usage {
-                    at: t,
-                    cpu_seconds: t,
-                    ..Usage::default()
-                },
-            );
+            used(&mut p, job, t, t);
         }
         assert_eq!(weight(&p.decide(t, &NODE), "learnt"), 50, "at {t}");
     }
@@ -208,15 +200,7 @@ fn a_job_of_unknown_size_yields_once_its_learning_has_converged() {
             ("learnt", flattening as fn(f64) -> f64),
             ("learning", straight),
         ] {
-            p.usage(
-                t,
-                &id(job),
-                Usage {
-                    at: t,
-                    cpu_seconds: t,
-                    ..Usage::default()
-                },
-            );
+            used(&mut p, job, t, t);
             p.progress(t, &id(job), point(t, curve(t)));
         }
     }
@@ -341,15 +325,7 @@ fn a_curve_logged_at_every_step_is_thinned_and_still_judged() {
         p.progress(t, &id("learnt"), point(t, flattening(t)));
         p.work_done(t, &id("learnt"), f64::from(k) / 10_000.0);
     }
-    p.usage(
-        20.0,
-        &id("learnt"),
-        Usage {
-            at: 20.0,
-            cpu_seconds: 20.0,
-            ..Usage::default()
-        },
-    );
+    used(&mut p, "learnt", 20.0, 20.0);
     run_epochs(&mut p, "learning", 1, 10, straight);
     assert!(p.jobs[&id("learnt")].curve.len() <= MAX_CURVE);
     assert_eq!(weight(&p.decide(20.0, &NODE), "learnt"), 50);

@@ -450,6 +450,19 @@ fn parse_param<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ParamE
         .map_err(|_| ParamError::invalid(key, format!("invalid value {value:?} for {key}")))
 }
 
+/// Parse a number parameter within `[min, max]`, with an error naming the key and the range.
+fn parse_number_in(key: &str, value: &str, min: f64, max: f64) -> Result<f64, ParamError> {
+    let v: f64 = parse_param(key, value)?;
+    if v.is_finite() && v >= min && v <= max {
+        Ok(v)
+    } else {
+        Err(ParamError::invalid(
+            key,
+            format!("{key} must be in [{min}, {max}], not {value}"),
+        ))
+    }
+}
+
 /// Build a policy by its name (or an old name, [`POLICY_ALIASES`]), with its default parameters.
 pub fn by_name(name: &str) -> Result<Box<dyn NodePolicy>, UnknownPolicy> {
     match canonical_name(name) {

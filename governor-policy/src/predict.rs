@@ -19,6 +19,22 @@
 
 use crate::quality::QUALITY_FRACTION;
 
+/// Keeps a curve fed one value at a time to at most `max` values: beyond it every other value
+/// is dropped (the first and the latest kept), so a run logged at every step costs a fit over
+/// `max` values, not over all of them, and its shape is kept.
+pub fn thin<T>(curve: &mut Vec<T>, max: usize) {
+    if curve.len() <= max {
+        return;
+    }
+    let last = curve.len() - 1;
+    let mut i = 0;
+    curve.retain(|_| {
+        let keep = i % 2 == 0 || i == last;
+        i += 1;
+        keep
+    });
+}
+
 /// What a method predicts for a curve, at the end of its run (`horizon`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prediction {

@@ -244,14 +244,7 @@ impl EarlyStop {
                 self.curve.clear();
             }
             self.curve.push((f.min(1.0), signed));
-            if self.curve.len() > PREDICT_MAX_POINTS {
-                let last = self.curve.len() - 1;
-                let mut i = 0;
-                self.curve.retain(|_| {
-                    i += 1;
-                    (i - 1) % 2 == 0 || i - 1 == last
-                });
-            }
+            crate::predict::thin(&mut self.curve, PREDICT_MAX_POINTS);
             self.predicted_stop = self.little_left();
         }
         let improved = match self.best {

@@ -166,17 +166,7 @@ impl Default for ShortestLeftParams {
 impl ShortestLeftParams {
     /// Set a parameter by name.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
-        let num = |min: f64, max: f64| -> Result<f64, ParamError> {
-            let v: f64 = super::parse_param(key, value)?;
-            if v.is_finite() && v >= min && v <= max {
-                Ok(v)
-            } else {
-                Err(ParamError::invalid(
-                    key,
-                    format!("{key} must be in [{min}, {max}], not {value}"),
-                ))
-            }
-        };
+        let num = |min: f64, max: f64| super::parse_number_in(key, value, min, max);
         match key {
             "floor" => self.floor = num(0.0, 1.0)?,
             "slack" => self.slack = num(0.0, 1000.0)?,
