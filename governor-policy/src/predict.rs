@@ -5,7 +5,8 @@
 //! Methods (issue 32, item 1), each a pure function of the points seen:
 //! - **Parametric families fitted online** (the LC-extrapolation literature, Domhan et al.
 //!   2015 fit an ensemble of such families): an exponential decay `c + a·e^(−b·x)` and a power
-//!   law `c + a·(x + 1)^(−b)` in the progress `x` (epochs, or the fraction of the run). Each is
+//!   law `c + a·(x/x₀ + 1)^(−b)` in the progress `x` (epochs, or the fraction of the run), `x₀`
+//!   the first point's position (so the power law runs in epochs however `x` is counted). Each is
 //!   fitted by least squares: a grid over the rate `b` (log-spaced) and, for each rate, the
 //!   closed-form linear fit of `a` and `c`. Fits whose asymptote lies above the best value seen
 //!   or whose amplitude is negative are discarded (a loss curve falls).
@@ -13,9 +14,12 @@
 //!   the best value seen once it stops falling.
 //!
 //! [`predict`] returns the family with the smaller residual error; its uncertainty is the spread
-//! between the families' predictions of the final value plus the residual's standard deviation
-//! (a single family's residual alone is too confident early on). `govsim predict` measures the
-//! error of each method on the real curves of the fixtures at 25%, 50% and 75% of each run.
+//! between the predictions of the families that fit about as well plus the residual's standard
+//! deviation (a single family's residual alone is too confident early on).
+//! [`past_quality_point`] is the one verdict built on them (the default node policy's). `govsim
+//! predict` measures the error of each method on the real curves of the fixtures at 25%, 50% and
+//! 75% of each run, and when each verdict fires against the true quality point; the power law
+//! was chosen by it (docs/evaluation/simulator.md).
 
 use crate::quality::QUALITY_FRACTION;
 

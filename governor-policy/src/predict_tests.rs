@@ -63,3 +63,17 @@ fn the_family_that_fits_best_is_chosen() {
         "{p:?}"
     );
 }
+
+#[test]
+fn thinning_keeps_the_first_and_the_latest_value_and_the_bound() {
+    let mut curve: Vec<u32> = Vec::new();
+    for v in 0..10_000 {
+        curve.push(v);
+        thin(&mut curve, 100);
+        assert!(curve.len() <= 100, "{} values", curve.len());
+        assert_eq!(curve[0], 0);
+        assert_eq!(*curve.last().unwrap(), v);
+    }
+    // Spread over the whole run, not bunched at its end.
+    assert!(curve[curve.len() / 2] > 2_000, "{:?}", &curve[..10]);
+}
