@@ -72,6 +72,7 @@ use super::ParamError;
 use super::predict::{Method, Prediction, past_quality_point};
 use super::share::fair_shares;
 use super::stage::{LossTracker, StageThresholds};
+use super::work::Work;
 use super::{
     Allocation, Category, CpuAllocation, Direction, JobId, JobSpec, MemoryAllocation, NodePolicy,
     NodeResources, Plan, ProgressPoint, Seconds, Usage, clamp_cores,
@@ -180,9 +181,8 @@ struct Job {
     quality_fed: bool,
     /// Its learning stage (jobs of unknown size).
     tracker: LossTracker,
-    /// (fraction of its work done, CPU-seconds) at its first and latest reports.
-    work_first: Option<(f64, f64)>,
-    work_last: Option<(f64, f64)>,
+    /// Its size, where known: the work it has left.
+    work: Work,
     cpu_seconds: f64,
     last_usage: Option<(Seconds, f64)>,
     /// The most cores it has been seen using in one sample.
@@ -210,8 +210,7 @@ impl Job {
             revision: 0,
             cached: None,
             quality_fed: false,
-            work_first: None,
-            work_last: None,
+            work: Work::default(),
             cpu_seconds: 0.0,
             last_usage: None,
             seen_cores: 0.0,
@@ -231,24 +230,19 @@ impl Job {
         params.budget * params.slack * self.cpu_seconds
     }
 
-    /// CPU-seconds of work it has left (known size), from the CPU it spent per fraction of its
-    /// work since its first report; `None` until its reports span 5% of its run.
-    fn remaining(&self) -> Option<f64> {
-        let (f0, c0) = self.work_first?;
-        let (f1, c1) = self.work_last?;
-        (f1 - f0 >= 0.05 && c1 > c0).then(|| (1.0 - f1).max(0.0) * (c1 - c0) / (f1 - f0))
+    /// Brings its verdict up to date: judged again only when its curve or stage changed.
+    fn refresh_verdict(&mut self, params: &LearningFirstParams) {
+        if self
+            .cached
+            .is_none_or(|(revision, _)| revision != self.revision)
+        {
+            self.cached = Some((self.revision, self.judge(params)));
+        }
     }
 
-    /// Its verdict, recomputed only when its curve or stage changed.
-    fn verdict(&mut self, params: &LearningFirstParams) -> Verdict {
-        match self.cached {
-            Some((revision, verdict)) if revision == self.revision => verdict,
-            _ => {
-                let verdict = self.judge(params);
-                self.cached = Some((self.revision, verdict));
-                verdict
-            }
-        }
+    /// Its verdict as of the latest [`Job::refresh_verdict`].
+    fn verdict(&self) -> Verdict {
+        self.cached.map_or(Verdict::Learning, |(_, v)| v)
     }
 
     /// A new value of its curve (thinned to at most [`MAX_CURVE`] values: a log of every step
@@ -265,8 +259,11 @@ impl Job {
             .iter()
             .filter_map(|&(_, v, x)| Some((x?, v)))
             .collect();
-        if self.work_last.is_some() && !points.is_empty() {
-            return learnt_by_prediction(&points, params);
+        if self.work.done().is_some() && !points.is_empty() {
+            return match judged_learnt(&points, params) {
+                Some(p) => Verdict::Learnt(Some(p)),
+                None => Verdict::Learning,
+            };
         }
         if self.tracker.category() == Category::Converged {
             Verdict::Learnt(None)
@@ -276,17 +273,16 @@ impl Job {
     }
 }
 
-/// Whether a curve of `(fraction of the run, loss)` points is confidently past its quality
-/// point ([`past_quality_point`]), once it has enough values over enough of its run.
-fn learnt_by_prediction(points: &[(f64, f64)], params: &LearningFirstParams) -> Verdict {
+/// The policy's verdict on a curve of `(fraction of the run, loss)` points: confidently past
+/// its quality point ([`past_quality_point`] with `params`' confidence and predictor), once it
+/// has `min_points` values over `min_fraction` of its run. The prediction that says so, or
+/// `None`. (`govsim predict` measures this rule on the fixtures' curves.)
+pub fn judged_learnt(points: &[(f64, f64)], params: &LearningFirstParams) -> Option<Prediction> {
     let span = points.last().map_or(0.0, |p| p.0) - points.first().map_or(0.0, |p| p.0);
     if points.len() < params.min_points || span < params.min_fraction {
-        return Verdict::Learning;
+        return None;
     }
-    match past_quality_point(points, 1.0, params.confidence, params.predictor) {
-        Some(p) => Verdict::Learnt(Some(p)),
-        None => Verdict::Learning,
-    }
+    past_quality_point(points, 1.0, params.confidence, params.predictor)
 }
 
 /// The most values of a job's curve kept (every other one is dropped beyond it).
@@ -329,8 +325,7 @@ impl LearningFirst {
             job.revision += 1;
             job.tracker =
                 LossTracker::new(job.spec.direction, smoothing, StageThresholds::default());
-            job.work_first = None;
-            job.work_last = None;
+            job.work = Work::default();
             job.quality_fed = false;
         }
         if quality && !job.quality_fed {
@@ -390,14 +385,10 @@ impl NodePolicy for LearningFirst {
             return;
         }
         let f = fraction.min(1.0);
-        if job.work_last.is_some_and(|(last, _)| f < last - 1e-9) {
-            // Its counters went back without a new segment: a new run, measured afresh.
-            job.work_first = None;
+        if job.work.report(f, job.cpu_seconds) {
+            // Its counters went back without a new segment: a new run, its curve afresh.
             job.curve.retain(|p| p.0 >= now);
-            job.revision += 1;
         }
-        job.work_first.get_or_insert((f, job.cpu_seconds));
-        job.work_last = Some((f, job.cpu_seconds));
         // The values the same log line carried are at this point of the run.
         for p in job.curve.iter_mut().rev() {
             if p.0 < now || p.2.is_some() {
@@ -455,25 +446,22 @@ impl NodePolicy for LearningFirst {
         for (job, rate) in self.jobs.values_mut().zip(twin_rates) {
             job.twin_rate = rate;
         }
-        let verdicts: BTreeMap<JobId, Verdict> = self
-            .jobs
-            .iter_mut()
-            .map(|(id, job)| (id.clone(), job.verdict(&params)))
-            .collect();
+        for job in self.jobs.values_mut() {
+            job.refresh_verdict(&params);
+        }
         let learners: Vec<&Job> = self
             .jobs
-            .iter()
-            .filter(|(id, job)| !job.held && verdicts[*id] == Verdict::Learning)
-            .map(|(_, job)| job)
+            .values()
+            .filter(|job| !job.held && job.verdict() == Verdict::Learning)
             .collect();
         let learning = learners.len();
         // The work the learners of known size have left, on average.
-        let known: Vec<f64> = learners.iter().filter_map(|j| j.remaining()).collect();
+        let known: Vec<f64> = learners.iter().filter_map(|j| j.work.remaining()).collect();
         let learners_left =
             (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
         let mut allocations = BTreeMap::new();
         for (id, job) in &mut self.jobs {
-            let verdict = verdicts[id];
+            let verdict = job.verdict();
             let allowance = job.allowance(&params);
             if job.yielding && job.lag >= allowance {
                 job.paced = true;
@@ -507,7 +495,7 @@ impl NodePolicy for LearningFirst {
                         // the learners gain in time to quality. It yields only to jobs that
                         // have less left on average (or whose sizes are unknown).
                         let nearly_done = matches!(
-                            (job.remaining(), learners_left),
+                            (job.work.remaining(), learners_left),
                             (Some(mine), Some(theirs)) if mine < theirs
                         );
                         job.yielding = !job.paced && others_learning && !nearly_done;
@@ -573,8 +561,8 @@ fn scaled(fraction: f64) -> u32 {
 }
 
 fn learning_reason(job: &Job) -> String {
-    match job.work_last {
-        Some((f, _)) => format!(
+    match job.work.done() {
+        Some(f) => format!(
             "still learning ({:.0}% of its run done): fair share",
             f * 100.0
         ),

@@ -41,6 +41,7 @@ pub mod specon;
 pub mod speedup;
 pub mod stage;
 pub mod sweep;
+mod work;
 
 /// Seconds on the caller's clock (monotonic in the daemon, simulated in `govsim`).
 pub type Seconds = f64;

@@ -85,7 +85,8 @@ use super::{
 mod job;
 mod projection;
 
-use job::{Demand, Job, Work};
+use crate::work::Work;
+use job::{Demand, Job};
 use projection::{SimJob, greedy_targets, plan_shares, project, weight_of};
 
 /// A demand limit below the job's fair share is forgotten after this many seconds (the probe):
@@ -103,9 +104,6 @@ pub const LONG_PROBE: Seconds = 20.0;
 /// its own parallelism, whatever its spare threads wait for: a TensorFlow job's thread pools
 /// always have threads waiting.)
 pub const UNMET_DEMAND: f64 = 0.1;
-
-/// The fraction of its work a job's reports must span before its remaining work is estimated.
-pub const MIN_SPAN: f64 = 0.05;
 
 /// Ranked by CPU attained (size unknown), a job overtakes another only when it has had this many
 /// CPU-seconds less: least-attained-first in quanta, so alike newcomers start one after another
@@ -643,20 +641,8 @@ impl NodePolicy for ShortestLeft {
             Some((t, cpu)) if now > t => cpu + job.recent_cores * (now - t),
             _ => job.cpu_seconds,
         };
-        let f = fraction.min(1.0);
-        match job.work.last {
-            // A new run of the same job (counters went back): start over.
-            Some((f_last, _)) if f < f_last - 1e-9 => {
-                job.work = Work {
-                    first: Some((f, cpu)),
-                    last: Some((f, cpu)),
-                };
-            }
-            _ => {
-                job.work.first.get_or_insert((f, cpu));
-                job.work.last = Some((f, cpu));
-            }
-        }
+        // A new run of the same job (counters went back) starts over.
+        job.work.report(fraction, cpu);
     }
 
     fn decide(&mut self, now: Seconds, node: &NodeResources) -> Plan {

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use governor_policy::Direction;
-use governor_policy::learning_first::LearningFirstParams;
-use governor_policy::predict::{Method, past_quality_point, predict, predict_with};
+use governor_policy::learning_first::{LearningFirstParams, judged_learnt};
+use governor_policy::predict::{Method, predict, predict_with};
 use governor_policy::quality::time_to_quality;
 use serde::Serialize;
 
@@ -96,10 +96,9 @@ pub struct VerdictRow {
 /// Confidences compared (the policy's default is among them).
 pub const CONFIDENCES: [f64; 3] = [0.0, 1.0, 2.0];
 
-/// Every verdict rule's record on `curves`, with the policy's own thresholds
-/// ([`LearningFirstParams`]: values and share of the run before any verdict).
+/// Every verdict rule's record on `curves`: the policy's own rule ([`judged_learnt`]) with each
+/// predictor and confidence, its other thresholds at their defaults.
 pub fn verdicts(curves: &[RealCurve]) -> Vec<VerdictRow> {
-    let params = LearningFirstParams::default();
     let methods = [None, Some(Method::PowerLaw), Some(Method::Exponential)];
     let mut rows = Vec::new();
     for &method in &methods {
@@ -110,12 +109,14 @@ pub fn verdicts(curves: &[RealCurve]) -> Vec<VerdictRow> {
                     continue;
                 };
                 n += 1;
-                let fired = (params.min_points..=c.points.len()).find_map(|k| {
+                let params = LearningFirstParams {
+                    confidence,
+                    predictor: method,
+                    ..LearningFirstParams::default()
+                };
+                let fired = (1..=c.points.len()).find_map(|k| {
                     let seen = &c.points[..k];
-                    let span = seen[k - 1].0 - seen[0].0;
-                    (span >= params.min_fraction
-                        && past_quality_point(seen, 1.0, confidence, method).is_some())
-                    .then_some(seen[k - 1].0)
+                    judged_learnt(seen, &params).map(|_| seen[k - 1].0)
                 });
                 match fired {
                     Some(x) if x < truth.quality_at - 1e-9 => early.push(truth.quality_at - x),

@@ -115,6 +115,21 @@ impl Daemon {
         }
     }
 
+    /// `governor run-job --name NAME --log LOG` against this daemon's control socket, its
+    /// standard streams closed; the test adds its options and `-- COMMAND`.
+    pub fn run_job(&self, name: &str, log: &Path) -> Command {
+        let mut command = Command::new(bin("governor"));
+        command
+            .args(["run-job", "--name", name, "--log"])
+            .arg(log)
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
     /// Configure and start; waits until the control socket answers.
     pub fn start(policy: &str, extra: &str) -> Daemon {
         let mut d = Daemon::configure(policy, extra);

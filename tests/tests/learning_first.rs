@@ -17,10 +17,10 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use governor_integration_tests::daemon::{Daemon, bin};
+use governor_integration_tests::daemon::Daemon;
 use governor_integration_tests::{Layout, poll_until, require_v1_cpu_host, require_vm};
 
 /// Log lines a second (the epochs are wall-clock paced: both jobs log at the same rate whatever
@@ -63,22 +63,10 @@ impl Drop for Job {
 
 fn start_job(d: &Daemon, layout: Layout, name: &str, epochs: u32, loss: &str) -> Job {
     let log = d.dir.path().join(format!("{name}.csv"));
-    let child = Command::new(bin("governor"))
-        .args([
-            "run-job",
-            "--name",
-            name,
-            "--epochs",
-            &epochs.to_string(),
-            "--log",
-        ])
-        .arg(&log)
-        .arg("--socket")
-        .arg(&d.socket)
+    let child = d
+        .run_job(name, &log)
+        .args(["--epochs", &epochs.to_string()])
         .args(["--", "sh", "-c", &script(&log, loss, 60)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("governor run-job");
     Job {

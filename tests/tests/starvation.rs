@@ -169,15 +169,9 @@ impl Drop for StopOnDrop {
 
 fn start_job(d: &Daemon, layout: Layout, name: &str, phases: &[Phase]) -> Job {
     let log = d.dir.path().join(format!("{name}.csv"));
-    let child = Command::new(bin("governor"))
-        .args(["run-job", "--name", name, "--log"])
-        .arg(&log)
-        .arg("--socket")
-        .arg(&d.socket)
+    let child = d
+        .run_job(name, &log)
         .args(["--", "sh", "-c", &script(&log, phases)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("governor run-job");
     Job {

@@ -1,11 +1,11 @@
 //! The shortest-left policy's per-job state: what it knows of a job's demand for CPU
-//! ([`Demand`]), of its size ([`Work`]), and the job itself ([`Job`]: stage, fair twin,
+//! ([`Demand`]), of its size ([`Work`](crate::work::Work)), and the job itself ([`Job`]: stage, fair twin,
 //! promotions).
 
 use crate::stage::LossTracker;
 use crate::{Category, JobSpec, Seconds};
 
-use super::MIN_SPAN;
+use crate::work::Work;
 
 /// What the policy knows of a job's demand for CPU.
 #[derive(Clone, Debug, Default)]
@@ -28,32 +28,6 @@ impl Demand {
     pub(super) fn reopen(&mut self, now: Seconds, offer: Option<f64>) {
         self.limit = offer;
         self.limit_at = offer.map(|_| now);
-    }
-}
-
-/// What the policy knows of a job's size: (fraction done, CPU-seconds) at its first and latest
-/// reports.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Work {
-    pub(super) first: Option<(f64, f64)>,
-    pub(super) last: Option<(f64, f64)>,
-}
-
-impl Work {
-    /// CPU-seconds left, from the CPU spent per fraction of the work since the first report
-    /// (the start-up before it, imports and data, is not work that repeats). `None` until the
-    /// reports span [`MIN_SPAN`] of the work: one report alone would count the start-up as
-    /// work and overestimate a young job several times over.
-    pub(super) fn remaining(&self) -> Option<f64> {
-        let (f1, c1) = self.last?;
-        let (f0, c0) = self.first?;
-        if f1 >= 1.0 {
-            return Some(0.0);
-        }
-        if f1 - f0 < MIN_SPAN || c1 <= c0 {
-            return None;
-        }
-        Some((1.0 - f1).max(0.0) * (c1 - c0) / (f1 - f0))
     }
 }
 
