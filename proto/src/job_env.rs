@@ -59,7 +59,7 @@ pub fn format_sweep(t: &governor_policy::sweep::SweepTrial) -> String {
 /// A finish rule that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?} is not a finish rule: PATIENCE[:MIN_DELTA], a whole number of values >= 1 and a change >= 0 (e.g. 5:0.001)"
+    "{0:?} is not a finish rule: PATIENCE[:MIN_DELTA[:predict]], a whole number of values >= 1 and a change >= 0 (e.g. 5:0.001)"
 )]
 pub struct InvalidFinish(pub String);
 

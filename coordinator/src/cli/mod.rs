@@ -211,7 +211,8 @@ pub struct SubmitArgs {
     #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,
     /// End the job once it has converged, like Keras `EarlyStopping`: PATIENCE[:MIN_DELTA]
-    /// (e.g. `5:0.001`: its loss has not improved by 0.001 in 5 values). Its node stops it
+    /// (e.g. `5:0.001`: its loss has not improved by 0.001 in 5 values; `5:0.01:predict`: its
+    /// predicted rest of run would improve it by less than 0.01). Its node stops it
     /// gracefully (SIGINT, then SIGTERM) and reports "stopped: converged". Passed as
     /// `GOVERNOR_FINISH`. Off unless given.
     #[arg(long, value_name = "PATIENCE[:MIN_DELTA]", value_parser = parse_finish_rule)]

@@ -52,8 +52,9 @@ pub struct RunJobArgs {
     /// work the job has left (also passed to the job as `GOVERNOR_EPOCHS`).
     #[arg(long, value_parser = job_env::parse_epochs)]
     pub epochs: Option<f64>,
-    /// Opt-in: end the job once it has converged, `PATIENCE[:MIN_DELTA]` (like Keras
-    /// `EarlyStopping`, on its validation loss, else its progress signal): the daemon sends it
+    /// Opt-in: end the job once it has converged, `PATIENCE[:MIN_DELTA[:predict]]` (like Keras
+    /// `EarlyStopping`, on its validation loss, else its progress signal; `:predict` judges a
+    /// job of known size by its predicted rest of run instead): the daemon sends it
     /// SIGINT, then SIGTERM after a grace period, and reports it "stopped: converged". Also
     /// passed to the job as `GOVERNOR_FINISH`. The job starts with SIGINT at its default
     /// action, even if run-job inherited it ignored.
