@@ -54,7 +54,7 @@ pub struct BenchRealArgs {
     pub workload: Vec<String>,
     /// Node policies compared with `fair` (NAME or NAME:KEY=VALUE...). A suffix
     /// `+finish=PATIENCE:MIN_DELTA` also starts every job with `run-job --finish` (finish at
-    /// convergence, opt-in); `+sweep=NAME[:ETA:FIRST_RUNG]` starts every job as a trial of one
+    /// convergence, opt-in); `+sweep=NAME[:ETA:FIRST_RUNG[:seen]]` starts every job as a trial of one
     /// sweep (`run-job --sweep`, successive halving, opt-in); both may be given.
     #[arg(long, value_delimiter = ',', default_value = governor_policy::DEFAULT_POLICY)]
     pub policies: Vec<String>,

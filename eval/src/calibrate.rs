@@ -328,13 +328,15 @@ fn finish_rule(policy: &str) -> Result<Option<FinishRule>> {
         .transpose()
 }
 
-/// The sweep of a benchmark policy's `+sweep=NAME[:ETA:FIRST_RUNG]` suffix, read as `run-job
+/// The sweep of a benchmark policy's `+sweep=NAME[:ETA:FIRST_RUNG[:seen]]` suffix, read as `run-job
 /// --sweep` reads it.
 fn sweep_trial(policy: &str) -> Result<Option<SweepTrial>> {
     policy_option(policy, "sweep")
         .map(|v| {
             SweepTrial::parse(&v).with_context(|| {
-                format!("+sweep={v}: NAME[:ETA:FIRST_RUNG], ETA at least 2, FIRST_RUNG above 0")
+                format!(
+                    "+sweep={v}: NAME[:ETA:FIRST_RUNG[:seen]], ETA at least 2, FIRST_RUNG above 0"
+                )
             })
         })
         .transpose()
@@ -809,7 +811,8 @@ mod tests {
                 .rule,
             HalvingRule {
                 eta: 2,
-                first_rung: 3.0
+                first_rung: 3.0,
+                ranking: governor_policy::sweep::Ranking::Predicted,
             }
         );
         // Two trials of one sweep, one learning slower: at the first rung (3 epochs) the
@@ -821,7 +824,7 @@ mod tests {
             },
             ..model.clone()
         };
-        let run = simulate(&[model, slow], "fair+sweep=lr:2:3", 1.0, 1.0).unwrap();
+        let run = simulate(&[model, slow], "fair+sweep=lr:2:3:seen", 1.0, 1.0).unwrap();
         let (a, b) = (&run.jobs[0], &run.jobs[1]);
         assert_eq!(a.stopped, None);
         let why = b.stopped.as_deref().unwrap_or_default();

@@ -1,32 +1,77 @@
-//! Opt-in trial budget for a hyperparameter sweep: successive halving over the trials that run
-//! on a node.
+//! Opt-in trial budget for a hyperparameter sweep: successive halving over a sweep's trials,
+//! on one node (the daemon) or across the cluster (the coordinator's planner).
 //!
 //! Someone who launches a sweep wants its best trial, soon; most trials of a sweep are known to
 //! be worse after a few epochs. Successive halving (Jamieson & Talwalkar 2016; the asynchronous
 //! form, ASHA: Li et al., MLSys 2020) stops them there: rungs at `first_rung · η^k` epochs, and
 //! at each rung only the best `1/η` of the trials go on. The CPU they leave goes to the trials
-//! that go on, through the node policy's ordinary plan.
+//! that go on, through the node policy's ordinary plan, or to queued trials on the cluster.
 //!
-//! This is not one of the seed papers. Two choices differ from ASHA as Ray Tune runs it (where a
-//! trial reaching a rung is compared at once with those recorded there before it, so the first
-//! ones to arrive always go on):
-//! - **A rung is judged when every running trial of the sweep has reached it** (or ended, or
-//!   been stopped): a node policy that serves some trials first would otherwise decide which
-//!   trials survive, by the order in which they reach the rung. Trials ahead meanwhile keep
-//!   running (nothing is paused: never starve); a trial that joins the sweep after its rung was
-//!   judged is compared at once with every result recorded there (ASHA's rule).
+//! This is not one of the seed papers. Choices, and where they differ from ASHA as Ray Tune
+//! runs it:
+//! - **Trials are ranked by predicted final loss, and one outside the best `1/η` is cut only
+//!   when it is confidently worse** ([`Ranking::Predicted`], the default; issue 32, 2c). At a
+//!   rung each trial's curve so far is extrapolated to its end ([`crate::predict::predict`]: the
+//!   parametric family that fits it best, with a spread); a trial is cut when even its optimistic
+//!   end (predicted − [`CONFIDENCE`] spreads) is worse than the pessimistic end of the last trial
+//!   that goes on (predicted + [`CONFIDENCE`] spreads, and never worse than the best it has
+//!   logged). A slow learning rate whose loss still falls steeply is therefore not cut for being
+//!   behind at the rung: measured on real sweeps, ranking by the loss seen there cut the
+//!   eventual winner (docs/evaluation/real-jobs.md). A curve too short to fit (fewer than three
+//!   values) is never confidently worse. [`Ranking::Seen`] (`NAME:ETA:FIRST_RUNG:seen`) is the
+//!   plain rule (the best loss logged by the rung), kept for comparison.
+//! - **On one node a rung is judged when every running trial of the sweep has reached it**
+//!   ([`Judging::Together`]; or ended, or been stopped): a node policy that serves some trials
+//!   first would otherwise decide which trials survive, by the order in which they reach the
+//!   rung. Trials ahead meanwhile keep running (nothing is paused: never starve); a trial that
+//!   joins the sweep after its rung was judged is compared at once with every result recorded
+//!   there (ASHA's rule).
+//! - **Across the cluster a trial is judged when it reaches a rung** ([`Judging::OnArrival`],
+//!   ASHA's asynchronous rule): against the results recorded there so far, no waiting for
+//!   stragglers on other nodes (whose speed the coordinator does not control), so no trial is
+//!   held at a rung while the slowest catches up.
 //! - **A trial's loss at a rung is the best it logged up to that epoch**, not its latest value:
 //!   one noisy validation epoch does not stop a trial that was ahead the epoch before.
 //!
 //! Of `n` results at a rung the best `ceil(n/η)` go on (at least one: a sweep always keeps a
 //! trial). Trials whose log carries no epoch never reach a rung and are never stopped. Pure:
-//! the caller (the daemon) feeds epochs and losses and stops the trials named in the verdicts.
+//! the caller (the daemon, the planner) feeds epochs and losses and stops the trials named in
+//! the verdicts.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::Direction;
+use crate::predict;
+
+/// Spreads of a prediction a trial must be worse by to be cut ([`Ranking::Predicted`]): two,
+/// as the default policy's verdict "past its quality point" (`govsim predict` measured it).
+pub const CONFIDENCE: f64 = 2.0;
+
+/// Values of a trial's curve kept for its prediction ([`predict::thin`] beyond).
+const CURVE_POINTS: usize = 256;
+
+/// How a rung ranks its results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ranking {
+    /// By the final loss predicted from each curve; cut only when confidently worse.
+    #[default]
+    Predicted,
+    /// By the best loss logged by the rung (successive halving as published).
+    Seen,
+}
+
+/// When a rung is judged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Judging {
+    /// When every running trial has reached it (one node: the daemon).
+    #[default]
+    Together,
+    /// Each trial as it reaches it, against the results there so far (ASHA; the cluster).
+    OnArrival,
+}
 
 /// How a sweep's trials are cut: rungs at `first_rung · eta^k` epochs, the best `1/eta` go on.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,15 +80,20 @@ pub struct HalvingRule {
     pub eta: u32,
     /// Epochs done at the first rung (> 0).
     pub first_rung: f64,
+    /// How a rung ranks its results.
+    #[serde(default)]
+    pub ranking: Ranking,
 }
 
 impl Default for HalvingRule {
     /// η = 3 (the papers' usual factor) and a first rung after 5 epochs: early enough to save
-    /// most of a losing trial's work, late enough for a slow learning rate to show its slope.
+    /// most of a losing trial's work, late enough for a slow learning rate to show its slope;
+    /// ranked by prediction.
     fn default() -> Self {
         HalvingRule {
             eta: 3,
             first_rung: 5.0,
+            ranking: Ranking::Predicted,
         }
     }
 }
@@ -60,19 +110,21 @@ impl HalvingRule {
     }
 }
 
-/// What a job declares to be a trial of a sweep (`run-job --sweep NAME[:ETA:FIRST_RUNG]`).
+/// What a job declares to be a trial of a sweep (`run-job --sweep NAME[:ETA:FIRST_RUNG[:seen]]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepTrial {
-    /// The sweep's name: trials with the same name on one node are compared.
+    /// The sweep's name: trials with the same name are compared (on a node for `run-job`,
+    /// across the cluster for `govctl submit`).
     pub sweep: String,
     pub rule: HalvingRule,
 }
 
 impl SweepTrial {
-    /// Parse `NAME[:ETA:FIRST_RUNG]`, the one syntax of a sweep declaration (`GOVERNOR_SWEEP`,
-    /// `run-job --sweep`, a job file's `sweep`, `govctl submit --sweep`, bench-real's
-    /// `+sweep=`): a name of letters, digits, '.', '_' or '-' (at most 64), a whole ETA >= 2 and
-    /// a first rung in epochs > 0; [`HalvingRule::default`] when only the name is given.
+    /// Parse `NAME[:ETA:FIRST_RUNG[:seen]]`, the one syntax of a sweep declaration
+    /// (`GOVERNOR_SWEEP`, `run-job --sweep`, a job file's `sweep`, `govctl submit --sweep`,
+    /// bench-real's `+sweep=`): a name of letters, digits, '.', '_' or '-' (at most 64), a whole
+    /// ETA >= 2 and a first rung in epochs > 0; [`HalvingRule::default`] when only the name is
+    /// given; `:seen` ranks by the loss seen at the rung instead of the predicted one.
     pub fn parse(s: &str) -> Option<SweepTrial> {
         let mut parts = s.trim().split(':');
         let name = parts.next().unwrap_or_default().trim();
@@ -84,11 +136,17 @@ impl SweepTrial {
         {
             return None;
         }
-        let rule = match (parts.next(), parts.next(), parts.next()) {
-            (None, _, _) => HalvingRule::default(),
-            (Some(eta), Some(first), None) => HalvingRule {
-                eta: eta.trim().parse().ok()?,
-                first_rung: first.trim().parse().ok()?,
+        let rest: Vec<&str> = parts.map(str::trim).collect();
+        let rule = match rest[..] {
+            [] => HalvingRule::default(),
+            [eta, first] | [eta, first, _] => HalvingRule {
+                eta: eta.parse().ok()?,
+                first_rung: first.parse().ok()?,
+                ranking: match rest.get(2) {
+                    None | Some(&"predicted") => Ranking::Predicted,
+                    Some(&"seen") => Ranking::Seen,
+                    Some(_) => return None,
+                },
             },
             _ => return None,
         };
@@ -96,6 +154,21 @@ impl SweepTrial {
             sweep: name.to_owned(),
             rule,
         })
+    }
+}
+
+impl std::fmt::Display for SweepTrial {
+    /// The one spelling [`SweepTrial::parse`] reads back (`:seen` only when asked for).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}",
+            self.sweep, self.rule.eta, self.rule.first_rung
+        )?;
+        if self.rule.ranking == Ranking::Seen {
+            f.write_str(":seen")?;
+        }
+        Ok(())
     }
 }
 
@@ -107,36 +180,68 @@ pub struct Outranked<K> {
     pub rung_epochs: f64,
     /// Its loss there (the best it had logged by then).
     pub loss: f64,
+    /// Its predicted final loss and that prediction's spread ([`Ranking::Predicted`]).
+    pub predicted: Option<(f64, f64)>,
     /// Its place among the rung's results (1 = best) and how many there were.
     pub place: usize,
     pub of: usize,
     /// How many of them go on.
     pub kept: usize,
-    /// The worst loss that goes on.
+    /// The worst loss that goes on (predicted: the pessimistic end of the last trial kept).
     pub cutoff: f64,
 }
 
 impl<K: std::fmt::Display> Outranked<K> {
     /// "outranked in its sweep at 5 epochs: loss 0.31, 4th of 6, the best 2 go on (up to 0.22)".
     pub fn describe(&self) -> String {
-        format!(
-            "outranked in its sweep at {} epochs: loss {:.6}, {} of {}; the best {} go on (up to {:.6})",
-            self.rung_epochs, self.loss, self.place, self.of, self.kept, self.cutoff
-        )
+        match self.predicted {
+            Some((p, spread)) => format!(
+                "outranked in its sweep at {} epochs: loss {:.6}, predicted final {:.6} ± {:.6}, {} of {}; the best {} go on (up to {:.6} at worst)",
+                self.rung_epochs, self.loss, p, spread, self.place, self.of, self.kept, self.cutoff
+            ),
+            None => format!(
+                "outranked in its sweep at {} epochs: loss {:.6}, {} of {}; the best {} go on (up to {:.6})",
+                self.rung_epochs, self.loss, self.place, self.of, self.kept, self.cutoff
+            ),
+        }
+    }
+}
+
+/// A trial's standing at a rung, in the sweep's direction turned into "lower is better".
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Standing {
+    /// Best value logged by the rung.
+    best: f64,
+    /// Predicted final value (never worse than `best`) and its spread; `best` and infinity
+    /// when the curve is too short to fit.
+    predicted: f64,
+    spread: f64,
+}
+
+impl Standing {
+    /// The end it reaches at best and at worst, with [`CONFIDENCE`].
+    fn optimistic(&self) -> f64 {
+        self.predicted - CONFIDENCE * self.spread
+    }
+
+    fn pessimistic(&self) -> f64 {
+        (self.predicted + CONFIDENCE * self.spread).min(self.best)
     }
 }
 
 #[derive(Debug, Default)]
 struct Rung<K> {
-    /// Each trial's loss at the rung.
-    results: BTreeMap<K, f64>,
+    /// Each trial's standing at the rung.
+    results: BTreeMap<K, Standing>,
     judged: bool,
 }
 
 #[derive(Debug)]
 struct TrialState {
-    /// Best loss so far.
+    /// Best value so far (lower is better).
     best: Option<f64>,
+    /// `(epochs, value)` logged, lower is better, thinned to [`CURVE_POINTS`].
+    curve: Vec<(f64, f64)>,
     /// Index of the next rung it has not reached yet.
     next_rung: usize,
     /// Declared epochs: no rung at or beyond them (the end is not a cut).
@@ -145,21 +250,29 @@ struct TrialState {
     stopped: bool,
 }
 
-/// One sweep's trials and rungs. `K` names a trial (the daemon uses its cgroup).
+/// One sweep's trials and rungs. `K` names a trial (the daemon uses its cgroup, the planner
+/// its job id).
 #[derive(Debug)]
 pub struct Sweep<K: Ord + Clone> {
     rule: HalvingRule,
     direction: Direction,
+    judging: Judging,
     trials: BTreeMap<K, TrialState>,
     rungs: Vec<Rung<K>>,
     stopped_total: usize,
 }
 
 impl<K: Ord + Clone> Sweep<K> {
+    /// A sweep on one node ([`Judging::Together`]).
     pub fn new(rule: HalvingRule, direction: Direction) -> Self {
+        Self::judged(rule, direction, Judging::Together)
+    }
+
+    pub fn judged(rule: HalvingRule, direction: Direction, judging: Judging) -> Self {
         Sweep {
             rule,
             direction,
+            judging,
             trials: BTreeMap::new(),
             rungs: Vec::new(),
             stopped_total: 0,
@@ -182,10 +295,11 @@ impl<K: Ord + Clone> Sweep<K> {
 
     /// The rung (its epochs) a running trial waits at for the others: it has a result at a
     /// rung not judged yet. The node policy serves such a trial after the others, so that the
-    /// rung is judged sooner and less of a trial that may be cut is run.
+    /// rung is judged sooner and less of a trial that may be cut is run. Never with
+    /// [`Judging::OnArrival`] (nothing waits).
     pub fn waiting_at(&self, trial: &K) -> Option<f64> {
         let s = self.trials.get(trial)?;
-        if s.stopped {
+        if s.stopped || self.judging == Judging::OnArrival {
             return None;
         }
         self.rungs
@@ -198,6 +312,7 @@ impl<K: Ord + Clone> Sweep<K> {
     pub fn join(&mut self, trial: K, max_epochs: Option<f64>) {
         self.trials.entry(trial).or_insert(TrialState {
             best: None,
+            curve: Vec::new(),
             next_rung: 0,
             max_epochs: max_epochs.filter(|e| e.is_finite() && *e > 0.0),
             stopped: false,
@@ -212,26 +327,61 @@ impl<K: Ord + Clone> Sweep<K> {
         self.judge_complete_rungs()
     }
 
-    /// A trial logged `loss` with `epochs_done` epochs done. Returns the trials to stop.
-    pub fn observe(&mut self, trial: &K, epochs_done: f64, loss: f64) -> Vec<Outranked<K>> {
-        if !loss.is_finite() || !epochs_done.is_finite() {
+    /// A trial (back after a restart of its judge) takes up its curve `(epochs, value)` and
+    /// whether it was stopped: the rungs it passed record its results there, judging nothing.
+    pub fn rejoin(
+        &mut self,
+        trial: K,
+        max_epochs: Option<f64>,
+        curve: &[(f64, f64)],
+        stopped: bool,
+    ) {
+        self.join(trial.clone(), max_epochs);
+        for &(epochs, value) in curve {
+            self.record(&trial, epochs, value);
+        }
+        if let Some(s) = self.trials.get_mut(&trial)
+            && stopped
+            && !s.stopped
+        {
+            s.stopped = true;
+            self.stopped_total += 1;
+        }
+        for k in 0..self.rungs.len() {
+            if !self.rungs[k].judged && !self.rungs[k].results.is_empty() {
+                // Judged before the restart if any trial went past it.
+                self.rungs[k].judged = self.judging == Judging::OnArrival
+                    || self.trials.values().any(|t| t.next_rung > k + 1);
+            }
+        }
+    }
+
+    /// Record a value; returns the rungs the trial reached with it.
+    fn record(&mut self, trial: &K, epochs_done: f64, value: f64) -> Vec<usize> {
+        if !value.is_finite() || !epochs_done.is_finite() {
             return Vec::new();
         }
         let rule = self.rule;
-        let direction = self.direction;
+        let lower = match self.direction {
+            Direction::Minimise => value,
+            Direction::Maximise => -value,
+        };
         let Some(state) = self.trials.get_mut(trial) else {
             return Vec::new();
         };
         if state.stopped {
             return Vec::new();
         }
-        state.best = Some(match state.best {
-            Some(b) if !better(direction, loss, b) => b,
-            _ => loss,
-        });
-        let best = state.best.unwrap_or(loss);
-        let mut late = Vec::new();
-        // Every rung it has now passed records its best so far.
+        state.best = Some(state.best.map_or(lower, |b| b.min(lower)));
+        let best = state.best.unwrap_or(lower);
+        match state.curve.last_mut() {
+            // A log that repeats an epoch's position updates its value.
+            Some(last) if last.0 >= epochs_done => last.1 = last.1.min(lower),
+            _ => state.curve.push((epochs_done, lower)),
+        }
+        predict::thin(&mut state.curve, CURVE_POINTS);
+        let mut reached = Vec::new();
+        // Every rung it has now passed records its standing so far.
         loop {
             let k = state.next_rung;
             let at = rule.rung_epochs(k);
@@ -239,36 +389,51 @@ impl<K: Ord + Clone> Sweep<K> {
                 break;
             }
             state.next_rung += 1;
+            let horizon = state.max_epochs.unwrap_or(at * f64::from(rule.eta));
+            let standing = standing(rule.ranking, &state.curve, best, horizon);
             if self.rungs.len() <= k {
                 self.rungs.resize_with(k + 1, || Rung {
                     results: BTreeMap::new(),
                     judged: false,
                 });
             }
-            self.rungs[k].results.insert(trial.clone(), best);
-            if self.rungs[k].judged {
-                late.push(k);
-            }
+            self.rungs[k].results.insert(trial.clone(), standing);
+            reached.push(k);
         }
+        reached
+    }
+
+    /// A trial logged `value` with `epochs_done` epochs done. Returns the trials to stop.
+    pub fn observe(&mut self, trial: &K, epochs_done: f64, value: f64) -> Vec<Outranked<K>> {
+        let reached = self.record(trial, epochs_done, value);
         let mut out = Vec::new();
-        for k in late {
-            // The rung was judged before it arrived: compared at once with every result there.
-            if let Some(o) = self.rank(k).into_iter().find(|o| &o.trial == trial) {
-                if let Some(s) = self.trials.get_mut(trial) {
-                    s.stopped = true;
+        for k in reached {
+            // Judged on arrival (the cluster), or the rung was judged before it arrived:
+            // compared at once with every result there.
+            if self.judging == Judging::OnArrival || self.rungs[k].judged {
+                self.rungs[k].judged = true;
+                if let Some(o) = self.rank(k).into_iter().find(|o| &o.trial == trial) {
+                    if let Some(s) = self.trials.get_mut(trial) {
+                        s.stopped = true;
+                    }
+                    self.stopped_total += 1;
+                    out.push(o);
+                    break;
                 }
-                self.stopped_total += 1;
-                out.push(o);
-                break;
             }
         }
-        out.extend(self.judge_complete_rungs());
+        if self.judging == Judging::Together {
+            out.extend(self.judge_complete_rungs());
+        }
         out
     }
 
     /// Judge every rung not judged yet whose running trials have all reached it.
     fn judge_complete_rungs(&mut self) -> Vec<Outranked<K>> {
         let mut out = Vec::new();
+        if self.judging == Judging::OnArrival {
+            return out;
+        }
         for k in 0..self.rungs.len() {
             if self.rungs[k].judged || self.rungs[k].results.is_empty() {
                 continue;
@@ -297,46 +462,95 @@ impl<K: Ord + Clone> Sweep<K> {
         out
     }
 
-    /// The results of rung `k` outside its best `ceil(n/η)`, best first.
+    /// The results of rung `k` to cut, best first: outside its best `ceil(n/η)` (by the
+    /// rule's ranking) and, ranked by prediction, confidently worse than the last kept.
     fn rank(&self, k: usize) -> Vec<Outranked<K>> {
         let rung = &self.rungs[k];
-        let mut v: Vec<(&K, f64)> = rung.results.iter().map(|(id, l)| (id, *l)).collect();
+        let predicted = self.rule.ranking == Ranking::Predicted;
+        let key = |s: &Standing| if predicted { s.predicted } else { s.best };
+        let mut v: Vec<(&K, Standing)> = rung.results.iter().map(|(id, s)| (id, *s)).collect();
         v.sort_by(|a, b| {
-            let o = a.1.total_cmp(&b.1);
-            match self.direction {
-                Direction::Minimise => o,
-                Direction::Maximise => o.reverse(),
-            }
+            key(&a.1)
+                .total_cmp(&key(&b.1))
+                .then(a.1.best.total_cmp(&b.1.best))
         });
         let n = v.len();
         let kept = n.div_ceil(self.rule.eta as usize).max(1);
-        let cutoff = v.get(kept - 1).map(|x| x.1).unwrap_or(f64::NAN);
+        let last_kept = v[kept - 1].1;
+        let cutoff = if predicted {
+            last_kept.pessimistic()
+        } else {
+            last_kept.best
+        };
+        let outward = |x: f64| match self.direction {
+            Direction::Minimise => x,
+            Direction::Maximise => -x,
+        };
         v.iter()
             .enumerate()
             .skip(kept)
-            .map(|(i, (id, loss))| Outranked {
+            .filter(|(_, (_, s))| !predicted || s.optimistic() > cutoff)
+            .map(|(i, (id, s))| Outranked {
                 trial: (*id).clone(),
                 rung_epochs: self.rule.rung_epochs(k),
-                loss: *loss,
+                loss: outward(s.best),
+                predicted: predicted.then(|| (outward(s.predicted), s.spread)),
                 place: i + 1,
                 of: n,
                 kept,
-                cutoff,
+                cutoff: outward(cutoff),
             })
             .collect()
     }
 }
 
-fn better(direction: Direction, a: f64, b: f64) -> bool {
-    match direction {
-        Direction::Minimise => a < b,
-        Direction::Maximise => a > b,
+/// A trial's standing at a rung from its curve so far (lower is better); unknown (never
+/// confidently worse) from fewer than three values.
+fn standing(ranking: Ranking, curve: &[(f64, f64)], best: f64, horizon: f64) -> Standing {
+    let unknown = Standing {
+        best,
+        predicted: best,
+        spread: f64::INFINITY,
+    };
+    if ranking == Ranking::Seen {
+        return Standing {
+            spread: 0.0,
+            ..unknown
+        };
+    }
+    // The predictor fits a falling curve of positive values: shift a maximised signal (its
+    // negation) to start at 1 above its best.
+    let shift = if best <= 0.0 { 1.0 - best } else { 0.0 };
+    if curve.len() < 3 {
+        return unknown;
+    }
+    let points: Vec<(f64, f64)> = curve.iter().map(|&(x, y)| (x, y + shift)).collect();
+    match predict::predict(&points, horizon) {
+        Some(p) if p.final_value.is_finite() && p.spread.is_finite() => Standing {
+            best,
+            predicted: (p.final_value - shift).min(best),
+            // The last-k slope (no falling family fits: a flat or rising curve) claims no
+            // spread; its latest values' range is its uncertainty.
+            spread: if p.method == predict::Method::LastSlope {
+                let tail = &points[points.len().saturating_sub(predict::LAST_K)..];
+                let (lo, hi) = tail
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+                        (l.min(p.1), h.max(p.1))
+                    });
+                hi - lo
+            } else {
+                p.spread
+            },
+        },
+        _ => unknown,
     }
 }
 
-/// Every sweep on a node, by name.
+/// Every sweep on a node (or on the cluster), by name.
 #[derive(Debug)]
 pub struct Sweeps<K: Ord + Clone> {
+    judging: Judging,
     sweeps: BTreeMap<String, Sweep<K>>,
     /// Which sweep each trial is in.
     member_of: BTreeMap<K, String>,
@@ -347,6 +561,7 @@ pub struct Sweeps<K: Ord + Clone> {
 impl<K: Ord + Clone> Default for Sweeps<K> {
     fn default() -> Self {
         Sweeps {
+            judging: Judging::Together,
             sweeps: BTreeMap::new(),
             member_of: BTreeMap::new(),
             mismatched: BTreeSet::new(),
@@ -355,6 +570,14 @@ impl<K: Ord + Clone> Default for Sweeps<K> {
 }
 
 impl<K: Ord + Clone> Sweeps<K> {
+    /// Sweeps whose rungs are judged as `judging` says (the default: [`Judging::Together`]).
+    pub fn judged(judging: Judging) -> Self {
+        Sweeps {
+            judging,
+            ..Self::default()
+        }
+    }
+
     /// A trial joins sweep `name`. The sweep follows the rule of its first trial; returns
     /// false (once per sweep) when this one asked for another rule.
     pub fn join(
@@ -368,12 +591,30 @@ impl<K: Ord + Clone> Sweeps<K> {
         let sweep = self
             .sweeps
             .entry(name.to_owned())
-            .or_insert_with(|| Sweep::new(rule, direction));
+            .or_insert_with(|| Sweep::judged(rule, direction, self.judging));
         let same = sweep.rule() == rule;
         sweep.join(trial.clone(), max_epochs);
         self.member_of.insert(trial, name.to_owned());
         // The first mismatch is reported (false), later ones are not.
         same || !self.mismatched.insert(name.to_owned())
+    }
+
+    /// A trial takes up its place after a restart of its judge ([`Sweep::rejoin`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rejoin(
+        &mut self,
+        name: &str,
+        rule: HalvingRule,
+        direction: Direction,
+        trial: K,
+        max_epochs: Option<f64>,
+        curve: &[(f64, f64)],
+        stopped: bool,
+    ) {
+        self.join(name, rule, direction, trial.clone(), max_epochs);
+        if let Some(s) = self.sweeps.get_mut(name) {
+            s.rejoin(trial, max_epochs, curve, stopped);
+        }
     }
 
     /// No sweep has a running trial.
@@ -427,164 +668,5 @@ impl<K: Ord + Clone> Sweeps<K> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule() -> HalvingRule {
-        HalvingRule {
-            eta: 3,
-            first_rung: 5.0,
-        }
-    }
-
-    /// Six trials whose loss at each epoch is `base[i] / epoch`.
-    fn six() -> Sweep<&'static str> {
-        let mut s = Sweep::new(rule(), Direction::Minimise);
-        for t in ["a", "b", "c", "d", "e", "f"] {
-            s.join(t, Some(45.0));
-        }
-        s
-    }
-
-    #[test]
-    fn a_rung_is_judged_only_when_every_running_trial_reached_it() {
-        let mut s = six();
-        let base = [
-            ("a", 1.0),
-            ("b", 2.0),
-            ("c", 3.0),
-            ("d", 4.0),
-            ("e", 5.0),
-            ("f", 6.0),
-        ];
-        // The worst trials get there first: nothing is decided by arrival order.
-        for (t, b) in base.iter().rev().take(5) {
-            assert!(s.observe(t, 5.0, b / 5.0).is_empty(), "{t} judged early");
-        }
-        assert_eq!(
-            s.waiting_at(&"f"),
-            Some(5.0),
-            "f waits for the others at 5 epochs"
-        );
-        assert_eq!(s.waiting_at(&"a"), None, "a is on its way");
-        let stops = s.observe(&"a", 5.0, 0.2);
-        assert_eq!(s.waiting_at(&"f"), None, "judged: nothing to wait for");
-        let mut names: Vec<_> = stops.iter().map(|o| o.trial).collect();
-        names.sort();
-        assert_eq!(names, ["c", "d", "e", "f"], "the best ceil(6/3) = 2 go on");
-        let d = stops.iter().find(|o| o.trial == "d").unwrap();
-        assert_eq!((d.place, d.of, d.kept), (4, 6, 2));
-        assert!((d.cutoff - 0.4).abs() < 1e-12);
-        assert!(d.describe().contains("at 5 epochs"), "{}", d.describe());
-        assert_eq!(s.stopped(), 4);
-    }
-
-    #[test]
-    fn the_survivors_are_cut_again_and_one_trial_always_goes_on() {
-        let mut s = six();
-        for (t, l) in [
-            ("a", 0.2),
-            ("b", 0.3),
-            ("c", 0.5),
-            ("d", 0.6),
-            ("e", 0.7),
-            ("f", 0.8),
-        ] {
-            s.observe(&t, 5.0, l);
-        }
-        // The stopped ones end; a and b reach 15 epochs: b is cut, a runs to its end (45:
-        // no rung at the end).
-        for t in ["c", "d", "e", "f"] {
-            assert!(s.leave(&t).is_empty());
-        }
-        assert!(s.observe(&"b", 15.0, 0.1).is_empty());
-        let stops = s.observe(&"a", 15.0, 0.05);
-        assert_eq!(stops.len(), 1);
-        assert_eq!(stops[0].trial, "b");
-        assert!(
-            s.observe(&"a", 45.0, 0.01).is_empty(),
-            "no cut at the declared end"
-        );
-    }
-
-    #[test]
-    fn a_rung_uses_the_best_loss_so_far_and_a_skipped_rung_counts() {
-        let mut s = Sweep::new(rule(), Direction::Minimise);
-        s.join("noisy", None);
-        s.join("steady", None);
-        s.observe(&"noisy", 4.0, 0.1);
-        // A bad epoch at the rung: its best (0.1) stands.
-        s.observe(&"noisy", 5.0, 0.9);
-        let stops = s.observe(&"steady", 5.0, 0.2);
-        assert_eq!(stops.len(), 1);
-        assert_eq!(stops[0].trial, "steady");
-        // A trial whose log jumps past two rungs records both.
-        let mut s = Sweep::new(rule(), Direction::Minimise);
-        s.join("a", None);
-        s.join("b", None);
-        s.observe(&"a", 16.0, 0.3);
-        let stops = s.observe(&"b", 16.0, 0.1);
-        assert_eq!(stops.iter().map(|o| o.trial).collect::<Vec<_>>(), ["a"]);
-        assert_eq!(stops[0].rung_epochs, 5.0, "cut at the first rung it failed");
-    }
-
-    #[test]
-    fn a_trial_that_ends_releases_the_rung_and_a_late_one_is_compared_at_once() {
-        let mut s = Sweep::new(rule(), Direction::Minimise);
-        for t in ["a", "b", "c"] {
-            s.join(t, None);
-        }
-        s.observe(&"a", 5.0, 0.1);
-        s.observe(&"b", 5.0, 0.2);
-        // c crashes before the rung: the rung is judged without it.
-        let stops = s.leave(&"c");
-        assert_eq!(stops.iter().map(|o| o.trial).collect::<Vec<_>>(), ["b"]);
-        // A trial that joins after the judgement is compared with the results there.
-        s.join("late", None);
-        let stops = s.observe(&"late", 5.0, 0.15);
-        assert_eq!(stops.len(), 1, "0.15 is 2nd of 3: only the best goes on");
-        assert_eq!((stops[0].place, stops[0].of), (2, 3));
-        s.join("later", None);
-        assert!(
-            s.observe(&"later", 5.0, 0.05).is_empty(),
-            "the new best goes on"
-        );
-    }
-
-    #[test]
-    fn maximised_signals_keep_the_highest_and_bad_values_are_ignored() {
-        let mut s = Sweep::new(rule(), Direction::Maximise);
-        s.join("a", None);
-        s.join("b", None);
-        assert!(s.observe(&"a", 5.0, f64::NAN).is_empty());
-        s.observe(&"a", 5.0, 0.9);
-        let stops = s.observe(&"b", 5.0, 0.8);
-        assert_eq!(stops[0].trial, "b");
-    }
-
-    #[test]
-    fn sweeps_keep_their_first_rule_and_forget_an_empty_sweep() {
-        let mut all: Sweeps<u32> = Sweeps::default();
-        assert!(all.join("lr", rule(), Direction::Minimise, 1, None));
-        let other = HalvingRule {
-            eta: 2,
-            first_rung: 1.0,
-        };
-        assert!(!all.join("lr", other, Direction::Minimise, 2, None));
-        assert!(
-            all.join("lr", other, Direction::Minimise, 3, None),
-            "reported once"
-        );
-        assert_eq!(all.get("lr").unwrap().rule(), rule());
-        assert_eq!(all.sweep_of(&2), Some("lr"));
-        all.observe(&1, 5.0, 0.1);
-        all.observe(&2, 5.0, 0.2);
-        let stops = all.observe(&3, 5.0, 0.3);
-        assert_eq!(stops.len(), 2);
-        for t in [1, 2, 3] {
-            all.leave(&t);
-        }
-        assert!(all.get("lr").is_none());
-        assert!(all.observe(&1, 10.0, 0.1).is_empty());
-    }
-}
+#[path = "sweep_tests.rs"]
+mod tests;

@@ -355,7 +355,7 @@ pub struct JobConfig {
     /// run-job --finish`).
     #[serde(default, deserialize_with = "finish_rule")]
     pub finish: Option<crate::policy::quality::FinishRule>,
-    /// Opt-in: the job is a trial of a sweep, `"NAME[:ETA:FIRST_RUNG]"` (see `governor run-job
+    /// Opt-in: the job is a trial of a sweep, `"NAME[:ETA:FIRST_RUNG[:seen]]"` (see `governor run-job
     /// --sweep`).
     #[serde(default, deserialize_with = "sweep_trial")]
     pub sweep: Option<crate::policy::sweep::SweepTrial>,
@@ -640,7 +640,7 @@ fn finish_rule<'de, D: serde::Deserializer<'de>>(
         .map_err(serde::de::Error::custom)
 }
 
-/// A job file's `sweep = "NAME[:ETA:FIRST_RUNG]"`.
+/// A job file's `sweep = "NAME[:ETA:FIRST_RUNG[:seen]]"`.
 fn sweep_trial<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<crate::policy::sweep::SweepTrial>, D::Error> {

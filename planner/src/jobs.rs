@@ -117,6 +117,8 @@ impl ClusterState {
         }
         if status.is_finished() {
             self.needs_dispatch = true;
+            // Judged on arrival: a trial leaving its sweep decides nothing.
+            let _ = self.sweeps.leave(&id.to_owned());
             if status == JobState::Completed {
                 self.completions += 1;
             }
@@ -224,11 +226,13 @@ impl ClusterState {
             time_to_quality_s: None,
             moves: Vec::new(),
             cores_now: None,
+            sweep_curve: Vec::new(),
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));
         self.index_submitted(&job);
         self.jobs.insert(id.clone(), job);
+        self.join_sweep(&id);
         self.dirty.jobs.insert(id.clone());
         self.dirty.meta = true;
         self.dispatch(now);
@@ -271,6 +275,8 @@ impl ClusterState {
         job.message = "cancelled with govctl".into();
         job.finished_at = Some(now);
         self.dirty.jobs.insert(id.into());
+        // Judged on arrival: a trial leaving its sweep decides nothing.
+        let _ = self.sweeps.leave(&id.to_owned());
         let nodes: BTreeSet<String> = job.members.iter().map(|m| m.node.clone()).collect();
         let summary = job.summary();
         for n in nodes {

@@ -43,6 +43,7 @@ mod nodes;
 mod preemption;
 pub use governor_placement::payoff;
 mod queries;
+mod sweeps;
 mod view;
 
 pub use input::{Answer, Input};
@@ -262,6 +263,10 @@ pub struct JobRecord {
     /// An elastic job's current size in cores (`None`: the cores it declared, its least).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores_now: Option<f64>,
+    /// A trial of a cluster sweep: `(epochs, value)` as its node reported them (thinned), the
+    /// record its sweep is rebuilt from after a restart (`sweeps`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep_curve: Vec<(f64, f64)>,
 }
 
 /// A node's request to move one of its jobs.
@@ -521,6 +526,8 @@ pub struct ClusterState {
     completions: u32,
     /// Moves that ended since the coordinator started, by (kind, result) (`/metrics`).
     move_outcomes: BTreeMap<(&'static str, &'static str), u64>,
+    /// The sweeps of submitted trials (`govctl submit --sweep`), judged across the cluster.
+    sweeps: governor_policy::sweep::Sweeps<String>,
 }
 
 impl ClusterState {
@@ -548,6 +555,7 @@ impl ClusterState {
             spent_checkpoints: Vec::new(),
             completions: 0,
             move_outcomes: BTreeMap::new(),
+            sweeps: sweeps::cluster_sweeps(),
         })
     }
 
@@ -580,6 +588,7 @@ impl ClusterState {
                 },
             );
         }
+        let mut restored = Vec::new();
         for mut job in jobs {
             s.next_seq = s.next_seq.max(job.seq + 1);
             if job.is_local() {
@@ -598,6 +607,12 @@ impl ClusterState {
             s.index_submitted(&job);
             s.jobs.insert(id.clone(), job);
             s.index_job(&id);
+            restored.push(id);
+        }
+        // In submission order, as they joined their sweeps.
+        restored.sort_by_key(|id| s.jobs[id].seq);
+        for id in &restored {
+            s.rejoin_sweep(id);
         }
         s.rebuild_view();
         Ok(s)

@@ -161,6 +161,12 @@ impl ClusterState {
         self.note_move_requests(now, node_name, &present);
         self.advance_moves_on(node_name, now);
         self.refresh_jobs_on(node_name, now);
+        // Trials of cluster sweeps are judged once their status reflects this report.
+        for job in reported.iter().filter(|j| {
+            j.origin == JobOrigin::Coordinator && present.contains(&(j.job_id.clone(), j.replica))
+        }) {
+            self.observe_sweep(now, job);
+        }
         self.sync_view(node_name);
         Ok(())
     }
@@ -284,6 +290,7 @@ impl ClusterState {
                 time_to_quality_s: None,
                 moves: Vec::new(),
                 cores_now: None,
+                sweep_curve: Vec::new(),
             }
         });
         let limit = self.config.progress_samples;

@@ -196,6 +196,12 @@ pub struct JobStatus {
     /// Seconds since its latest log record arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_record_age_s: Option<f64>,
+    /// Epochs done, as its log says (a cluster sweep's rungs are judged by them), and the
+    /// epochs it declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs_done: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs_total: Option<f64>,
 }
 
 #[cfg(test)]

@@ -31,9 +31,11 @@ pub const MASTER_ADDR: &str = "GOVERNOR_MASTER_ADDR";
 /// grace period) and reports it "stopped: converged".
 pub const FINISH: &str = "GOVERNOR_FINISH";
 
-/// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (e.g. `lr` or
-/// `lr:3:5`): the trials of one sweep on a node are cut by successive halving (at FIRST_RUNG ·
-/// ETA^k epochs only the best 1/ETA go on; default 3 and 5 epochs). A trial cut is stopped
+/// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG[:seen]]` (e.g.
+/// `lr` or `lr:3:5`): the trials of one sweep (on a node for `run-job`, across the cluster for
+/// `govctl submit`) are cut by successive halving (at FIRST_RUNG · ETA^k epochs only the best
+/// 1/ETA go on, and of the others only those whose predicted final loss is confidently worse;
+/// default 3 and 5 epochs; `:seen` ranks by the loss seen at the rung). A trial cut is stopped
 /// gracefully (SIGINT, SIGTERM after a grace period) and reported "stopped: outranked in its
 /// sweep".
 pub const SWEEP: &str = "GOVERNOR_SWEEP";
@@ -41,11 +43,11 @@ pub const SWEEP: &str = "GOVERNOR_SWEEP";
 /// A sweep declaration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?} is not a sweep: NAME[:ETA:FIRST_RUNG], a name of letters, digits, '.', '_' or '-', a whole ETA >= 2 and a first rung in epochs > 0 (e.g. lr or lr:3:5)"
+    "{0:?} is not a sweep: NAME[:ETA:FIRST_RUNG[:seen]], a name of letters, digits, '.', '_' or '-', a whole ETA >= 2 and a first rung in epochs > 0 (e.g. lr or lr:3:5)"
 )]
 pub struct InvalidSweep(pub String);
 
-/// Parse `NAME[:ETA:FIRST_RUNG]` (the one syntax of `GOVERNOR_SWEEP`, `run-job --sweep`, a job
+/// Parse `NAME[:ETA:FIRST_RUNG[:seen]]` (the one syntax of `GOVERNOR_SWEEP`, `run-job --sweep`, a job
 /// file's `sweep` and `govctl submit --sweep`).
 pub fn parse_sweep(s: &str) -> Result<governor_policy::sweep::SweepTrial, InvalidSweep> {
     governor_policy::sweep::SweepTrial::parse(s).ok_or_else(|| InvalidSweep(s.to_owned()))
@@ -53,7 +55,7 @@ pub fn parse_sweep(s: &str) -> Result<governor_policy::sweep::SweepTrial, Invali
 
 /// The one spelling of a sweep declaration (what `run-job` passes on in `GOVERNOR_SWEEP`).
 pub fn format_sweep(t: &governor_policy::sweep::SweepTrial) -> String {
-    format!("{}:{}:{}", t.sweep, t.rule.eta, t.rule.first_rung)
+    t.to_string()
 }
 
 /// A finish rule that does not parse.
@@ -111,9 +113,28 @@ mod tests {
         let t = parse_sweep(" lr:4:2.5 ").unwrap();
         assert_eq!((t.rule.eta, t.rule.first_rung), (4, 2.5));
         assert_eq!(parse_sweep(&format_sweep(&t)).unwrap(), t);
+        let t = parse_sweep("lr:3:5:seen").unwrap();
+        assert_eq!(t.rule.ranking, governor_policy::sweep::Ranking::Seen);
+        assert_eq!(format_sweep(&t), "lr:3:5:seen");
+        assert_eq!(parse_sweep(&format_sweep(&t)).unwrap(), t);
+        assert_eq!(
+            parse_sweep("lr:3:5:predicted").unwrap().rule,
+            governor_policy::sweep::HalvingRule::default()
+        );
         for bad in [
-            "", ":3:5", "lr:1:5", "lr:3:0", "lr:3", "lr:3:5:7", "lr:x:5", "lr:3:nan", "a b",
-            "lr/x", "lr:3:-1",
+            "",
+            ":3:5",
+            "lr:1:5",
+            "lr:3:0",
+            "lr:3",
+            "lr:3:5:7",
+            "lr:3:5:seen:x",
+            "lr::seen",
+            "lr:x:5",
+            "lr:3:nan",
+            "a b",
+            "lr/x",
+            "lr:3:-1",
         ] {
             assert!(parse_sweep(bad).is_err(), "{bad:?}");
         }

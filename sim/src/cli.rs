@@ -11,6 +11,7 @@
 //! govsim run --trace trace.json --policy shortest-left/soonest --workers 4 --cores 8 --seed 1
 //! govsim compare --trace trace.json --workers 4 --cores 8 --plots out/
 //! govsim paper flowcon                                   # a paper's setup, every policy
+//! govsim hpo --seeds 1-5                                # one sweep across 3 workers
 //! govsim bench --workers 1000 --jobs 10000               # simulator speed
 //! ```
 
@@ -59,6 +60,9 @@ enum Command {
     /// Elastic jobs under Schedulearn's elastic FIFO, the Kubeflow scheduler and ours, against
     /// FIFO without elasticity: `kubeflow`, `schedulearn` and `priority` scenarios.
     Elastic(ElasticArgs),
+    /// One hyperparameter sweep across 3 workers, judged by the planner's asynchronous
+    /// successive halving (ranked by prediction, and by the loss seen), against the full sweep.
+    Hpo(HpoArgs),
     /// GPU power by training progress on and off (`+gpu-power`): GPU energy, time to quality, JCT.
     Gpu(GpuArgs),
     /// Time the simulator on a large generated cluster.
@@ -284,6 +288,16 @@ struct ElasticArgs {
 }
 
 #[derive(Debug, Args)]
+struct HpoArgs {
+    /// Seeds to run (each draws its own best learning rate): `1-5` or `1,3`.
+    #[arg(long, default_value = "1-5")]
+    seeds: String,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     workers: usize,
@@ -387,6 +401,9 @@ pub(crate) fn main() -> ExitCode {
         Command::Paper(args) => paper_command(args),
         Command::Priority(args) => priority_command(args),
         Command::Elastic(args) => elastic_command(args),
+        Command::Hpo(args) => {
+            parse_seeds(&args.seeds).and_then(|s| sim::hpo::command(s, args.json))
+        }
         Command::Gpu(args) => {
             parse_seeds(&args.seeds).and_then(|s| sim::gpu::eval::command(s, &args.logs, args.json))
         }

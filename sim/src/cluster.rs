@@ -213,7 +213,8 @@ struct Worker<'a> {
     force_decide: bool,
     gpu_owner: Vec<Option<usize>>,
     timeline: Vec<(f64, usize, f64)>,
-    /// Its sweeps: the daemon judges a sweep's trials on their node.
+    /// Its sweeps: the daemon judges a sweep's trials on their node (one node on its own;
+    /// in a cluster the planner judges them).
     sweeps: Sweeps<usize>,
     /// Core-seconds left idle while a job here could have used them.
     idle_core_seconds: f64,

@@ -160,11 +160,12 @@ pub struct JobModel {
     /// simulator; the cluster simulator refuses such traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish: Option<governor_policy::quality::FinishRule>,
-    /// A trial of a sweep with a trial budget (opt-in, `governor run-job --sweep`): the trials
-    /// of one sweep name on the node go through the daemon's own successive halving
+    /// A trial of a sweep with a trial budget (opt-in): on one node (`governor run-job
+    /// --sweep`) the trials of one sweep name go through the daemon's own successive halving
     /// ([`governor_policy::sweep::Sweeps`]); a trial waiting at a rung is held (the policy's
-    /// `hold`), an outranked one is stopped as the daemon reads the line that decides it. Its
-    /// epochs are its log lines ([`JobModel::epochs_at`]). Single-node simulator only.
+    /// `hold`), an outranked one is stopped as the daemon reads the line that decides it. In a
+    /// cluster (`govctl submit --sweep`) the planner judges them across the workers from their
+    /// reports. Its epochs are its log lines ([`JobModel::epochs_at`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<governor_policy::sweep::SweepTrial>,
 }

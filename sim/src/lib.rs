@@ -21,6 +21,7 @@ pub mod curves;
 pub mod elastic;
 pub mod evaluate;
 pub mod gpu;
+pub mod hpo;
 pub mod job;
 pub mod node;
 pub mod paper;

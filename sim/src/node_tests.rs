@@ -136,6 +136,7 @@ fn a_sweep_holds_the_trial_at_its_rung_and_stops_the_outranked_one() {
             rule: HalvingRule {
                 eta: 2,
                 first_rung: 3.0,
+                ranking: governor_policy::sweep::Ranking::Seen,
             },
         }),
         loss: LossCurve::Points {

@@ -3,7 +3,8 @@
 //! the daemon in their own cgroup, governed, reported running with their progress, and reported
 //! finished with their exit status; a job that cannot start is answered `failed` without
 //! hurting the daemon; a cancelled job is stopped; a job that asked to finish at convergence and
-//! a trial cut from its sweep are stopped by the node and counted completed; a lost coordinator
+//! a trial its sweep cuts (judged by the coordinator) is stopped on the node and counted
+//! completed; a lost coordinator
 //! leaves the node governing.
 //!
 //! Host test: the daemon runs with `--dry-run` on a fake cgroup root (never the host's
@@ -111,8 +112,8 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         "cancel-me-j3",
         "survivor-j4",
         "plateau-j5",
-        "worse-j6",
-        "better-j7",
+        "better-j6",
+        "worse-j7",
     ] {
         fake.add_group(&format!("governor.slice/jobs/{group}"));
     }
@@ -451,15 +452,18 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     assert_eq!(ended.status, JobState::Completed, "{ended:?}");
     assert!(ended.message.contains("stopped: converged"), "{ended:?}");
 
-    // Two trials of one sweep (`govctl submit --sweep s:3:2`, Keras CSV logs with epochs):
-    // once both have done 2 epochs, only the better one goes on; the node interrupts the
-    // other, which the coordinator counts completed and says why. The better one runs its
-    // script to the end.
-    let trial = |name: &str, id: &str, level: &str, rows: u32, status: u32| {
+    // Two trials of one sweep (`govctl submit --sweep s:3:2`, Keras CSV logs with epochs),
+    // judged by the coordinator as each reaches a rung (2, 6, 18 epochs), against the results
+    // recorded there (ASHA), ranked by predicted final loss. The better trial logs faster, so
+    // it is at each rung first; the worse one, flat at 0.9 against 0.1, is confidently worse
+    // once it has enough epochs to extrapolate (6: two values at the first rung say nothing of
+    // the end). The coordinator stops it, counts it completed and says why; the node does not
+    // judge it itself. The better one runs its script to the end.
+    let trial = |name: &str, id: &str, level: &str, rows: u32, pause: &str, status: u32| {
         let log = dir.path().join(format!("{name}.csv"));
         let script = format!(
             "echo $$ >> {}; echo epoch,loss > {log}; i=0; while [ $i -lt {rows} ]; do \
-             echo \"$i,{level}\" >> {log}; i=$((i+1)); sleep 0.1; done; exit {status}",
+             echo \"$i,{level}\" >> {log}; i=$((i+1)); sleep {pause}; done; exit {status}",
             root.join(format!("governor.slice/jobs/{name}-{id}/cgroup.procs"))
                 .display(),
             log = log.display()
@@ -477,13 +481,13 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         spec
     };
     assert_eq!(
-        rt.block_on(govctl.submit(trial("worse", "j6", "0.9", 600, 7)))
+        rt.block_on(govctl.submit(trial("better", "j6", "0.1", 80, "0.05", 0)))
             .unwrap()
             .id,
         "j6"
     );
     assert_eq!(
-        rt.block_on(govctl.submit(trial("better", "j7", "0.1", 40, 0)))
+        rt.block_on(govctl.submit(trial("worse", "j7", "0.9", 600, "0.2", 7)))
             .unwrap()
             .id,
         "j7"
@@ -493,27 +497,33 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
         Duration::from_secs(40),
         &daemon,
         || {
-            let j = job(&rt, &mut govctl, "j6");
+            let j = job(&rt, &mut govctl, "j7");
             j.status.is_finished().then_some(j)
         },
     );
     assert_eq!(cut.status, JobState::Completed, "{cut:?}");
     assert!(
         cut.message
-            .contains("stopped: outranked in its sweep at 2 epochs"),
-        "{cut:?}"
+            .starts_with("stopped: outranked in its sweep at 6 epochs"),
+        "cut by the coordinator at its second rung: {cut:?}"
     );
     let kept = wait_for(
         "the better trial to end by itself",
         Duration::from_secs(40),
         &daemon,
         || {
-            let j = job(&rt, &mut govctl, "j7");
+            let j = job(&rt, &mut govctl, "j6");
             j.status.is_finished().then_some(j)
         },
     );
     assert_eq!(kept.status, JobState::Completed, "{kept:?}");
     assert!(!kept.message.contains("outranked"), "{kept:?}");
+    // The worse trial's process was interrupted long before its 600 rows.
+    let rows = std::fs::read_to_string(dir.path().join("worse.csv"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(rows < 100, "the cut trial still ran: {rows} rows");
 
     // The coordinator goes away: the node keeps governing and says it is retrying.
     rt.block_on(server.kill());

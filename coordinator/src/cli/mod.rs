@@ -206,7 +206,7 @@ pub struct SubmitArgs {
     /// Extra environment for the job (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Total epochs of the run: the node's `shortest-left` policy then knows how much work is left
+    /// Total epochs of the run: the node's policy then knows how much work is left
     /// (passed as `GOVERNOR_EPOCHS`, the variable the node reads for any job).
     #[arg(long, value_parser = governor_proto::job_env::parse_epochs)]
     pub epochs: Option<f64>,
@@ -217,11 +217,13 @@ pub struct SubmitArgs {
     /// `GOVERNOR_FINISH`. Off unless given.
     #[arg(long, value_name = "PATIENCE[:MIN_DELTA]", value_parser = parse_finish_rule)]
     pub finish: Option<String>,
-    /// A trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (default 3 and 5 epochs): the
-    /// trials of one sweep on a node are cut by successive halving (once all have reached
-    /// FIRST_RUNG · ETA^k epochs only the best 1/ETA go on; the others are stopped gracefully
-    /// and reported "stopped: outranked in its sweep"). Passed as `GOVERNOR_SWEEP`; trials
-    /// placed on different nodes are compared on each node separately. Off unless given.
+    /// A trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG[:seen]]` (default 3 and 5
+    /// epochs): the coordinator judges the trials of one sweep together, on whatever nodes
+    /// they run, as each reaches FIRST_RUNG · ETA^k epochs (asynchronous successive halving):
+    /// outside the best 1/ETA there, a trial whose predicted final loss is confidently worse is
+    /// stopped gracefully, counted completed and reported "stopped: outranked in its sweep";
+    /// its place goes to the queued trials (`:seen` ranks by the loss seen at the rung). Needs
+    /// epochs in the log. Passed as `GOVERNOR_SWEEP`. Off unless given.
     #[arg(long, value_name = "NAME[:ETA:FIRST_RUNG]", value_parser = parse_sweep)]
     pub sweep: Option<String>,
     /// The directory the job saves its checkpoint to and resumes from: on storage every node

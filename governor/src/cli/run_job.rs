@@ -60,13 +60,14 @@ pub struct RunJobArgs {
     /// action, even if run-job inherited it ignored.
     #[arg(long, value_parser = job_env::parse_finish)]
     pub finish: Option<crate::policy::quality::FinishRule>,
-    /// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG]` (default
-    /// 3 and 5 epochs). The trials of one sweep on this node (and of one owner) are cut by
-    /// successive halving:
-    /// once every running trial has reached FIRST_RUNG · ETA^k epochs, only the best 1/ETA (by
-    /// their best validation loss so far, else their progress signal) go on; the others are
-    /// stopped like `--finish` (SIGINT, then SIGTERM) and reported "stopped: outranked in its
-    /// sweep". Needs epochs in the log; give `--epochs` so that the last rung is not the end.
+    /// Opt-in: the job is a trial of a hyperparameter sweep, `NAME[:ETA:FIRST_RUNG[:seen]]`
+    /// (default 3 and 5 epochs). The trials of one sweep on this node (and of one owner) are
+    /// cut by successive halving:
+    /// once every running trial has reached FIRST_RUNG · ETA^k epochs, the best 1/ETA (by
+    /// their predicted final validation loss, else progress signal) go on, and of the others
+    /// those confidently worse are stopped like `--finish` (SIGINT, then SIGTERM) and reported
+    /// "stopped: outranked in its sweep" (`:seen` ranks by the best loss seen by the rung).
+    /// Needs epochs in the log; give `--epochs` so that the last rung is not the end.
     /// Also passed to the job as `GOVERNOR_SWEEP`.
     #[arg(long, value_name = "NAME[:ETA:FIRST_RUNG]", value_parser = job_env::parse_sweep)]
     pub sweep: Option<crate::policy::sweep::SweepTrial>,

@@ -115,6 +115,8 @@ pub struct JobEntry {
     /// When its latest record arrived (the GPU governor's pace measurement).
     last_record_at: Option<Instant>,
     last_value: Option<f64>,
+    /// Epochs done, as its latest record with an epoch says.
+    epochs_done: Option<f64>,
     /// Recent (time, value) pairs for the growth figure shown in status.
     history: VecDeque<(Instant, f64)>,
     first_value: Option<f64>,

@@ -350,6 +350,7 @@ fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
     let rule = crate::policy::sweep::HalvingRule {
         eta: 3,
         first_rung: 2.0,
+        ranking: crate::policy::sweep::Ranking::Seen,
     };
     let mut bed = bed_full(
         id,

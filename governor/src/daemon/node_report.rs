@@ -183,6 +183,15 @@ fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
     report.cpu_limit_cores = j.cpu_max_cores.filter(|c| c.is_finite() && *c > 0.0);
     report.cpu_weight = j.cpu_weight.unwrap_or(0);
     report.time_to_quality_s = j.time_to_quality_s.filter(|t| t.is_finite() && *t >= 0.0);
+    // Whole epochs done and declared (ProCon's n and MAX; a cluster sweep's rungs).
+    report.epoch = j
+        .epochs_done
+        .filter(|e| e.is_finite() && *e >= 0.0)
+        .map(|e| e.floor() as u64);
+    report.max_epochs = j
+        .epochs_total
+        .filter(|e| e.is_finite() && *e > 0.0)
+        .map(|e| e.ceil() as u64);
     report.gpu_energy_joules = j.gpu_energy_joules.filter(|e| e.is_finite() && *e >= 0.0);
     report.decision = clip(&j.decision, MAX_MESSAGE_LEN);
     if report.gpu_memory_bytes == 0 {
@@ -259,6 +268,8 @@ mod tests {
             cpu_max_cores: Some(2.0),
             memory_bytes: Some(300 << 20),
             gpu_energy_joules: Some(1234.5),
+            epochs_done: Some(4.5),
+            epochs_total: Some(20.0),
             ..JobStatus::default()
         }
     }
@@ -333,6 +344,11 @@ mod tests {
         );
         assert_eq!(j1.category, Category::Progressing);
         assert_eq!(j1.progress, Some(0.75));
+        assert_eq!(
+            (j1.epoch, j1.max_epochs),
+            (Some(4), Some(20)),
+            "whole epochs done, for a cluster sweep's rungs"
+        );
         let growth = j1.growth.unwrap();
         assert!((growth - 0.01).abs() < 1e-12, "0.6/min is 0.01/s: {growth}");
         assert!((j1.growth_efficiency.unwrap() - 0.01 / 1.5).abs() < 1e-12);

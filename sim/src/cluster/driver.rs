@@ -184,6 +184,16 @@ impl Engine<'_> {
             carry: false,
             transparent: false,
         });
+        // A trial of a sweep in a cluster is judged by the planner (`govctl submit --sweep`);
+        // one node on its own judges its trials itself (`run-job --sweep`).
+        if let Some(trial) = m.model.sweep.as_ref().filter(|_| !self.single_node) {
+            spec.env
+                .insert(governor_proto::job_env::SWEEP.into(), trial.to_string());
+            if let Some(epochs) = m.model.declared_epochs() {
+                spec.env
+                    .insert(governor_proto::job_env::EPOCHS.into(), epochs.to_string());
+            }
+        }
         match elastic {
             Some(least) => {
                 spec.cores = Some(least.min(most));
@@ -250,6 +260,16 @@ impl Engine<'_> {
                 }
                 if rt.phase == Phase::Running {
                     self.leave(w, j, t);
+                }
+                // A trial its sweep cut completed (the planner's record says so): it ends now.
+                let cut = self
+                    .planner
+                    .job_record(&self.rt[j].planner_id)
+                    .filter(|r| r.status == governor_proto::control::JobState::Completed)
+                    .map(|r| r.message.clone());
+                if let Some(why) = cut {
+                    self.rt[j].finish = Some(t);
+                    self.rt[j].stopped = Some(why);
                 }
                 let worker = &mut self.workers[w];
                 worker.arriving.retain(|&(_, k)| k != j);

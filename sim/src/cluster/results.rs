@@ -38,6 +38,14 @@ pub struct JobOutcome {
     pub gpu_energy_j: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_energy_after_ttq_j: Option<f64>,
+    /// Its best noiseless loss logged (a sweep's result is its trials' best), CPU-seconds it
+    /// used, and why it was stopped before its work was done (converged, cut from its sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_loss: Option<f64>,
+    #[serde(default)]
+    pub cpu_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// One move between nodes the planner made.
@@ -137,6 +145,9 @@ impl Engine<'_> {
                         }
                         _ => None,
                     },
+                    best_loss: rt.written.iter().map(|w| w.1).min_by(f64::total_cmp),
+                    cpu_seconds: rt.cpu,
+                    stopped: rt.stopped.clone(),
                 }
             })
             .collect();

@@ -275,7 +275,8 @@ impl Engine<'_> {
                 ..JobSpec::new(m.id.clone())
             },
         );
-        if let Some(trial) = &m.sweep {
+        // In a cluster the planner judges a sweep's trials (`cluster/driver.rs`).
+        if let Some(trial) = m.sweep.as_ref().filter(|_| self.single_node) {
             worker.sweeps.join(
                 &trial.sweep,
                 trial.rule,

@@ -582,7 +582,7 @@ impl SweepReport {
         ));
         s.push_str(&format!(
             "With the budget: {same}.\nThe budget (successive halving, `governor run-job --sweep NAME`) stops the trials \
-             outranked at each rung, and the survivors get their CPU."
+             outranked at each rung whose predicted final loss is confidently worse, and the survivors get their CPU."
         ));
         s
     }

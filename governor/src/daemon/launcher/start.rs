@@ -210,11 +210,10 @@ impl Launcher {
                 .env
                 .get(job_env::FINISH)
                 .and_then(|v| job_env::parse_finish(v).ok()),
-            // `govctl submit --sweep NAME` passes GOVERNOR_SWEEP: a trial of a sweep.
-            sweep: s
-                .env
-                .get(job_env::SWEEP)
-                .and_then(|v| job_env::parse_sweep(v).ok()),
+            // `govctl submit --sweep NAME` passes GOVERNOR_SWEEP to the job, but the
+            // coordinator judges the trials of such a sweep across the cluster (the planner's
+            // `sweeps`); the node judging them too would cut by its own trials' ranks.
+            sweep: None,
         };
         // Journalled before the spawn: a daemon killed before the entry with the pid is written
         // still knows the start, and finds its process in the cgroup when it comes back.

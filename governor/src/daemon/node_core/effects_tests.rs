@@ -238,6 +238,7 @@ fn sweep() -> SweepTrial {
         rule: HalvingRule {
             eta: 3,
             first_rung: 2.0,
+            ranking: crate::policy::sweep::Ranking::Seen,
         },
     }
 }

@@ -53,6 +53,9 @@ impl NodeCore {
             return false;
         };
         let epochs = epochs_done(record);
+        if epochs.is_some() {
+            entry.epochs_done = epochs;
+        }
         entry.records += 1;
         self.metrics.log_record(record.format.name());
         entry.last_record_at = Some(now);

@@ -108,6 +108,8 @@ impl JobEntry {
             last_record_age_s: self
                 .last_record_at
                 .map(|at| now.saturating_duration_since(at).as_secs_f64()),
+            epochs_done: self.epochs_done,
+            epochs_total: self.epochs,
         }
     }
 }

@@ -46,6 +46,7 @@ impl NodeCore {
             records: 0,
             last_record_at: None,
             last_value: None,
+            epochs_done: None,
             history: VecDeque::new(),
             first_value: None,
             quality: QualityTracker::new(Direction::Minimise),
