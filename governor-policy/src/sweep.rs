@@ -599,19 +599,19 @@ impl<K: Ord + Clone> Sweeps<K> {
         same || !self.mismatched.insert(name.to_owned())
     }
 
-    /// A trial takes up its place after a restart of its judge ([`Sweep::rejoin`]).
-    #[allow(clippy::too_many_arguments)]
+    /// A trial of `declared` takes up its place after a restart of its judge
+    /// ([`Sweep::rejoin`]).
     pub fn rejoin(
         &mut self,
-        name: &str,
-        rule: HalvingRule,
+        declared: &SweepTrial,
         direction: Direction,
         trial: K,
         max_epochs: Option<f64>,
         curve: &[(f64, f64)],
         stopped: bool,
     ) {
-        self.join(name, rule, direction, trial.clone(), max_epochs);
+        let name = declared.sweep.as_str();
+        self.join(name, declared.rule, direction, trial.clone(), max_epochs);
         if let Some(s) = self.sweeps.get_mut(name) {
             s.rejoin(trial, max_epochs, curve, stopped);
         }

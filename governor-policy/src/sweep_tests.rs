@@ -276,18 +276,13 @@ fn judged_on_arrival_a_trial_is_cut_at_once_and_nothing_waits() {
 #[test]
 fn a_rejoined_sweep_keeps_its_rung_results_and_judges_nothing_again() {
     let mut all: Sweeps<u32> = Sweeps::judged(Judging::OnArrival);
+    let lr = SweepTrial {
+        sweep: "lr".into(),
+        rule: rule(),
+    };
+    all.rejoin(&lr, Direction::Minimise, 1, None, &[(5.0, 0.1)], false);
     all.rejoin(
-        "lr",
-        rule(),
-        Direction::Minimise,
-        1,
-        None,
-        &[(5.0, 0.1)],
-        false,
-    );
-    all.rejoin(
-        "lr",
-        rule(),
+        &lr,
         Direction::Minimise,
         2,
         None,

@@ -77,15 +77,8 @@ impl ClusterState {
             cut_by_sweep(job),
             job.status.is_finished(),
         );
-        self.sweeps.rejoin(
-            &trial.sweep,
-            trial.rule,
-            direction,
-            id.to_owned(),
-            epochs,
-            &curve,
-            cut,
-        );
+        self.sweeps
+            .rejoin(&trial, direction, id.to_owned(), epochs, &curve, cut);
         if finished {
             self.sweeps.leave(&id.to_owned());
         }
