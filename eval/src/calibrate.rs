@@ -466,6 +466,44 @@ fn order_bound(models: &[JobModel], cores: f64, delivered: f64) -> (String, serd
     (md, serde_json::Value::Array(json))
 }
 
+/// The calibrated trials as one sweep across a cluster (issue 32, item 3): 3 workers of one core
+/// each, a core reserved per trial (3 run, the rest queue), the planner judging the trials as
+/// each reaches a rung, ranked by prediction and by the loss seen, against the full sweep
+/// ([`sim::hpo::compare`], the code the coordinator runs).
+fn cluster_sweep(
+    models: &[JobModel],
+    declared: &SweepTrial,
+) -> Result<(String, Vec<sim::hpo::SweepReport>)> {
+    use governor_policy::sweep::Ranking;
+    let ranked = |ranking| SweepTrial {
+        rule: governor_policy::sweep::HalvingRule {
+            ranking,
+            ..declared.rule
+        },
+        ..declared.clone()
+    };
+    let systems = vec![
+        ("full sweep".to_owned(), None),
+        (
+            "budget, predicted (default)".to_owned(),
+            Some(ranked(Ranking::Predicted)),
+        ),
+        (
+            "budget, loss seen at the rung".to_owned(),
+            Some(ranked(Ranking::Seen)),
+        ),
+    ];
+    let mut config = sim::cluster::ClusterConfig::homogeneous(3, 1.0, 8 << 30, 0);
+    config.horizon = 1e6;
+    let reports = sim::hpo::compare(models, &systems, &config, 1)?;
+    let mut md = format!(
+        "\nThe same trials as one sweep across a cluster (govsim: 3 workers of 1 core, a core reserved per trial, the planner judging each trial as it reaches a rung of `{}:{}:{}`):\n\n",
+        declared.sweep, declared.rule.eta, declared.rule.first_rung
+    );
+    md.push_str(&sim::hpo::table(&reports, 1));
+    Ok((md, reports))
+}
+
 fn err(sim: Option<f64>, real: Option<f64>) -> String {
     match (sim, real) {
         (Some(s), Some(r)) if r > 0.0 => format!("{:+.0}%", 100.0 * (s / r - 1.0)),
@@ -676,6 +714,18 @@ pub(crate) fn report(
     }
     let (bound_md, bound_json) = order_bound(&models, cores, e);
     md.push_str(&bound_md);
+    let mut declared = None;
+    for p in policies.iter().map(|(p, _)| p).chain(sim_only) {
+        declared = declared.or(sweep_trial(p)?);
+    }
+    let cluster_sweep = match declared {
+        Some(t) => {
+            let (cluster_md, reports) = cluster_sweep(&models, &t)?;
+            md.push_str(&cluster_md);
+            serde_json::to_value(reports)?
+        }
+        None => serde_json::Value::Null,
+    };
     Ok((
         md,
         serde_json::json!({
@@ -683,6 +733,7 @@ pub(crate) fn report(
             "jobs": json_rows,
             "averages": json_avgs,
             "order_bound": bound_json,
+            "cluster_sweep": cluster_sweep,
             "cores": node_cores,
             "effective_cores": cores,
             "enforcement": enforcement.map(|(e, _)| e),

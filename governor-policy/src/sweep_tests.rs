@@ -266,11 +266,46 @@ fn judged_on_arrival_a_trial_is_cut_at_once_and_nothing_waits() {
     let stops = s.observe(&"c", 5.0, 0.3);
     assert_eq!(stops.iter().map(|o| o.trial).collect::<Vec<_>>(), ["c"]);
     assert_eq!((stops[0].place, stops[0].of, stops[0].kept), (3, 3, 1));
-    // A trial leaving judges nothing; `a` (2nd of 3 when it arrived first) is not cut after
-    // the fact.
+    // Ranked by the loss seen (ASHA as published), a trial leaving judges nothing and `a`
+    // (2nd of 3, which went on when it arrived first) is not cut after the fact.
     assert!(s.leave(&"slow").is_empty());
     assert!(s.observe(&"a", 6.0, 0.15).is_empty());
     assert_eq!(s.stopped(), 1);
+}
+
+#[test]
+fn judged_on_arrival_by_prediction_an_early_arrival_stops_once_confidently_outranked() {
+    let mut s = Sweep::judged(
+        HalvingRule::default(),
+        Direction::Minimise,
+        Judging::OnArrival,
+    );
+    for t in ["flat", "learns", "also"] {
+        s.join(t, Some(30.0));
+    }
+    // `flat` learns nothing and reaches the rung first: alone there, it goes on.
+    let mut stops = Vec::new();
+    for e in 1..=5 {
+        stops.extend(s.observe(&"flat", f64::from(e), 2.3));
+    }
+    assert!(stops.is_empty(), "the first arrival goes on");
+    stops.extend(s.observe(&"flat", 6.0, 2.3));
+    // `learns` arrives: of 2 results the best 1 goes on, and `flat`, on its way to the next
+    // rung, is confidently worse: it stops now.
+    for e in 1..=5 {
+        let e = f64::from(e);
+        stops.extend(s.observe(&"learns", e, 0.3 + 0.7 / e));
+    }
+    assert_eq!(stops.iter().map(|o| o.trial).collect::<Vec<_>>(), ["flat"]);
+    assert_eq!((stops[0].place, stops[0].of), (2, 2));
+    // `also`, nearly as good, arrives: only the best 1 of 3 is sure to go on, but `also` is
+    // not confidently worse than `learns`: it goes on too.
+    let mut later = Vec::new();
+    for e in 1..=5 {
+        let e = f64::from(e);
+        later.extend(s.observe(&"also", e, 0.31 + 0.7 / e));
+    }
+    assert!(later.is_empty(), "{later:?}");
 }
 
 #[test]

@@ -52,54 +52,65 @@ pub fn cluster() -> ClusterConfig {
     c
 }
 
-/// The sweep of one seed, its trials declared to be of sweep `sweep` (none: the full sweep).
-pub fn sweep_trace(seed: u64, sweep: Option<&str>) -> Trace {
+/// The trials of one seed's sweep (not yet declared a sweep).
+pub fn sweep_trials(seed: u64) -> Vec<JobModel> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let best_lr = 10f64.powf(rng.random_range(-3.0..-2.0));
     let mut lrs: Vec<f64> = (0..TRIALS)
         .map(|k| 10f64.powf(-4.0 + 3.0 * k as f64 / (TRIALS - 1) as f64))
         .collect();
     lrs.shuffle(&mut rng);
-    let trial = sweep.map(|s| SweepTrial::parse(s).expect("a valid sweep"));
-    let jobs = lrs
-        .iter()
+    lrs.iter()
         .enumerate()
         .map(|(k, &lr)| {
             let d = (lr / best_lr).log10();
-            TraceJob {
-                model: JobModel {
-                    id: format!("lr-{lr:.1e}"),
-                    submit: k as f64,
-                    work: EPOCHS * EPOCH_CPU_S,
-                    parallelism: 1.0,
-                    speedup: Speedup::Linear,
-                    loss: LossCurve::Exponential {
-                        initial: 2.3,
-                        floor: 0.15 + 0.4 * d.max(0.0).powi(2),
-                        rate: (8.0 * 10f64.powf(d)).min(40.0),
-                    },
-                    noise: 0.01,
-                    log_every: LogEvery::Work {
-                        fraction: 1.0 / EPOCHS,
-                    },
-                    reports_total: true,
-                    memory_bytes: GIB,
-                    priority: 0,
-                    startup: 0.0,
-                    quiet: Vec::new(),
-                    finish: None,
-                    sweep: trial.clone(),
+            JobModel {
+                id: format!("lr-{lr:.1e}"),
+                submit: k as f64,
+                work: EPOCHS * EPOCH_CPU_S,
+                parallelism: 1.0,
+                speedup: Speedup::Linear,
+                loss: LossCurve::Exponential {
+                    initial: 2.3,
+                    floor: 0.15 + 0.4 * d.max(0.0).powi(2),
+                    rate: (8.0 * 10f64.powf(d)).min(40.0),
                 },
-                gpus: 0,
-                checkpoint_bytes: None,
-                curve: None,
-                min_cores: None,
+                noise: 0.01,
+                log_every: LogEvery::Work {
+                    fraction: 1.0 / EPOCHS,
+                },
+                reports_total: true,
+                memory_bytes: GIB,
+                priority: 0,
+                startup: 0.0,
+                quiet: Vec::new(),
+                finish: None,
+                sweep: None,
             }
+        })
+        .collect()
+}
+
+/// `trials` as a trace, each declared a trial of `sweep` (none: the full sweep). Quiet phases
+/// are dropped (the cluster simulator does not model them).
+pub fn sweep_trace(trials: &[JobModel], sweep: Option<&SweepTrial>) -> Trace {
+    let jobs = trials
+        .iter()
+        .map(|m| TraceJob {
+            model: JobModel {
+                sweep: sweep.cloned(),
+                quiet: Vec::new(),
+                ..m.clone()
+            },
+            gpus: 0,
+            checkpoint_bytes: None,
+            curve: None,
+            min_cores: None,
         })
         .collect();
     Trace {
         version: 1,
-        description: format!("a sweep of {TRIALS} learning rates, best {best_lr:.1e}"),
+        description: format!("a sweep of {} trials", trials.len()),
         generator: None,
         jobs,
     }
@@ -133,12 +144,30 @@ fn best(run: &ClusterRun) -> (String, f64) {
 
 /// Every system on one seed.
 pub fn run_seed(seed: u64) -> Result<Vec<SweepReport>> {
-    let config = cluster();
+    let systems: Vec<(String, Option<SweepTrial>)> = SYSTEMS
+        .iter()
+        .map(|(name, sweep)| {
+            let trial = sweep.map(|s| SweepTrial::parse(s).expect("a valid sweep"));
+            ((*name).to_owned(), trial)
+        })
+        .collect();
+    compare(&sweep_trials(seed), &systems, &cluster(), seed)
+}
+
+/// `trials` on `config` under `fifo` (a core reserved per trial), once per system: the first
+/// system is the reference (the full sweep, no declaration), the others declare every trial a
+/// trial of their sweep.
+pub fn compare(
+    trials: &[JobModel],
+    systems: &[(String, Option<SweepTrial>)],
+    config: &ClusterConfig,
+    seed: u64,
+) -> Result<Vec<SweepReport>> {
     let spec: PolicySpec = "fifo".parse().map_err(anyhow::Error::msg)?;
     let mut out = Vec::new();
     let mut full: Option<ClusterRun> = None;
-    for (system, sweep) in SYSTEMS {
-        let run = run_cluster(&sweep_trace(seed, sweep), &config, &spec, seed)?;
+    for (system, sweep) in systems {
+        let run = run_cluster(&sweep_trace(trials, sweep.as_ref()), config, &spec, seed)?;
         let reference = full.as_ref().unwrap_or(&run);
         let (winner, best_loss) = best(&run);
         let worst_survivor = run
@@ -151,7 +180,7 @@ pub fn run_seed(seed: u64) -> Result<Vec<SweepReport>> {
             })
             .fold(0.0, f64::max);
         out.push(SweepReport {
-            system: system.into(),
+            system: system.clone(),
             seed,
             same_winner: winner == best(reference).0,
             winner,
@@ -187,7 +216,8 @@ pub fn command(seeds: Vec<u64>, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Per system: the seeds whose winner is the full sweep's, medians (min..max) of the rest.
+/// Per system (the first one is the reference): the seeds whose winner is the reference's,
+/// medians (min..max) of the rest.
 pub fn table(all: &[SweepReport], seeds: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -195,9 +225,18 @@ pub fn table(all: &[SweepReport], seeds: usize) -> String {
         "| system | same best trial | best loss | sweep's result, s | vs full | CPU-s | vs full | trials cut | slowest survivor vs full |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-    let full: Vec<&SweepReport> = all.iter().filter(|r| r.system == SYSTEMS[0].0).collect();
+    let mut systems: Vec<&str> = Vec::new();
+    for r in all {
+        if !systems.contains(&r.system.as_str()) {
+            systems.push(&r.system);
+        }
+    }
+    let full: Vec<&SweepReport> = all
+        .iter()
+        .filter(|r| Some(&r.system.as_str()) == systems.first())
+        .collect();
     let full_of = |seed: u64| full.iter().find(|r| r.seed == seed);
-    for (system, _) in SYSTEMS {
+    for system in systems.iter().copied() {
         let rows: Vec<&SweepReport> = all.iter().filter(|r| r.system == system).collect();
         let spread = |f: &dyn Fn(&SweepReport) -> Option<f64>| {
             let v: Vec<f64> = rows.iter().filter_map(|r| f(r)).collect();
@@ -253,5 +292,47 @@ mod tests {
             "{predicted:?} vs {full:?}"
         );
         assert!(seen.stopped >= predicted.stopped, "{seen:?}");
+    }
+
+    #[test]
+    fn a_trial_cut_alone_on_its_worker_frees_it_for_a_queued_trial_at_once() {
+        // Two 1-core workers, three trials reserving a core each: `good` (first) and `poor`
+        // run, `next` waits. `poor` reaches the first rung second and worst: cut. Its worker,
+        // with nothing else on it, must say so to the planner at once, or `next` waits for
+        // `good` to end.
+        let trial = |id: &str, submit: f64, floor: f64| JobModel {
+            id: id.into(),
+            submit,
+            work: 100.0,
+            loss: LossCurve::Exponential {
+                initial: 2.0,
+                floor,
+                rate: 3.0,
+            },
+            noise: 0.0,
+            log_every: LogEvery::Work { fraction: 0.1 },
+            ..sweep_trials(1)[0].clone()
+        };
+        let trials = [
+            trial("good", 0.0, 0.1),
+            trial("poor", 0.5, 1.5),
+            trial("next", 1.0, 0.2),
+        ];
+        let mut config = ClusterConfig::homogeneous(2, 1.0, 8 * GIB, 0);
+        config.horizon = 1e5;
+        let spec: PolicySpec = "fifo".parse().unwrap();
+        let declared = SweepTrial::parse("s:3:2:seen").unwrap();
+        let run = run_cluster(&sweep_trace(&trials, Some(&declared)), &config, &spec, 1).unwrap();
+        let job = |id: &str| run.jobs.iter().find(|j| j.id == id).unwrap();
+        let (poor, next, good) = (job("poor"), job("next"), job("good"));
+        assert!(poor.stopped.is_some(), "{poor:?}");
+        let cut_at = poor.finish.unwrap();
+        let started = next.start.unwrap();
+        assert!(
+            started <= cut_at + 3.0,
+            "the queued trial started {started} s, the cut was at {cut_at} s (good ended {:?})",
+            good.finish
+        );
+        assert_eq!(next.worker, poor.worker, "on the worker the cut freed");
     }
 }

@@ -177,8 +177,9 @@ impl Engine<'_> {
             report |= self.apply(w, t, plan);
         }
         self.update_shares(w, t);
-        // The daemon reports about once a second and on every change.
-        if report || departed {
+        // The daemon reports about once a second and on every change (a job the planner
+        // stopped is one: until the worker says so, its cores and GPUs stay held).
+        if report || departed || !self.workers[w].ended.is_empty() {
             self.send_report(w, t);
         }
         self.schedule(w);
