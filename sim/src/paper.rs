@@ -60,6 +60,10 @@ pub struct PaperScenario {
     pub parallelism: Vec<f64>,
     /// Every job gets the same loss curve (the paper's single-model experiments).
     pub single_model: bool,
+    /// Share of the jobs whose log says how far along they are (`Epoch n/MAX`), which ProCon's
+    /// placement needs: 1 where the paper's jobs all print it (ProCon's VGG16 jobs, Keras'
+    /// `Epoch n/MAX`, §7), else the trace generator's default (0.5: the papers do not say).
+    pub epochs_in_log: f64,
     /// What we had to choose because the paper does not say.
     pub assumptions: &'static str,
     pub reported: Reported,
@@ -83,6 +87,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (150.0, 1400.0),
             parallelism: vec![1.0, 2.0, 3.0, 4.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "submission window [0, 300] s (the 40-job run uses [0, 600] s); job sizes \
                           150-1400 CPU-s so fair's average JCT is near the paper's 533 s; \
                           parallelism 1-4 (FlowCon's jobs used 65-75% of a 4-vCPU worker alone)",
@@ -108,6 +113,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (150.0, 1400.0),
             parallelism: vec![1.0, 2.0, 3.0, 4.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "job sizes and parallelism as flowcon-20",
             reported: Reported {
                 policy: "flowcon",
@@ -140,6 +146,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (150.0, 1400.0),
             parallelism: vec![1.0, 2.0, 3.0, 4.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "job sizes and parallelism as flowcon-20; the paper gives only the \
                           average JCT change (-0.8%) and the share of faster jobs",
             reported: Reported {
@@ -164,6 +171,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (1200.0, 1200.0),
             parallelism: vec![16.0],
             single_model: true,
+            epochs_in_log: 0.5,
             assumptions: "one model (one real curve), 1200 CPU-s, 16 threads each (the \
                           frameworks' default intra-op threads = the node's cores), so fair's \
                           average JCT is near the paper's 275 s; initial placement spread by \
@@ -190,6 +198,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (600.0, 6000.0),
             parallelism: vec![4.0, 8.0, 16.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "job sizes 600-6000 CPU-s, 4, 8 or 16 threads (the frameworks \
                           default to the node's cores), so fair's makespan is near the paper's \
                           1421 s; initial placement as the paper's for specon/spread",
@@ -215,6 +224,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (600.0, 6000.0),
             parallelism: vec![4.0, 8.0, 16.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "job sizes as specon-20",
             reported: Reported {
                 policy: "specon/spread",
@@ -238,6 +248,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (600.0, 6000.0),
             parallelism: vec![4.0, 8.0, 16.0],
             single_model: false,
+            epochs_in_log: 0.5,
             assumptions: "job sizes as specon-20",
             reported: Reported {
                 policy: "specon/spread",
@@ -261,6 +272,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (6000.0, 6000.0),
             parallelism: vec![4.0],
             single_model: true,
+            epochs_in_log: 1.0,
             assumptions: "one model, 6000 CPU-s and 4 threads each, so fair's makespan is near \
                           the paper's 7236 s",
             reported: Reported {
@@ -285,6 +297,7 @@ pub fn scenarios() -> Vec<PaperScenario> {
             work: (6000.0, 6000.0),
             parallelism: vec![4.0],
             single_model: true,
+            epochs_in_log: 1.0,
             assumptions: "\"random intervals\": uniform over [0, 900] s (the fixed schedule's \
                           span); sizes as procon-fixed",
             reported: Reported {
@@ -321,6 +334,7 @@ impl PaperScenario {
             max_parallelism: max_cores,
             memory_min: GIB / 2,
             memory_max: 4 * GIB,
+            reports_total: self.epochs_in_log,
             ..TraceParams::default()
         };
         if self.single_model {
@@ -670,6 +684,21 @@ mod tests {
                 s.name,
                 s.reported.policy
             );
+        }
+    }
+
+    #[test]
+    fn procons_vgg16_jobs_all_say_how_far_along_they_are() {
+        // ProCon §7: every VGG16 job prints `Epoch n/MAX`, the n and MAX its placement reads.
+        for name in ["procon-fixed", "procon-random"] {
+            let s = scenarios().into_iter().find(|s| s.name == name).unwrap();
+            for seed in 1..=3 {
+                let t = s.trace(&synthetic_curves(), seed);
+                assert!(
+                    t.jobs.iter().all(|j| j.model.reports_total),
+                    "{name} seed {seed}: a job without its epoch counter"
+                );
+            }
         }
     }
 
