@@ -50,9 +50,19 @@
 //! - **Algorithm 3 uses per-second progress `P`, Algorithm 1 compares growth efficiency `G = P/R`
 //!   with the result.** The two have different units (they differ by the cores a job uses), so we
 //!   compute `α` from `G`, the quantity it is compared with.
-//! - **Empty lists in Algorithm 3, line 13** divide by zero; we count an empty list's mean as 0,
-//!   which makes the multi-job rule agree with the single-job rule (`α = G/2`) when every measured
-//!   job is in NL.
+//! - **Empty lists in Algorithm 3, line 13** divide by zero. An empty second list (CL, or WL)
+//!   counts as 0, which makes the multi-job rule agree with the single-job rule (`α = G/2`) when
+//!   every measured job is in NL, and so does an empty NL (the remaining jobs are then ranked
+//!   among themselves). **NL whose jobs have no measurement** beside measured others is the
+//!   moment a newcomer joins a node whose jobs are all in WL/CL (after free competition too):
+//!   the newcomer has no progress yet, so the line's `α_nl/|NL|` is 0 and `α` would be half the
+//!   others' mean, promoting most of them back to NL uncapped exactly when the paper favours the
+//!   newcomer. §6 reports the opposite ("Even when Job-3 joins the system, resources for Job-2
+//!   will not reduce too much since it is still in the WL, not CL": Job-2 keeps its list). We
+//!   read an unmeasured job's progress as unknown, not 0: the threshold is kept (the lists stay
+//!   as they were; after free competition `α` stays -1, so the older jobs keep their list while
+//!   the newcomer runs uncapped in NL) and Algorithm 3 runs again at each evaluation until an NL
+//!   job has been measured.
 //! - **Algorithm 1, line 17** doubles `itval` inside the per-container loop; the prose says the
 //!   interval doubles. We double once per evaluation, capped at [`FlowConParams::max_interval`]
 //!   (the paper has no cap; the cap only bounds how stale limits can get between listener events).
@@ -305,8 +315,15 @@ impl FlowCon {
     fn evaluate(&mut self, now: Seconds) {
         self.measure();
         if self.listener_fired || !self.alpha_set {
-            self.alpha = self.adaptive_threshold();
-            self.alpha_set = self.jobs.values().any(|j| j.fresh_growth.is_some());
+            match self.adaptive_threshold() {
+                Some(alpha) => {
+                    self.alpha = alpha;
+                    self.alpha_set = self.jobs.values().any(|j| j.fresh_growth.is_some());
+                }
+                // No NL job measured yet beside measured others (a newcomer's first interval):
+                // the lists keep the threshold they had until the newcomer's progress is known.
+                None => self.alpha_set = false,
+            }
         }
         if self.alpha != -1.0 {
             self.categorise();
@@ -336,36 +353,43 @@ impl FlowCon {
         }
     }
 
-    /// Algorithm 3.
-    fn adaptive_threshold(&self) -> f64 {
+    /// Algorithm 3; `None` while it cannot be formed yet: the NL jobs (a newcomer) have no
+    /// measurement while jobs of the other list do (see the module's readings).
+    fn adaptive_threshold(&self) -> Option<f64> {
         if !self.jobs.is_empty() && self.jobs.values().all(|j| j.list == List::Completing) {
-            return -1.0;
+            return Some(-1.0);
         }
         if self.jobs.len() == 1 {
             let job = self.jobs.values().next().expect("one job");
-            return match job.fresh_growth {
+            return Some(match job.fresh_growth {
                 Some(g) => g / 2.0,
                 None => self.alpha.max(0.0),
-            };
+            });
         }
         let second = match self.params.threshold_lists {
             ThresholdLists::NewAndCompleting => List::Completing,
             ThresholdLists::NewAndWatching => List::Watching,
         };
-        let mean = |list: List| {
-            let gs: Vec<f64> = self
-                .jobs
+        let measured = |list: List| -> Vec<f64> {
+            self.jobs
                 .values()
                 .filter(|j| j.list == list)
                 .filter_map(|j| j.fresh_growth)
-                .collect();
+                .collect()
+        };
+        let (new, other) = (measured(List::New), measured(second));
+        let newcomer = self.jobs.values().any(|j| j.list == List::New);
+        if newcomer && new.is_empty() && !other.is_empty() {
+            return None;
+        }
+        let mean = |gs: &[f64]| {
             if gs.is_empty() {
                 0.0
             } else {
                 gs.iter().sum::<f64>() / gs.len() as f64
             }
         };
-        (mean(List::New) + mean(second)) / 2.0
+        Some((mean(&new) + mean(&other)) / 2.0)
     }
 
     /// Algorithm 1, lines 2-13.

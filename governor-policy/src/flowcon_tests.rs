@@ -370,3 +370,71 @@ fn operator_bounds_override_the_limit() {
     let plan = p.decide(0.0, &NODE);
     assert_eq!(plan.allocations[&id("a")].cpu.max_cores, Some(2.0));
 }
+
+/// FlowCon §6 (Figs. 6-7): "Even when Job-3 joins the system, resources for Job-2 will not
+/// reduce too much since it is still in the WL, not CL." Job-1 has converged (CL), Job-2 is
+/// watched (WL); Job-3 joins with no progress yet. Its unknown progress does not count as 0:
+/// Job-2 keeps its list and limit, Job-1 stays in CL, and Job-3 runs uncapped in NL; once
+/// Job-3 is measured (fast), the threshold is formed with it and Job-3 stays in NL.
+#[test]
+fn a_newcomer_without_progress_leaves_the_watched_and_completing_jobs_where_they_are() {
+    let mut p = two_jobs();
+    // a: Job-1, converging; b: Job-2, slowing. Rounds of 10 s: a falls 0.01, b 0.5.
+    p.jobs.get_mut(&id("a")).unwrap().list = List::Completing;
+    p.jobs.get_mut(&id("b")).unwrap().list = List::Watching;
+    p.jobs.get_mut(&id("b")).unwrap().limit = 0.4;
+    p.alpha = 0.1;
+    p.alpha_set = true;
+    observe(&mut p, 10.0, "a", 9.99, 20.0); // G = 0.0005
+    observe(&mut p, 10.0, "b", 9.5, 20.0); // G = 0.025 < α: b would move to CL; keep it WL
+    p.jobs.get_mut(&id("b")).unwrap().list = List::Watching;
+    // Job-3 joins: a listener event, Algorithm 3 at the next evaluation.
+    p.job_added(10.0, &JobSpec::new("c"));
+    observe(&mut p, 10.0, "c", 10.0, 0.0);
+    p.decide(10.0, &NODE);
+    assert_eq!(list_of(&p, "a"), List::Completing, "Job-1 stays in CL");
+    assert_ne!(
+        list_of(&p, "b"),
+        List::New,
+        "Job-2 is not promoted back to NL by Job-3's unknown progress"
+    );
+    assert_eq!(list_of(&p, "c"), List::New);
+    assert_eq!(p.limit(&id("c")), Some(1.0), "the newcomer runs uncapped");
+    // Job-3 measured, fast: α is formed with it, and it stays in NL.
+    observe(&mut p, 20.0, "a", 9.985, 40.0);
+    observe(&mut p, 20.0, "b", 9.3, 40.0);
+    observe(&mut p, 20.0, "c", 6.0, 20.0); // G = 0.2
+    p.decide(20.0, &NODE);
+    assert_eq!(list_of(&p, "c"), List::New);
+    assert!(
+        p.alpha() > 0.05,
+        "formed with Job-3's growth: {}",
+        p.alpha()
+    );
+    assert_eq!(list_of(&p, "a"), List::Completing);
+}
+
+/// After free competition (every job in CL, α = -1) a newcomer joins: the converged jobs are
+/// not promoted back to NL uncapped on the newcomer's unknown progress; they keep CL with their
+/// small limits while the newcomer, in NL, runs uncapped.
+#[test]
+fn a_newcomer_after_free_competition_does_not_promote_the_converged_jobs() {
+    let mut p = two_jobs();
+    for j in ["a", "b"] {
+        p.jobs.get_mut(&id(j)).unwrap().list = List::Completing;
+    }
+    observe(&mut p, 10.0, "a", 9.99, 20.0);
+    observe(&mut p, 10.0, "b", 9.98, 20.0);
+    p.decide(10.0, &NODE);
+    assert_eq!(p.alpha(), -1.0, "free competition");
+    p.job_added(15.0, &JobSpec::new("c"));
+    observe(&mut p, 15.0, "c", 10.0, 0.0);
+    observe(&mut p, 15.0, "a", 9.985, 30.0);
+    observe(&mut p, 15.0, "b", 9.975, 30.0);
+    p.decide(15.0, &NODE);
+    for j in ["a", "b"] {
+        assert_eq!(list_of(&p, j), List::Completing, "{j} stays in CL");
+        assert!(p.limit(&id(j)).unwrap() < 1.0, "{j} is limited again");
+    }
+    assert_eq!(p.limit(&id("c")), Some(1.0));
+}
