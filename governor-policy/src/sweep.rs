@@ -421,15 +421,7 @@ impl<K: Ord + Clone> Sweep<K> {
                 // started together the same trial would otherwise arrive first at every rung
                 // and never be cut.
                 self.rungs[k].judged = true;
-                for o in self.rank(k) {
-                    if let Some(s) = self.trials.get_mut(&o.trial)
-                        && !s.stopped
-                    {
-                        s.stopped = true;
-                        self.stopped_total += 1;
-                        out.push(o);
-                    }
-                }
+                out.extend(self.stop_outranked(k));
             } else if self.judging == Judging::OnArrival || self.rungs[k].judged {
                 // Judged on arrival by the loss seen (ASHA as Ray Tune runs it: the first
                 // arrivals go on), or the rung was judged before it arrived: compared at once
@@ -475,14 +467,21 @@ impl<K: Ord + Clone> Sweep<K> {
                 break;
             }
             self.rungs[k].judged = true;
-            for o in self.rank(k) {
-                if let Some(s) = self.trials.get_mut(&o.trial)
-                    && !s.stopped
-                {
-                    s.stopped = true;
-                    self.stopped_total += 1;
-                    out.push(o);
-                }
+            out.extend(self.stop_outranked(k));
+        }
+        out
+    }
+
+    /// Stop every running trial rung `k` cuts ([`Sweep::rank`]); returns them.
+    fn stop_outranked(&mut self, k: usize) -> Vec<Outranked<K>> {
+        let mut out = Vec::new();
+        for o in self.rank(k) {
+            if let Some(s) = self.trials.get_mut(&o.trial)
+                && !s.stopped
+            {
+                s.stopped = true;
+                self.stopped_total += 1;
+                out.push(o);
             }
         }
         out
