@@ -6,8 +6,10 @@
 //!   regardless of its resource requirements") and the requirement as cores + GiB of memory
 //!   (the write-up adds CPU and memory without units). [`crate::queue::QueueOrder::KubeflowWeight`].
 //! - **Gang scheduling**: first a node that can hold every worker of the job at once; failing
-//!   that, "schedule all r in the first available node", i.e. as usual: here each member on the
-//!   first node by name that fits, members on distinct nodes (our gangs' rule).
+//!   that, "schedule all r in the first available node" / "schedule the workers in a regular
+//!   manner" (its §Gang Scheduling): each member on the first node by name that fits it, with
+//!   the members before it reserved, so members may share a node as Kubernetes' pods do (our
+//!   other policies keep a gang's members on distinct nodes).
 //! - **Placement** of a single job: the first node by name that fits (its "first feasible
 //!   job ... first available node"; Adapted First Come First Served is the queue's).
 //! - Not here: its scale-down for a high-priority job is the coordinator's preemption by
@@ -107,6 +109,36 @@ mod tests {
         let r = q.admit(1.0, &mut c, &mut Kubeflow);
         let nodes: Vec<usize> = r.admitted[0].members.iter().map(|m| m.node).collect();
         assert_eq!(nodes, [0, 1, 2]);
+
+        // Regular placement may put several members on one node: 4 members of 2 cores on 3
+        // nodes none of which holds all 4.
+        let mut c4 = cluster(vec![
+            NodeView::new("n1", 4.0, 32 * GIB),
+            NodeView::new("n2", 4.0, 32 * GIB),
+            NodeView::new("n3", 2.0, 32 * GIB),
+        ]);
+        let mut q4 = Queue::new();
+        q4.push(QueuedJob {
+            replicas: 4,
+            ..job("four", 0, 1, 2.0, 1)
+        });
+        let r = q4.admit(0.0, &mut c4, &mut Kubeflow);
+        let nodes: Vec<usize> = r.admitted[0].members.iter().map(|m| m.node).collect();
+        assert_eq!(nodes, [0, 0, 1, 1], "first available node for each member");
+        let mut c4 = cluster(vec![
+            NodeView::new("n1", 4.0, 32 * GIB),
+            NodeView::new("n2", 4.0, 32 * GIB),
+            NodeView::new("n3", 2.0, 32 * GIB),
+        ]);
+        q4.push(QueuedJob {
+            replicas: 4,
+            ..job("four-apart", 0, 2, 2.0, 1)
+        });
+        let r = q4.admit(1.0, &mut c4, &mut FirstFit);
+        assert!(
+            r.admitted.is_empty() && q4.iter().count() == 1,
+            "our gangs keep one member per node: 4 do not fit on 3 nodes"
+        );
 
         // Other policies keep the members on distinct nodes.
         let mut c = cluster(vec![

@@ -24,7 +24,9 @@
 //!   submission order. A queue re-sorts when the policy's order changes.
 //! - **One-node gangs** (a policy's [`PlacementPolicy::gangs_on_one_node`]): the Kubeflow
 //!   scheduler's gang scheduling first looks for one node that holds every member (less
-//!   communication), and only then places them as usual (each on its own node here).
+//!   communication), and only then places them "in a regular manner": each member where the
+//!   policy puts a single job, several on one node if it comes to that (the write-up's
+//!   Kubernetes pods are placed independently), so a 4-member gang fits on 3 nodes.
 //! - **Cheap rounds.** Within a round, a job that asks for at least as much as a job that did not
 //!   fit (same or more GPUs, cores, memory and members) is not tried again.
 
@@ -299,6 +301,10 @@ fn place_all(
     {
         return Ok(members);
     }
+    // Our gangs put each member on its own node; the Kubeflow scheduler's fallback places the
+    // members "in a regular manner" (each where the scheduler would put a pod: members may
+    // share a node), so a gang larger than the cluster can still be placed.
+    let distinct = !policy.gangs_on_one_node();
     let mut placed: Vec<(Placement, JobRequest)> = Vec::new();
     for replica in 0..job.replicas {
         let avoid = held
@@ -307,6 +313,7 @@ fn place_all(
             .chain(
                 placed
                     .iter()
+                    .filter(|_| distinct)
                     .map(|(p, _)| cluster.nodes[p.node].name.clone()),
             )
             .collect();
