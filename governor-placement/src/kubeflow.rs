@@ -12,9 +12,10 @@
 //!   other policies keep a gang's members on distinct nodes).
 //! - **Placement** of a single job: the first node by name that fits (its "first feasible
 //!   job ... first available node"; Adapted First Come First Served is the queue's).
-//! - Not here: its scale-down for a high-priority job is the coordinator's preemption by
-//!   checkpoint (`governor_placement::preempt`: our jobs have no replicas to remove yet), and
-//!   its scale-up needs elastic jobs (not built).
+//! - Its scale-up into residual resources and its scale-down for a higher-priority job act on
+//!   elastic jobs (`govctl submit --cores MIN:MAX`, [`crate::elastic::Elasticity::KUBEFLOW`]);
+//!   a rigid job it cannot shrink is displaced by the coordinator's preemption by checkpoint
+//!   (`governor_placement::preempt`).
 
 use super::queue::QueueOrder;
 use super::{ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, first_fit::FirstFit};

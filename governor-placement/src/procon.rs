@@ -15,7 +15,7 @@
 //!
 //! Readings we took:
 //! - Eq. 3 divides the epoch time f by the job's share u. The authors' scheduler script
-//!   (linked from the report, `daemonSet.yaml`) computes u from a stale loop variable with
+//!   (linked from the report, `bashScheduler.sh`) computes u from a stale loop variable with
 //!   integer division, so the experiments the report presents ran with u constant: the
 //!   indicator they evaluated is `f · (MAX − n)`. We follow the experiments by default
 //!   ([`ProCon::divide_by_share`] = false) and keep Eq. 3 as printed selectable (true).
