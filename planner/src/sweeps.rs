@@ -84,12 +84,6 @@ impl ClusterState {
         }
     }
 
-    /// A trial ended (completed, failed, cancelled): it leaves its sweep.
-    pub(super) fn leave_sweep(&mut self, id: &str) {
-        // Judged on arrival: a trial leaving decides nothing.
-        let _ = self.sweeps.leave(&id.to_owned());
-    }
-
     /// A running trial's report: its epochs and latest value are recorded, and it is judged at
     /// each rung it reaches. Replica 0 speaks for a gang; a trial in a move waits for its end.
     pub(super) fn observe_sweep(&mut self, now: Seconds, report: &JobReport) {
@@ -99,10 +93,10 @@ impl ClusterState {
         let (Some(epoch), Some(value)) = (report.epoch, report.progress) else {
             return;
         };
-        let id = report.job_id.clone();
-        if self.sweeps.sweep_of(&id).is_none() {
+        if self.sweeps.sweep_of(&report.job_id).is_none() {
             return;
         }
+        let id = report.job_id.clone();
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -153,7 +147,8 @@ impl ClusterState {
         self.needs_dispatch = true;
         self.dirty.jobs.insert(cut.trial.clone());
         let nodes: BTreeSet<String> = job.members.iter().map(|m| m.node.clone()).collect();
-        self.leave_sweep(&cut.trial);
+        // Judged on arrival: a trial leaving its sweep decides nothing.
+        let _ = self.sweeps.leave(&cut.trial);
         for n in nodes {
             self.sync_view(&n);
         }
