@@ -113,11 +113,14 @@ mod tests {
 
         // Regular placement may put several members on one node: 4 members of 2 cores on 3
         // nodes none of which holds all 4.
-        let mut c4 = cluster(vec![
-            NodeView::new("n1", 4.0, 32 * GIB),
-            NodeView::new("n2", 4.0, 32 * GIB),
-            NodeView::new("n3", 2.0, 32 * GIB),
-        ]);
+        let three_nodes = || {
+            cluster(vec![
+                NodeView::new("n1", 4.0, 32 * GIB),
+                NodeView::new("n2", 4.0, 32 * GIB),
+                NodeView::new("n3", 2.0, 32 * GIB),
+            ])
+        };
+        let mut c4 = three_nodes();
         let mut q4 = Queue::new();
         q4.push(QueuedJob {
             replicas: 4,
@@ -126,11 +129,7 @@ mod tests {
         let r = q4.admit(0.0, &mut c4, &mut Kubeflow);
         let nodes: Vec<usize> = r.admitted[0].members.iter().map(|m| m.node).collect();
         assert_eq!(nodes, [0, 0, 1, 1], "first available node for each member");
-        let mut c4 = cluster(vec![
-            NodeView::new("n1", 4.0, 32 * GIB),
-            NodeView::new("n2", 4.0, 32 * GIB),
-            NodeView::new("n3", 2.0, 32 * GIB),
-        ]);
+        let mut c4 = three_nodes();
         q4.push(QueuedJob {
             replicas: 4,
             ..job("four-apart", 0, 2, 2.0, 1)
