@@ -41,11 +41,12 @@
 //!   with the same usable cores (advanced at every decision).
 //!
 //! **Order** (first served first): jobs the guard promoted (earliest fair deadline first); then
-//! by operator priority; then jobs still learning before jobs whose learning slowed down before
-//! jobs that converged (`learning_first`: a job past its quality point has learnt what it will
-//! learn, and the cores it yields bring the others to theirs sooner); then by remaining work,
-//! smallest first (or, size unknown, by CPU attained so far, least first: newcomers first); ties
-//! by arrival. A job overtakes its neighbour only when its key is smaller by the hysteresis.
+//! by operator priority; then jobs still learning before jobs that converged (`learning_first`:
+//! a job past its quality point has learnt what it will learn, and the cores it yields bring the
+//! others to theirs sooner); then by remaining work, smallest first (or, size unknown, by CPU
+//! attained so far, least first: newcomers first); ties by arrival. A job overtakes its
+//! neighbour only when its key is smaller by the hysteresis, or, within it, when it still learns
+//! and the neighbour's learning slowed down (watching).
 //!
 //! **Division**: in that order each job is given the cores it can use, until none are left; every
 //! job keeps at least its floor, `floor` × its equal share of the node. The targets become
@@ -284,19 +285,22 @@ impl ShortestLeft {
         (offer.is_finite() && offer < self.cores).then_some(offer)
     }
 
-    /// The ranking key of a job: (class, -priority, work key, whether the work key is CPU
-    /// attained rather than remaining work).
+    /// The ranking key of a job.
     fn key(&self, job: &Job) -> Key {
         let (work, attained) = match job.work.remaining() {
             Some(r) => (r, false),
             None => (job.cpu_seconds, true),
         };
-        (
-            job.class(self.params.learning_first),
-            -i64::from(job.spec.priority),
+        let class = job.class(self.params.learning_first);
+        Key {
+            class,
+            neg_priority: -i64::from(job.spec.priority),
             work,
             attained,
-        )
+            slowing: self.params.learning_first
+                && class == 1
+                && job.tracker.category() == Category::Watching,
+        }
     }
 
     /// Jobs in serving order: by key, ties by arrival, starting from the previous order and
@@ -473,33 +477,60 @@ impl ShortestLeft {
     }
 }
 
-/// A ranking key: (class, -priority, work, work is CPU attained).
-type Key = (u8, i64, f64, bool);
+/// A job's ranking key.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    /// [`Job::class`]: promoted, learning, converged, held.
+    class: u8,
+    /// Operator priority, negated (higher first).
+    neg_priority: i64,
+    /// Remaining work, or (size unknown) CPU attained so far.
+    work: f64,
+    /// Whether `work` is CPU attained rather than remaining work.
+    attained: bool,
+    /// Its learning slowed down (watching) while it is still ranked with the learners.
+    slowing: bool,
+}
 
 /// Compare ranking keys: class, then priority, then work (the later one must be smaller by
 /// `h` of the larger, and by [`ATTAINED_QUANTUM`] where either is CPU attained, to count as
-/// smaller), then arrival.
+/// smaller), then arrival. Within the hysteresis a job still learning overtakes one whose
+/// learning slowed: alike jobs served in turns hand the turn to the learner at once instead of
+/// when the detector is sure the other converged (a slowing job stays in the learners' class,
+/// so a "watching" that comes and goes on noisy losses only swaps near-equal neighbours).
 fn cmp_keys(a: &(Key, u64), b: &(Key, u64), h: f64) -> std::cmp::Ordering {
-    let ((ca, pa, wa, aa), sa) = *a;
-    let ((cb, pb, wb, ab), sb) = *b;
-    ca.cmp(&cb).then(pa.cmp(&pb)).then_with(|| {
-        let quantum = if h > 0.0 && (aa || ab) {
-            ATTAINED_QUANTUM
-        } else {
-            1.0
-        };
-        let margin = (h * wa.abs().max(wb.abs())).max(if h > 0.0 { quantum } else { 0.0 });
-        if wa < wb - margin {
-            std::cmp::Ordering::Less
-        } else if wb < wa - margin {
-            std::cmp::Ordering::Greater
-        } else if h > 0.0 {
-            // Within the hysteresis: keep the current order (a is after b in the list).
-            std::cmp::Ordering::Greater
-        } else {
-            wa.total_cmp(&wb).then(sa.cmp(&sb))
-        }
-    })
+    let (ka, sa) = *a;
+    let (kb, sb) = *b;
+    let (wa, wb) = (ka.work, kb.work);
+    ka.class
+        .cmp(&kb.class)
+        .then(ka.neg_priority.cmp(&kb.neg_priority))
+        .then_with(|| {
+            let quantum = if h > 0.0 && (ka.attained || kb.attained) {
+                ATTAINED_QUANTUM
+            } else {
+                1.0
+            };
+            let margin = (h * wa.abs().max(wb.abs())).max(if h > 0.0 { quantum } else { 0.0 });
+            if wa < wb - margin {
+                std::cmp::Ordering::Less
+            } else if wb < wa - margin {
+                std::cmp::Ordering::Greater
+            } else if h > 0.0 {
+                // Within the hysteresis: keep the current order (a is after b in the list),
+                // unless a still learns and b slowed down.
+                if !ka.slowing && kb.slowing {
+                    std::cmp::Ordering::Less
+                } else {
+                    std::cmp::Ordering::Greater
+                }
+            } else {
+                ka.slowing
+                    .cmp(&kb.slowing)
+                    .then(wa.total_cmp(&wb))
+                    .then(sa.cmp(&sb))
+            }
+        })
 }
 
 impl NodePolicy for ShortestLeft {
@@ -687,6 +718,7 @@ impl NodePolicy for ShortestLeft {
             })
             .collect();
         let expected = water_fill(cores, &requests);
+        let keys: Vec<Key> = order.iter().map(|id| self.key(&self.jobs[id])).collect();
         let mut allocations = BTreeMap::new();
         for (rank, ((id, weight), expected)) in
             order.iter().zip(&weights).zip(&expected).enumerate()
@@ -707,11 +739,13 @@ impl NodePolicy for ShortestLeft {
             } else if job.urgent {
                 "promoted: behind its fair-share pace".to_owned()
             } else {
-                match job.tracker.category() {
-                    Category::Watching | Category::Converged if self.params.learning_first => {
-                        "after the jobs still learning".to_owned()
-                    }
-                    _ => "in order".to_owned(),
+                let key = keys[rank];
+                if key.class == 2 {
+                    "converged: after the jobs still learning".to_owned()
+                } else if key.slowing {
+                    "learning slowed: its turn goes to the jobs still learning".to_owned()
+                } else {
+                    "in order".to_owned()
                 }
             };
             let reason = format!(

@@ -402,6 +402,81 @@ fn a_job_that_converged_yields_to_jobs_still_learning() {
 }
 
 #[test]
+fn a_job_whose_learning_slows_hands_its_turn_to_an_alike_job_still_learning() {
+    // Two alike jobs of unknown size on one core, each able to use all of it, are served in
+    // turns. When the loss of the one holding the turn goes flat, its turn must pass to the
+    // other as soon as it is judged slowing (watching), not only once it is judged converged.
+    let mut p = ShortestLeft::default();
+    let names = ["x", "y"];
+    for j in names {
+        p.job_added(0.0, &JobSpec::new(j));
+    }
+    let demand: BTreeMap<JobId, f64> = names.iter().map(|j| (id(j), 1.0)).collect();
+    let mut cpu: BTreeMap<JobId, f64> = names.iter().map(|j| (id(j), 0.0)).collect();
+    let mut plan = p.decide(0.0, &node(1.0));
+    let dt = 0.25;
+    let flat_from = 10.0;
+    let mut flat: Option<(JobId, f64)> = None;
+    let mut watching_steps = 0;
+    for step in 1..=120 {
+        let t = step as f64 * dt;
+        let got = kernel_shares(&plan, 1.0, &demand);
+        for j in names {
+            let c = cpu.get_mut(&id(j)).unwrap();
+            *c += got[&id(j)] * dt;
+            p.usage(
+                t,
+                &id(j),
+                Usage {
+                    at: t,
+                    cpu_seconds: *c,
+                    ..Usage::default()
+                },
+            );
+        }
+        if flat.is_none() && t >= flat_from {
+            // The job holding the turn now is the one whose learning stops.
+            let holder = plan
+                .allocations
+                .iter()
+                .max_by_key(|(_, a)| a.cpu.weight)
+                .map(|(j, _)| j.clone())
+                .unwrap();
+            let value = 10.0 - 0.5 * cpu[&holder];
+            flat = Some((holder, value));
+        }
+        for j in names {
+            let value = match &flat {
+                Some((holder, v)) if *holder == id(j) => *v,
+                _ => 10.0 - 0.5 * cpu[&id(j)],
+            };
+            p.progress(
+                t,
+                &id(j),
+                ProgressPoint {
+                    at: t,
+                    value,
+                    new_segment: false,
+                },
+            );
+        }
+        plan = p.decide(t, &node(1.0));
+        let Some((holder, _)) = &flat else { continue };
+        let other = names.iter().map(|j| id(j)).find(|j| j != holder).unwrap();
+        let (h, o) = (&plan.allocations[holder], &plan.allocations[&other]);
+        if h.category == Category::Watching && !h.reason.contains("promoted") {
+            watching_steps += 1;
+            assert!(
+                o.cpu.weight > h.cpu.weight,
+                "at {t} s the slowing job still holds the turn: {plan:?}"
+            );
+            assert!(h.reason.contains("learning slowed"), "{}", h.reason);
+        }
+    }
+    assert!(watching_steps > 0, "the flat job was never judged slowing");
+}
+
+#[test]
 fn a_trial_held_at_its_sweeps_rung_goes_after_the_others_and_keeps_its_floor() {
     let mut p = ShortestLeft::default();
     for j in ["x", "y"] {

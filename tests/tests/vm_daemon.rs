@@ -103,7 +103,9 @@ fn daemon_shifts_cpu_from_a_converged_job_to_a_progressing_one_within_2s() {
     let before = (b1 - b0) / (a1 - a0).max(1e-3);
     // Phase 2: a has converged (its loss no longer moves), b keeps learning. The shift is due
     // within 2 s of the change, or of the last moment a was promoted for being behind its
-    // fair-share pace (the guard may hold a for a moment if phase 1 ended on b's turn).
+    // fair-share pace (the guard may hold a for a moment if phase 1 ended on b's turn). If
+    // phase 1 ended on a's turn, a hands it over once its learning is judged slowing, before
+    // it is judged converged (a CI run, 2026-11-29, waited for "converged": 2.2 s).
     // The detector takes a job's rate of progress once per CPU sample (250 ms here) from the
     // latest record: both jobs now log ten records a second (as a job logging every few
     // batches does), so that every sample has a fresh record and the 2 s measure the daemon's

@@ -88,9 +88,9 @@ impl Job {
     /// 0: promoted by the guard; 1: learning (or not judged yet, or slowing down); 2: converged
     /// (with `learning_first`); 3: held, a trial waiting at its sweep's rung or a job being
     /// stopped (before the guard: it asked to wait or to end, its fair twin's pace does not
-    /// apply). A job merely slowing down stays
-    /// with the learners: on noisy per-epoch losses "watching" comes and goes, and the order
-    /// would flap with it.
+    /// apply). A job merely slowing down stays with the learners (on noisy per-epoch losses
+    /// "watching" comes and goes, and the order would flap with it); it only gives up its turn
+    /// to a learner of about the same work (the ranking key's `slowing`).
     pub(super) fn class(&self, learning_first: bool) -> u8 {
         if self.held {
             return 3;
