@@ -178,12 +178,25 @@ pub fn grow_into_idle(cluster: &ClusterView, jobs: &[ElasticJob]) -> Vec<Resize>
 /// Schedulearn's elastic FIFO after a completion: the job running longest grows on its node, or
 /// moves to the node where it can grow most; `can_run_on(job, node)` says where it may go (the
 /// caller's checks: ready, able to take its checkpoint). `None` when no job can grow anywhere.
+///
+/// Only a job *running too long* is scaled: the write-up "will verify how long the job has been
+/// running. Knowing that it's running too long, the system will scale out the job" without
+/// saying against what. Its scheduler knows one yardstick, the jobs that completed, so "too
+/// long" is read as longer in the system (`now - submitted_at`) than the completed jobs took on
+/// average (`completed_mean_s`, submission to completion); the caller passes 0 before any job
+/// completed (there is then no completion to act on anyway).
 pub fn grow_slowest(
     cluster: &ClusterView,
     jobs: &[ElasticJob],
+    now: Seconds,
+    completed_mean_s: Seconds,
     can_run_on: impl Fn(&ElasticJob, usize) -> bool,
 ) -> Option<Resize> {
-    let mut order: Vec<&ElasticJob> = jobs.iter().filter(|j| j.cores < j.max_cores).collect();
+    let too_long = |j: &ElasticJob| now - j.submitted_at > completed_mean_s;
+    let mut order: Vec<&ElasticJob> = jobs
+        .iter()
+        .filter(|j| j.cores < j.max_cores && too_long(j))
+        .collect();
     order.sort_by(|a, b| {
         a.submitted_at
             .total_cmp(&b.submitted_at)
@@ -197,8 +210,13 @@ pub fn grow_slowest(
                 from: job.cores,
                 to,
                 reason: format!(
-                    "elastic FIFO: a job completed; {} has run longest and grows from {} to {} cores on {}",
-                    job.id, job.cores, to, cluster.nodes[job.node].name
+                    "elastic FIFO: a job completed; {} has run longest ({:.0} s, longer than the completed jobs' {:.0} s) and grows from {} to {} cores on {}",
+                    job.id,
+                    now - job.submitted_at,
+                    completed_mean_s,
+                    job.cores,
+                    to,
+                    cluster.nodes[job.node].name
                 ),
             });
         }
@@ -225,8 +243,13 @@ pub fn grow_slowest(
                 from: job.cores,
                 to,
                 reason: format!(
-                    "elastic FIFO: a job completed; {} has run longest, its node is full, and it moves to {} to grow from {} to {} cores",
-                    job.id, cluster.nodes[node].name, job.cores, to
+                    "elastic FIFO: a job completed; {} has run longest ({:.0} s, longer than the completed jobs' {:.0} s), its node is full, and it moves to {} to grow from {} to {} cores",
+                    job.id,
+                    now - job.submitted_at,
+                    completed_mean_s,
+                    cluster.nodes[node].name,
+                    job.cores,
+                    to
                 ),
             });
         }
@@ -441,12 +464,39 @@ mod tests {
         old.submitted_at = 1.0;
         let mut young = elastic("young", 1, 2.0, (2.0, 8.0), 0);
         young.submitted_at = 9.0;
-        let r = grow_slowest(&c, &[young.clone(), old.clone()], |_, _| true).unwrap();
+        let r = grow_slowest(&c, &[young.clone(), old.clone()], 20.0, 0.0, |_, _| true).unwrap();
         assert_eq!((r.id.as_str(), r.node, r.to), ("old", 1, 6.0));
         assert!(r.reason.contains("moves to b"), "{}", r.reason);
         // Not allowed to move: the next slowest grows at home.
-        let r = grow_slowest(&c, &[young, old], |_, _| false).unwrap();
+        let r = grow_slowest(&c, &[young, old], 20.0, 0.0, |_, _| false).unwrap();
         assert_eq!((r.id.as_str(), r.node, r.to), ("young", 1, 8.0));
+    }
+
+    #[test]
+    fn elastic_fifo_scales_only_a_job_running_longer_than_the_completed_jobs_took() {
+        // b has room for both. At 20 s, completed jobs took 15 s on average: old (19 s in the
+        // system) is running too long, young (11 s) is not.
+        let c = cluster(vec![
+            eight("a", vec![holding("old", 2.0), holding("x", 6.0)]),
+            eight("b", vec![holding("young", 2.0)]),
+        ]);
+        let mut old = elastic("old", 0, 2.0, (2.0, 8.0), 0);
+        old.submitted_at = 1.0;
+        let mut young = elastic("young", 1, 2.0, (2.0, 8.0), 0);
+        young.submitted_at = 9.0;
+        let r = grow_slowest(&c, &[young.clone(), old.clone()], 20.0, 15.0, |_, _| true).unwrap();
+        assert_eq!(r.id, "old");
+        assert!(
+            r.reason
+                .contains("19 s, longer than the completed jobs' 15 s"),
+            "{}",
+            r.reason
+        );
+        // Neither has run longer than 25 s: nobody is scaled.
+        assert_eq!(
+            grow_slowest(&c, &[young, old], 20.0, 25.0, |_, _| true),
+            None
+        );
     }
 
     #[test]

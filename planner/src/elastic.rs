@@ -159,11 +159,16 @@ impl ClusterState {
             }
             Grow::OnCompletion => {
                 let mut candidates = self.elastic_candidates(now);
+                let completed_mean_s = self.completed_mean_s();
                 let mut resizes = Vec::new();
                 for _ in 0..completions {
-                    let Some(r) = elastic::grow_slowest(&self.view, &candidates, |_, i| {
-                        self.view.nodes[i].schedulable
-                    }) else {
+                    let Some(r) = elastic::grow_slowest(
+                        &self.view,
+                        &candidates,
+                        now,
+                        completed_mean_s,
+                        |_, i| self.view.nodes[i].schedulable,
+                    ) else {
                         break;
                     };
                     candidates.retain(|c| c.id != r.id);
@@ -175,6 +180,18 @@ impl ClusterState {
         for r in resizes {
             self.begin_resize(now, &r, None);
         }
+    }
+
+    /// How long the completed coordinator jobs took on average, submission to completion
+    /// (Schedulearn's yardstick for a job "running too long"; 0 before any completed). Read
+    /// from the job records, so a restarted coordinator has it too.
+    fn completed_mean_s(&self) -> Seconds {
+        let (sum, n) = self
+            .submitted_jobs()
+            .filter(|j| j.status == JobState::Completed)
+            .filter_map(|j| Some(j.finished_at? - j.submitted_at))
+            .fold((0.0, 0u32), |(s, n), d| (s + d, n + 1));
+        if n == 0 { 0.0 } else { sum / f64::from(n) }
     }
 
     /// Start a resize: ask the job's node to save it, to start it again with `r.to` cores on

@@ -349,3 +349,42 @@ fn a_restarted_coordinator_finishes_a_resize_at_the_new_size() {
     );
     assert_eq!(r.job_detail("j1").unwrap().summary.cores, Some(2.0));
 }
+
+#[test]
+fn elastic_fifo_scales_a_job_only_once_it_has_run_longer_than_the_completed_jobs_took() {
+    let mut s = ClusterState::new(quick(), "elastic-fifo").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, job("wide", 4.0, None, 0));
+    s.submit(2.0, job("elastic", 1.0, Some(4.0), 0));
+    s.submit(3.0, job("rest", 3.0, None, 0));
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 0 cores 4",
+            "start j2 on b attempt 0 cores 1",
+            "start j3 on b attempt 0 cores 3"
+        ]
+    );
+    s.report(4.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    let both = |r| report(&[("j2", RunState::Running, 0, false), ("j3", r, 0, false)]);
+    s.report(4.0, "b", b, both(RunState::Running)).unwrap();
+    // j1 completes after 49 s; j2 has been in the system 48 s: not running too long.
+    s.report(50.0, "a", a, report(&[("j1", RunState::Exited, 0, false)]))
+        .unwrap();
+    s.tick(50.0);
+    assert!(commands(&mut s).is_empty());
+    // j3 completes after 67 s (mean 58 s); j2 has been in 68 s: it is scaled.
+    s.report(70.0, "b", b, both(RunState::Exited)).unwrap();
+    s.tick(70.0);
+    assert_eq!(commands(&mut s), ["save j2 on b"]);
+    let d = s.job_detail("j2").unwrap();
+    assert!(
+        d.moves[0]
+            .reason
+            .contains("68 s, longer than the completed jobs' 58 s"),
+        "{}",
+        d.moves[0].reason
+    );
+}

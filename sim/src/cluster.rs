@@ -171,9 +171,25 @@ struct Rt {
     move_requested_at: Option<f64>,
     /// `(time, cores)` at each change of its share (with `record_timeline`).
     timeline: Vec<(f64, f64)>,
+    /// It started over (`+scratch`): its next log line begins a new run.
+    restarted: bool,
 }
 
 impl Rt {
+    /// Start again from scratch (`+scratch`: no checkpoint restored): its work, its log and its
+    /// quiet phases start over, and the lines the lost run wrote no longer count towards its
+    /// quality (their weights are gone). Its CPU-seconds so far stay spent.
+    fn start_over(&mut self) {
+        self.done = 0.0;
+        self.log_started = false;
+        self.next_log = 0.0;
+        self.written.clear();
+        self.gpu_energy_at_lines.clear();
+        self.quiet_until = f64::NEG_INFINITY;
+        self.next_quiet = 0;
+        self.restarted = true;
+    }
+
     /// Cores it wants at `t`: none while quiet, else what it runs with.
     fn demand(&self, t: f64) -> f64 {
         if self.quiet_until > t + EPS {
@@ -421,6 +437,7 @@ impl<'a> Engine<'a> {
                         held: false,
                         move_requested_at: None,
                         timeline: Vec::new(),
+                        restarted: false,
                     }
                 })
                 .collect(),

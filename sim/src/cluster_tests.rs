@@ -479,3 +479,39 @@ fn a_job_its_node_stops_at_convergence_completes_in_the_cluster_and_frees_its_ro
     );
     assert!(b.finish.unwrap() < plain.jobs[1].finish.unwrap() - 40.0);
 }
+
+#[test]
+fn under_scratch_a_resized_job_starts_over_and_its_lost_work_is_paid_again() {
+    // Schedulearn's elastic FIFO: wide (4 cores) completes after ~100 s; elastic (1 to 4
+    // cores, in the system longer) then moves to wide's worker and grows to 4. With a
+    // checkpoint it keeps its ~100 CPU-s of work; as written (`+scratch`) it starts over.
+    let mut elastic = job("elastic", 0.0, 400.0, 4.0);
+    elastic.min_cores = Some(1.0);
+    let t = trace(vec![
+        elastic,
+        job("wide", 1.0, 400.0, 4.0),
+        job("rest", 2.0, 2000.0, 3.0),
+    ]);
+    let mut config = ClusterConfig::homogeneous(2, 4.0, 16 * GIB, 0);
+    config.start_delay = 0.0;
+    let kept = run_cluster(&t, &config, &spec("fair/elastic-fifo+reserve+elastic"), 1).unwrap();
+    let lost = run_cluster(
+        &t,
+        &config,
+        &spec("fair/elastic-fifo+reserve+elastic+scratch"),
+        1,
+    )
+    .unwrap();
+    let (k, l) = (&kept.jobs[0], &lost.jobs[0]);
+    // Resized on another worker: counted as its move.
+    assert_eq!((k.moves, l.moves), (1, 1), "{k:?}\n{l:?}");
+    // The lost run's ~100 CPU-s are done again at 4 cores: ~25 s later, ~100 CPU-s more.
+    assert!(
+        l.finish.unwrap() > k.finish.unwrap() + 15.0,
+        "kept {k:?}\nlost {l:?}"
+    );
+    assert!(
+        l.cpu_seconds > k.cpu_seconds + 80.0,
+        "kept {k:?}\nlost {l:?}"
+    );
+}

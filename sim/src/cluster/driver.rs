@@ -224,12 +224,16 @@ impl Engine<'_> {
                     return;
                 }
                 let m = &self.jobs[j];
-                let restore = if start.attempt > 0 {
+                let scratch = self.spec.scratch && start.attempt > 0;
+                let restore = if start.attempt > 0 && !scratch {
                     self.config.move_cost.restore_seconds(m.checkpoint_bytes())
                 } else {
                     0.0
                 };
                 let rt = &mut self.rt[j];
+                if scratch {
+                    rt.start_over();
+                }
                 rt.attempt = start.attempt;
                 rt.size = start.cores.unwrap_or(m.model.parallelism);
                 let at = t + self.config.start_delay.max(0.0) + restore;

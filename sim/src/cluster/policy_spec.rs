@@ -13,7 +13,8 @@ use governor_placement::by_name as placement_by_name;
 /// Written in the one policy grammar ([`SpecText`]), `NODE[/PLACEMENT][+FLAG...]`: `NODE` is a
 /// node policy spec ([`governor_policy::by_spec`], e.g. `flowcon:interval=30`), `PLACEMENT` a
 /// placement policy ([`placement_by_name`]); flags are `+no-move` (ignore the nodes' move
-/// requests; `+no-migrate` is its old name), `+move` and `+reserve` (requests reserve the job's parallelism in cores: no sharing). Without a
+/// requests; `+no-migrate` is its old name), `+move` and `+reserve` (requests reserve the job's
+/// parallelism in cores: no sharing), and those of the fields below. Without a
 /// placement, each node policy comes with its paper's placement, and a few names stand for whole
 /// systems:
 ///
@@ -58,6 +59,12 @@ pub struct PolicySpec {
     /// they run at their parallelism (the most they can use).
     #[serde(default)]
     pub least: bool,
+    /// A job saved for a resize or a move starts again from scratch (`+scratch`): its work and
+    /// its log start over, no checkpoint is restored. Schedulearn's elastic FIFO as written:
+    /// "the job will be restarted from the beginning, meaning previously trained weights will
+    /// be lost" (the coordinator never does this: it resumes every saved job).
+    #[serde(default)]
+    pub scratch: bool,
     /// GPU power by training progress (`+gpu-power`, the daemon's `[gpu] govern`): a GPU job's
     /// limit follows its learning stage ([`governor_policy::gpu_power`]), its speed and draw
     /// follow the limit ([`crate::gpu::GpuModel`]).
@@ -118,6 +125,7 @@ impl std::str::FromStr for PolicySpec {
         let mut preempt = false;
         let mut elastic = false;
         let mut least = false;
+        let mut scratch = false;
         let mut gpu_power = false;
         let mut gpu_fixed = false;
         for (flag, value) in &text.flags {
@@ -135,6 +143,7 @@ impl std::str::FromStr for PolicySpec {
                 "preempt" => preempt = true,
                 "elastic" => elastic = true,
                 "least" => least = true,
+                "scratch" => scratch = true,
                 "gpu-power" => gpu_power = true,
                 "gpu-fixed" => {
                     gpu_power = true;
@@ -142,7 +151,7 @@ impl std::str::FromStr for PolicySpec {
                 }
                 f => {
                     return Err(format!(
-                        "unknown flag +{f} in {s:?} (move, no-move, reserve, rebalance, pays, preempt, elastic, least, gpu-power, gpu-fixed)"
+                        "unknown flag +{f} in {s:?} (move, no-move, reserve, rebalance, pays, preempt, elastic, least, scratch, gpu-power, gpu-fixed)"
                     ));
                 }
             }
@@ -160,6 +169,7 @@ impl std::str::FromStr for PolicySpec {
             preempt,
             elastic,
             least,
+            scratch,
             gpu_power,
             gpu_fixed,
         })

@@ -56,6 +56,7 @@ pub(crate) fn run_one_node(
         preempt: false,
         elastic: false,
         least: false,
+        scratch: false,
         gpu_power: false,
         gpu_fixed: false,
     };

@@ -219,6 +219,8 @@ impl Engine<'_> {
         rt.gpu_energy_at_lines
             .resize(rt.written.len(), rt.gpu_energy_j);
         let cpu = rt.cpu;
+        // The first line of a run that started over begins a new run in its log.
+        let mut new_segment = !out.is_empty() && std::mem::take(&mut rt.restarted);
         for (x, value) in out {
             self.workers[w].deliveries.push(Delivery {
                 at: t + delay,
@@ -226,7 +228,7 @@ impl Engine<'_> {
                 point: ProgressPoint {
                     at: t + delay,
                     value,
-                    new_segment: false,
+                    new_segment: std::mem::take(&mut new_segment),
                 },
                 obs: Observation {
                     at: t + delay,
