@@ -4,7 +4,7 @@
 //! the writer said it was on disk.
 //!
 //! Needs the tracking back-ends' Python environment (`GOVERNOR_WRITERS_PYTHON`); `cargo xtask
-//! test` runs these where it is installed.
+//! test` installs it and runs these.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ fn python() -> PathBuf {
         Some(p) if p.exists() => p,
         _ => panic!(
             "prerequisite missing: GOVERNOR_WRITERS_PYTHON must name the Python that has the \
-             tracking back-ends (`cargo xtask test` sets it where they are installed)"
+             tracking back-ends (`cargo xtask test` installs it and sets it)"
         ),
     }
 }

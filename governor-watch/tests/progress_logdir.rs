@@ -247,3 +247,45 @@ async fn an_mlflow_database_is_followed_as_its_writer_commits() {
         assert_eq!(recs[0].metrics.len(), 2, "one commit, one record");
     }
 }
+
+#[tokio::test]
+async fn an_mlflow_database_still_empty_when_first_seen_is_followed_once_its_writer_creates_it() {
+    // SQLite creates the file empty and writes its header with the first commit: MLflow's
+    // writer creating its tables. The watcher sees the empty file first (a run started in a
+    // directory already watched) and must follow it as a database once it is one.
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("mlflow.db");
+    let (handle, mut rx) = Watcher::spawn(1024).unwrap();
+    handle.add("job", spec(tmp.path())).await.unwrap();
+    fs::File::create(&db).unwrap();
+    let seen = quiet(&mut rx).await;
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e.kind, WatchEventKind::Opened)),
+        "the empty file is followed: {seen:#?}"
+    );
+    let w = rusqlite::Connection::open(&db).unwrap();
+    w.busy_timeout(Duration::from_secs(5)).unwrap();
+    w.execute_batch(MLFLOW_SCHEMA).unwrap();
+    w.execute_batch(
+        "INSERT INTO runs VALUES ('a', 'r', 'RUNNING', 1, NULL, 0);
+         INSERT INTO metrics VALUES ('loss', 0.9, 1, 'a', 0, 0);",
+    )
+    .unwrap();
+    for step in 1..=3i64 {
+        w.execute(
+            &format!(
+                "INSERT INTO metrics VALUES ('loss', {}, {step}0, 'a', {step}, 0)",
+                1.0 / step as f64
+            ),
+            [],
+        )
+        .unwrap();
+    }
+    let (recs, _) = records(&mut rx, 3).await;
+    assert!(
+        recs.iter().all(|r| r.format == Format::MlflowSqlite),
+        "{recs:#?}"
+    );
+    assert_eq!(value(&recs[0], "loss"), 0.9);
+}

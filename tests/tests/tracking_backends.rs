@@ -6,8 +6,7 @@
 //! `shortest-left` policy, cgroup v1 on the host). Each must show in `governor status` with its
 //! loss and a category other than `unknown`.
 //!
-//! The writers run in the Python environment `cargo xtask writer-fixtures` installs (7.7 GB,
-//! so `cargo xtask test` runs this only where it was installed, and sets
+//! The writers run in the Python environment `cargo xtask test` installs (6.6 GB, and sets
 //! `GOVERNOR_WRITERS_PYTHON`); the jobs are `governor-progress/tests/data/real_writers/
 //! live_writer.py`.
 
@@ -24,8 +23,8 @@ fn writers_python() -> PathBuf {
         Some(p) if p.exists() => p,
         _ => panic!(
             "prerequisite missing: GOVERNOR_WRITERS_PYTHON must name the Python that has the \
-             tracking back-ends (`cargo xtask writer-fixtures` installs it under \
-             target/writers/venv; `cargo xtask test` then sets it)"
+             tracking back-ends (`cargo xtask test` installs it under target/writers/venv \
+             and sets it)"
         ),
     }
 }
@@ -50,7 +49,7 @@ impl Drop for Job {
 }
 
 #[test]
-#[ignore = "root-host: writes the host's cgroup v1 cpu controller and runs the real tracking back-ends (GOVERNOR_WRITERS_PYTHON); `cargo xtask test` runs it where `cargo xtask writer-fixtures` installed them"]
+#[ignore = "root-host: writes the host's cgroup v1 cpu controller and runs the real tracking back-ends (GOVERNOR_WRITERS_PYTHON); `cargo xtask test` installs them and runs it"]
 fn root_host_v1_jobs_logging_only_to_a_tracking_backend_are_governed_by_progress() {
     require_v1_cpu_host();
     let python = writers_python();

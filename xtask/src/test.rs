@@ -198,7 +198,7 @@ fn privileged_plan() -> Result<Vec<(&'static Group, Decision)>> {
 }
 
 /// Runs the groups the plan allows, saying for each of the others why it did not run.
-fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
+fn privileged_host_tests(plan: &[(&'static Group, Decision)], writers: &Path) -> Result<()> {
     for (g, d) in plan {
         match d {
             Decision::Run => {
@@ -214,23 +214,9 @@ fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
                     g.prefix,
                 ]);
                 if g.prefix == "root_host_v1_" {
-                    // The jobs that log only to a tracking back-end (tests/tests/tracking_backends.rs)
-                    // need the real writers: PyTorch, Lightning, TensorFlow/Keras, MLflow, ~7.7 GB
-                    // and ~26 min to install from PyPI on this machine kind (2026-11-28), too much
-                    // for a CI run to pay each time. They run where that environment was installed
-                    // once (`cargo xtask writer-fixtures` installs it).
-                    match crate::writers::installed() {
-                        Some(python) => {
-                            c.env("GOVERNOR_WRITERS_PYTHON", python);
-                        }
-                        None => {
-                            eprintln!(
-                                "== privileged host test NOT RUN: {TRACKING_TEST} (needs the tracking back-ends' Python environment, {}: `cargo xtask writer-fixtures` installs it)",
-                                crate::writers::venv().display()
-                            );
-                            c.args(["--skip", TRACKING_TEST]);
-                        }
-                    }
+                    // The jobs that log only to a tracking back-end
+                    // (tests/tests/tracking_backends.rs) run in the writers' environment.
+                    c.env("GOVERNOR_WRITERS_PYTHON", writers);
                 }
                 cmd::run(&mut c)?;
             }
@@ -252,9 +238,6 @@ fn privileged_host_tests(plan: &[(&'static Group, Decision)]) -> Result<()> {
     Ok(())
 }
 
-/// The host test that runs the real tracking back-ends under `governor run-job`.
-const TRACKING_TEST: &str = "root_host_v1_jobs_logging_only_to_a_tracking_backend";
-
 /// Run one stage and say how long it took (`== [timing] NAME: N s`), so that a CI log that
 /// ends in a failure or a time-out still shows where the time went before it.
 fn timed<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -274,6 +257,12 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
     let privileged = privileged_plan()?;
     timed("setup", governor_testbed::setup::run)?;
     cmd::report_free_disk("after setup");
+    // The tracking back-ends' environment (6.6 GB from PyPI, mostly download and unpacking,
+    // 193 s on an idle machine): installed beside clippy's build, joined where its tests run.
+    let writers_install = std::thread::spawn(|| {
+        let started = std::time::Instant::now();
+        (crate::writers::python(), started.elapsed())
+    });
     eprintln!("== cargo fmt --check");
     cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
     eprintln!(
@@ -305,37 +294,36 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
                 .env("GOVERNOR_REQUIRE_TOOLS", "1"),
         )
     })?;
-    timed(
-        "tracking back-ends, live",
-        || match crate::writers::installed() {
-            Some(python) => {
-                eprintln!(
-                    "== real writers followed live (governor-watch/tests/progress_live_writers.rs)"
-                );
-                cmd::run(
-                    cmd::cargo()
-                        .args([
-                            "test",
-                            "-p",
-                            "governor-watch",
-                            "--test",
-                            "progress_live_writers",
-                        ])
-                        .args(["--", "--ignored"])
-                        .env("GOVERNOR_WRITERS_PYTHON", python),
-                )
-            }
-            None => {
-                eprintln!(
-                    "== live tracking back-end tests NOT RUN: no writers' environment at {} (`cargo xtask writer-fixtures` installs it: 7.7 GB, ~26 min measured)",
-                    crate::writers::venv().display()
-                );
-                Ok(())
-            }
-        },
-    )?;
+    // The real tracking back-ends (PyTorch, Lightning, TensorFlow/Keras, MLflow): the jobs that
+    // log only through one of them are governed in the privileged host tests, and the watcher
+    // follows them live here. Installed from PyPI once per environment (see `writers`).
+    let waited = std::time::Instant::now();
+    let (writers, took) = writers_install
+        .join()
+        .map_err(|_| anyhow::anyhow!("installing the tracking back-ends panicked"))?;
+    eprintln!(
+        "== [timing] tracking back-ends' environment: {:.0} s beside the stages above, {:.0} s waited for",
+        took.as_secs_f64(),
+        waited.elapsed().as_secs_f64()
+    );
+    let writers = writers?;
+    eprintln!("== real writers followed live (governor-watch/tests/progress_live_writers.rs)");
+    timed("tracking back-ends, live", || {
+        cmd::run(
+            cmd::cargo()
+                .args([
+                    "test",
+                    "-p",
+                    "governor-watch",
+                    "--test",
+                    "progress_live_writers",
+                ])
+                .args(["--", "--ignored"])
+                .env("GOVERNOR_WRITERS_PYTHON", &writers),
+        )
+    })?;
     timed("privileged host tests", || {
-        privileged_host_tests(&privileged)
+        privileged_host_tests(&privileged, &writers)
     })?;
     cmd::report_free_disk("after host tests");
     // The README's first command, small: it must not break unnoticed again.

@@ -5,11 +5,13 @@
 //!
 //! The environment is a venv, `target/writers/venv` (or `GOVERNOR_WRITERS_VENV`), filled once
 //! from PyPI and reused while its stamp file names the same packages (as `bench_real`'s).
-//! Measured on the CI machine kind (2026-11-28, a loaded 2-core machine): the packages below take
-//! 1,572 s to install and 7.7 GB, of which PyTorch's CUDA libraries (`nvidia-*`, which PyPI's
-//! `torch` wheel needs even to be imported on a machine without a GPU) are 3.1 GB, `torch` 1.2 GB,
-//! `triton` 1.0 GB and TensorFlow 1.3 GB. `triton` is removed after the install: a CPU run never
-//! loads it (torch only warns that flop counting of triton kernels is off).
+//! `cargo xtask test` installs it (the jobs that log only through a tracking back-end are tested
+//! in CI). Measured on this machine kind: 193 s and 6.6 GB on an idle machine (2026-11-29: the
+//! packages below into a new venv, no pip cache; `torch` alone 74 s), 1,572 s on a loaded one
+//! (2026-11-28). PyTorch's CUDA libraries (`nvidia-*`, which PyPI's `torch` wheel needs even to
+//! be imported on a machine without a GPU) are 3.1 GB of it, `torch` 1.2 GB and TensorFlow
+//! 1.3 GB. `triton` (1.0 GB) is removed after the install: a CPU run never loads it (torch only
+//! warns that flop counting of triton kernels is off).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -38,11 +40,6 @@ pub(crate) fn venv() -> PathBuf {
 
 /// Installed after the writers and removed: a CPU run never loads it (see the module's doc).
 const UNINSTALLED: &[&str] = &["triton"];
-
-/// The environment's Python, if it is installed with the packages named here.
-pub(crate) fn installed() -> Option<PathBuf> {
-    cmd::venv_python(&venv(), PYTHON_PACKAGES, UNINSTALLED)
-}
 
 /// The writers' Python, installing them first if the venv lacks them.
 pub(crate) fn python() -> Result<PathBuf> {

@@ -368,7 +368,10 @@ impl Engine {
 /// Opens an MLflow database the watcher already opened as a file (with the job owner's rights,
 /// so the owner can read it), checking that SQLite opened the same file.
 #[cfg(feature = "mlflow-sqlite")]
-fn open_db(path: &Path, meta: &std::fs::Metadata) -> Result<crate::mlflow_db::MlflowDb, String> {
+pub(super) fn open_db(
+    path: &Path,
+    meta: &std::fs::Metadata,
+) -> Result<crate::mlflow_db::MlflowDb, String> {
     let db = crate::mlflow_db::MlflowDb::open(path).map_err(|e| e.to_string())?;
     match std::fs::metadata(path) {
         Ok(m) if (m.dev(), m.ino()) == (meta.dev(), meta.ino()) => Ok(db),

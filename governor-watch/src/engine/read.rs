@@ -35,6 +35,30 @@ impl Engine {
         let Some(t) = files.get_mut(&id) else { return };
         let now = SystemTime::now();
         #[cfg(feature = "mlflow-sqlite")]
+        if t.db.is_none() && t.stream.format().is_none() && crate::files::is_sqlite(&t.file) {
+            // Opened before it was a database: SQLite creates the file empty and writes its
+            // header with the first commit (MLflow's writer creating its tables). Followed as
+            // a database from now on.
+            match t
+                .file
+                .metadata()
+                .map_err(|e| e.to_string())
+                .and_then(|meta| super::follow::open_db(&t.path, &meta))
+            {
+                Ok(db) => {
+                    tracing::debug!(file = %t.path.display(), "the file became an SQLite database: following it as one");
+                    t.db = Some(Box::new(db));
+                }
+                Err(message) => {
+                    if !t.read_error_reported {
+                        t.read_error_reported = true;
+                        push_problem(t, outbox, message);
+                    }
+                    return;
+                }
+            }
+        }
+        #[cfg(feature = "mlflow-sqlite")]
         if t.db.is_some() {
             read_db(t, now, outbox);
             return;
