@@ -227,6 +227,7 @@ impl ClusterState {
             moves: Vec::new(),
             cores_now: None,
             sweep_curve: Vec::new(),
+            specon_marked_at: None,
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));

@@ -267,6 +267,11 @@ pub struct JobRecord {
     /// record its sweep is rebuilt from after a restart (`sweeps`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep_curve: Vec<(f64, f64)>,
+    /// When SpeCon's Algorithm 2 decided on its node's request, moving it or leaving it where
+    /// it was (the paper's `c.migrated = True`, lines 9, 15 and 20): its `t_cj`, from which
+    /// Algorithm 3 counts its converged duration, wherever it runs since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub specon_marked_at: Option<Seconds>,
 }
 
 /// A node's request to move one of its jobs.

@@ -11,25 +11,15 @@ use super::moves::needs_dump;
 use super::{ClusterState, JobRecord, MoveAsk};
 
 impl ClusterState {
-    /// SpeCon Algorithm 3 (rebalancing by converged duration): the jobs whose node asks to
-    /// move them and that Algorithm 2 left where they were (their node among the lowest scores, or
-    /// the move did not pay) form D; when a node is idle, or has fewer jobs than the balance
+    /// SpeCon Algorithm 3 (rebalancing by converged duration): the jobs Algorithm 2 marked
+    /// (moved, or left where they were: their node among the lowest scores, or the move did not
+    /// pay), and those whose node asks to move them now, form D, each from the moment it was
+    /// marked (or asked); when a node is idle, or has fewer jobs than the balance
     /// factor less one, the most recently converged job of D goes there
     /// ([`governor_placement::specon::SpeCon::rebalance`], the same code govsim runs). As with
     /// Algorithm 2, only if the move pays for itself ([`super::payoff`]).
     pub(super) fn rebalance_converged(&mut self, now: Seconds) {
-        let converged: Vec<ConvergedJob> = self
-            .submitted_jobs()
-            .filter_map(|j| {
-                let ask = self.standing_request(j, now)?;
-                let here = self.check_movable(j).ok().filter(|n| *n == ask.node)?;
-                Some(ConvergedJob {
-                    job: j.id.clone(),
-                    node: self.view_index[&here],
-                    marked_at: ask.since,
-                })
-            })
-            .collect();
+        let converged = self.specon_converged(now);
         if converged.is_empty() {
             return;
         }
@@ -50,11 +40,38 @@ impl ClusterState {
         }
     }
 
+    /// Algorithm 3's set D now: the movable jobs Algorithm 2 marked (if they may move again)
+    /// and those whose node asks to move them, each with when it was marked (or asked).
+    pub(super) fn specon_converged(&self, now: Seconds) -> Vec<ConvergedJob> {
+        self.submitted_jobs()
+            .filter_map(|j| {
+                let here = self.check_movable(j).ok()?;
+                // Marked by Algorithm 2 (moved or left in place), or asking to move now.
+                let marked_at = match (j.specon_marked_at, self.standing_request(j, now)) {
+                    (Some(at), _) if self.may_move_again(j, now) => at,
+                    (_, Some(ask)) if ask.node == here => ask.since,
+                    _ => return None,
+                };
+                Some(ConvergedJob {
+                    job: j.id.clone(),
+                    node: self.view_index[&here],
+                    marked_at,
+                })
+            })
+            .collect()
+    }
+
     /// A node's request to move `job` that has stood `move_after_s`, the job not moved within
     /// `move_cooldown_s` nor `max_auto_moves` times already: one the coordinator acts on
     /// (Algorithms 2 and 3).
     fn standing_request<'a>(&self, job: &'a JobRecord, now: Seconds) -> Option<&'a MoveAsk> {
         let ask = job.move_request.as_ref()?;
+        (now - ask.since >= self.config.move_after_s && self.may_move_again(job, now))
+            .then_some(ask)
+    }
+
+    /// `job` was not moved within `move_cooldown_s` nor `max_auto_moves` times already.
+    fn may_move_again(&self, job: &JobRecord, now: Seconds) -> bool {
         let cooldown = self.config.move_cooldown_s;
         let moved = || {
             job.moves
@@ -62,21 +79,21 @@ impl ClusterState {
                 .filter(|m| m.preempted_for.is_none() && m.from_node != m.to_node)
                 .count() as u32
         };
-        (now - ask.since >= self.config.move_after_s
-            && job
-                .moves
-                .last()
-                .is_none_or(|m| now - m.requested_at_unix >= cooldown)
-            && self.config.max_auto_moves.is_none_or(|most| moved() < most))
-        .then_some(ask)
+        job.moves
+            .last()
+            .is_none_or(|m| now - m.requested_at_unix >= cooldown)
+            && self.config.max_auto_moves.is_none_or(|most| moved() < most)
     }
 
-    /// Algorithm 2 kept `id` where it is for its current request: not asked again.
+    /// Algorithm 2 kept `id` where it is for its current request: not asked again, and marked
+    /// (Algorithm 3's set D).
     fn mark_stayed(&mut self, id: &str) {
-        if let Some(ask) = self.jobs.get_mut(id).and_then(|j| j.move_request.as_mut())
+        if let Some(job) = self.jobs.get_mut(id)
+            && let Some(ask) = job.move_request.as_mut()
             && !ask.stayed
         {
             ask.stayed = true;
+            job.specon_marked_at.get_or_insert(ask.since);
             self.dirty.jobs.insert(id.to_owned());
         }
     }
@@ -151,6 +168,15 @@ impl ClusterState {
             // and what is left of the job change as the cluster does.
             let why = format!("node {source} asks: {reason}");
             self.move_if_it_pays(now, &id, &source, &target, &why);
+            // Moved by Algorithm 2: marked (Algorithm 3's set D) where it goes.
+            if specon
+                && let Some(job) = self.jobs.get_mut(&id)
+                && job.active_move().is_some()
+                && job.specon_marked_at.is_none()
+            {
+                job.specon_marked_at = job.move_request.as_ref().map(|a| a.since);
+                self.dirty.jobs.insert(id.clone());
+            }
         }
     }
 

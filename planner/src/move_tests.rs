@@ -874,6 +874,62 @@ fn left_behind_by_algorithm_2(config: StateConfig) -> Option<(f64, JobMove)> {
 }
 
 #[test]
+fn a_job_algorithm_2_moved_stays_in_algorithm_3s_set_from_when_it_was_marked() {
+    // SpeCon's Algorithm 2 marks a job migrated whether it moves it or leaves it (lines 9, 15
+    // and 20); Algorithm 3 counts its converged duration from then, wherever it runs.
+    let config = StateConfig {
+        move_target: MoveTarget::Specon,
+        rebalance: false,
+        move_payoff: 0.0,
+        ..StateConfig::default()
+    };
+    let (t, m) = left_behind_by_algorithm_2(config.clone()).expect("Algorithm 2 moved j1");
+    assert_eq!((m.to_node.as_str(), t), ("c", 20.0), "{m:?}");
+    let mut s = ClusterState::new(config, "first-fit").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    let c = s.register(0.0, hello("c"), "10.0.0.3:1".into()).session_id;
+    s.submit(1.0, movable("train"));
+    let mut asks = j1(RunState::Running, 0, false);
+    asks.move_requests = vec![MoveRequest {
+        job_id: "j1".into(),
+        reason: "converged while others progress".into(),
+    }];
+    asks.jobs.push(JobReport::running("l1", "l1"));
+    asks.jobs[1].origin = governor_proto::node::JobOrigin::Local;
+    let mut on_b = idle();
+    on_b.jobs.push(JobReport::running("l2", "l2"));
+    on_b.jobs[0].origin = governor_proto::node::JobOrigin::Local;
+    for t in [2.0, 20.0] {
+        s.report(t, "a", a, asks.clone()).unwrap();
+        s.report(t, "b", b, on_b.clone()).unwrap();
+        s.report(t, "c", c, idle()).unwrap();
+        s.tick(t);
+        if t == 2.0 {
+            assert!(s.job_record("j1").unwrap().specon_marked_at.is_none());
+        }
+    }
+    assert_eq!(phase(&s), MovePhase::Saving);
+    assert_eq!(s.job_record("j1").unwrap().specon_marked_at, Some(2.0));
+    // It saves on a and runs on c: in D there, marked at 2 s, once it may move again.
+    s.report(22.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    s.report(24.0, "c", c, j1(RunState::Running, 1, false))
+        .unwrap();
+    s.report(40.0, "c", c, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(runs_on(&s).0, "c");
+    assert!(
+        s.specon_converged(100.0).is_empty(),
+        "within its move's cooldown"
+    );
+    let d = s.specon_converged(1000.0);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].job.as_str(), d[0].marked_at), ("j1", 2.0));
+    assert_eq!(s.view.nodes[d[0].node].name, "c");
+}
+
+#[test]
 fn specon_rebalancing_sends_a_job_algorithm_2_left_behind_to_a_node_with_no_jobs() {
     // Balance factor ⌊3 jobs / 3 workers⌋ = 1: c, idle, takes the most recently converged job.
     let most_free = StateConfig {

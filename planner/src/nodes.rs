@@ -296,6 +296,7 @@ impl ClusterState {
                 moves: Vec::new(),
                 cores_now: None,
                 sweep_curve: Vec::new(),
+                specon_marked_at: None,
             }
         });
         let limit = self.config.progress_samples;
