@@ -41,7 +41,8 @@ pub enum Grow {
     Never,
     /// Into unreserved cores, but only while no job waits in the queue.
     WhenNoneWait,
-    /// Into unreserved cores after every round (Kubeflow's scale-up).
+    /// Into unreserved cores after every admission round that admitted no job (Kubeflow's
+    /// scale-up: its loop returns after placing a job).
     Always,
     /// On each completion, the job running longest (Schedulearn's elastic FIFO).
     OnCompletion,

@@ -16,6 +16,12 @@
 //!   elastic jobs (`govctl submit --cores MIN:MAX`, [`crate::elastic::Elasticity::KUBEFLOW`]);
 //!   a rigid job it cannot shrink is displaced by the coordinator's preemption by checkpoint
 //!   (`governor_placement::preempt`).
+//! - **Its round** ("Scheduling Algorithm"): one job is admitted per round (the loop places the
+//!   first job that fits and returns, [`PlacementPolicy::admits_per_round`]), so the scale-up
+//!   runs only in a round that admitted none; the scale-down is tried only for the first
+//!   waiting job and only when the highest waiting utility exceeds the highest running one
+//!   (`U > u`, lines 3-5): a waiting job of the same priority as a running one never shrinks
+//!   anybody. The planner carries both out (`governor_planner`'s elastic round).
 
 use super::queue::QueueOrder;
 use super::{ClusterView, JobRequest, NoFit, Placement, PlacementPolicy, first_fit::FirstFit};
@@ -48,6 +54,11 @@ impl PlacementPolicy for Kubeflow {
     /// Its scale-up after every round, its scale-down for higher weights only.
     fn elasticity(&self) -> crate::elastic::Elasticity {
         crate::elastic::Elasticity::KUBEFLOW
+    }
+
+    /// Its scheduling loop places one job and returns (lines 18-22 of "Scheduling Algorithm").
+    fn admits_per_round(&self) -> Option<usize> {
+        Some(1)
     }
 }
 

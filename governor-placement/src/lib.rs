@@ -352,6 +352,10 @@ pub trait PlacementPolicy: Send + fmt::Debug {
     fn elasticity(&self) -> elastic::Elasticity {
         elastic::Elasticity::OURS
     }
+    /// At most this many jobs admitted per admission round (`None`: every job that fits).
+    fn admits_per_round(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// How many candidates a placement keeps for explanation.

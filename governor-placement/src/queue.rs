@@ -244,7 +244,13 @@ impl Queue {
         let mut round = Round::default();
         let mut did_not_fit: Vec<QueuedJob> = Vec::new();
         let mut kept = Vec::with_capacity(self.jobs.len());
+        let most = policy.admits_per_round().unwrap_or(usize::MAX);
         for mut job in std::mem::take(&mut self.jobs) {
+            if round.admitted.len() >= most {
+                // The policy's round is over: the rest wait for the next one, as they were.
+                kept.push(job);
+                continue;
+            }
             if let Some(deadline) = job.deadline
                 && now >= deadline
             {

@@ -5,8 +5,8 @@
 //! policy says when its jobs grow and for whom they shrink
 //! ([`governor_placement::elastic::Elasticity`]); this module carries it out:
 //! - **at admission** an elastic job starts at the largest size its node leaves free (up to its
-//!   maximum) when its policy grows jobs and no other job waits: a start at the right size costs
-//!   nothing, a resize costs a save;
+//!   maximum) when its policy grows jobs and no other job is queued: a start at the right size
+//!   costs nothing, a resize costs a save;
 //! - **a resize** is a move to its own node at another size ([`ClusterState::begin_save`] with
 //!   `from_cores`/`to_cores`): its node saves it (SIGUSR1 or what it declared), the coordinator
 //!   starts it again there from its own checkpoint directory with the new size in
@@ -63,7 +63,11 @@ impl ClusterState {
         if !self.config.elastic || !matches!(grow, Grow::WhenNoneWait | Grow::Always) {
             return;
         }
-        if grow == Grow::WhenNoneWait && !self.queue.is_empty() {
+        // Only with nobody left in the queue: ours lends free cores while none wait, and
+        // Kubeflow's loop admits the queue's next job before it scales up (with the queue
+        // empty its next round would scale this job up at once: starting it larger spares
+        // that restart).
+        if !self.queue.is_empty() {
             return;
         }
         let Some(job) = self.jobs.get(id) else { return };
@@ -118,13 +122,24 @@ impl ClusterState {
         if candidates.is_empty() {
             return served;
         }
-        let waiting: Vec<(String, governor_placement::JobRequest)> = self
+        let mut waiting: Vec<(String, governor_placement::JobRequest)> = self
             .queue
             .iter()
             .filter(|q| !q.waiting_reason.is_empty() && q.replicas == 1)
             .filter(|q| !served.contains(&q.id))
             .map(|q| (q.id.clone(), q.member_request(0, Vec::new())))
             .collect();
+        if rule == elastic::Shrink::ForHigherPriority {
+            // Kubeflow's scale-down: for the first waiting job only, and only when it outranks
+            // every running job (the highest waiting utility above the highest running one).
+            let running_max = self
+                .submitted_jobs()
+                .filter(|j| j.status == JobState::Running)
+                .filter_map(|j| j.spec.as_ref().map(|s| s.priority))
+                .max();
+            waiting.truncate(1);
+            waiting.retain(|(_, r)| running_max.is_none_or(|most| r.priority > most));
+        }
         for (id, request) in waiting {
             let Some(plan) = elastic::shrink_plan(&self.view, &request, &candidates, rule) else {
                 continue;
@@ -140,7 +155,7 @@ impl ClusterState {
 
     /// Grow elastic jobs as the policy says: into free cores (ours when no job waits,
     /// Kubeflow after every round), or on each completion (Schedulearn's elastic FIFO).
-    pub(super) fn grow_elastic(&mut self, now: Seconds) {
+    pub(super) fn grow_elastic(&mut self, now: Seconds, admitted: usize) {
         let completions = std::mem::take(&mut self.completions);
         let grow = self.policy.elasticity().grow;
         if !self.config.elastic {
@@ -150,6 +165,9 @@ impl ClusterState {
         let resizes = match grow {
             Grow::Never => return,
             Grow::WhenNoneWait if waiting || !self.queue.is_empty() => return,
+            // Kubeflow's loop returns after placing a job: its scale-up runs in the rounds
+            // that placed none.
+            Grow::Always if admitted > 0 => return,
             Grow::WhenNoneWait | Grow::Always => {
                 let candidates = self.elastic_candidates(now);
                 if candidates.is_empty() {

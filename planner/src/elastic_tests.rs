@@ -388,3 +388,61 @@ fn elastic_fifo_scales_a_job_only_once_it_has_run_longer_than_the_completed_jobs
         d.moves[0].reason
     );
 }
+
+#[test]
+fn kubeflow_scales_down_only_for_a_waiting_job_that_outranks_every_running_one() {
+    // The write-up's loop: scale-down when the highest waiting utility exceeds the highest
+    // running one (U > u). j2 (priority 5) runs on b: a waiting job of priority 5 does not
+    // shrink j1 (priority 0), one of priority 7 does.
+    let mut s = ClusterState::new(quick(), "kubeflow").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, job("sweep", 2.0, Some(4.0), 0));
+    s.dispatch_if_needed(1.0);
+    s.submit(1.5, job("rigid", 4.0, None, 5));
+    s.dispatch_if_needed(1.5);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 0 cores 4",
+            "start j2 on b attempt 0 cores 4"
+        ]
+    );
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    s.report(2.0, "b", b, report(&[("j2", RunState::Running, 0, false)]))
+        .unwrap();
+    s.submit(40.0, job("peer", 2.0, None, 5));
+    s.tick(41.0);
+    assert!(
+        commands(&mut s).is_empty(),
+        "5 does not outrank the running 5"
+    );
+    assert_eq!(status(&s, "j3"), JobState::Queued);
+    s.submit(42.0, job("urgent", 2.0, None, 7));
+    s.tick(43.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+}
+
+#[test]
+fn kubeflow_admits_one_job_per_round_and_runs_the_next_round_at_once() {
+    let mut s = ClusterState::new(quick(), "kubeflow").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("wide", 4.0, None, 0));
+    s.submit(1.0, job("one", 1.0, None, 0));
+    s.submit(1.0, job("two", 1.0, None, 0));
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 4"]);
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    // j1 ends: both wait and both fit, the round admits one, the next round the other.
+    s.report(50.0, "a", a, report(&[("j1", RunState::Exited, 0, false)]))
+        .unwrap();
+    assert_eq!(s.dispatch_if_needed(50.0), 1);
+    assert_eq!(commands(&mut s), ["start j2 on a attempt 0 cores 1"]);
+    assert_eq!(
+        s.dispatch_if_needed(50.0),
+        1,
+        "the next round is due at once"
+    );
+    assert_eq!(commands(&mut s), ["start j3 on a attempt 0 cores 1"]);
+}

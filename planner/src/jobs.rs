@@ -326,7 +326,16 @@ impl ClusterState {
         } else {
             self.admission_round(now)
         };
-        self.grow_elastic(now);
+        if self
+            .policy
+            .admits_per_round()
+            .is_some_and(|most| admitted >= most)
+            && !self.queue.is_empty()
+        {
+            // The policy's round ended with jobs left to try: another round at once.
+            self.needs_dispatch = true;
+        }
+        self.grow_elastic(now, admitted);
         admitted
     }
 
