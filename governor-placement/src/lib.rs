@@ -389,11 +389,11 @@ pub const POLICIES: &[(&str, &str)] = &[
     ),
     (
         "elastic-fifo",
-        "Schedulearn elastic FIFO: first fit; on each completion the longest-running elastic job grows, on its node or on another",
+        "Schedulearn elastic FIFO: first fit; on each completion the longest-running elastic job, if it has run longer than the completed jobs took, grows on its node or on another",
     ),
     (
         "kubeflow",
-        "Kubeflow (DRAGON/OASIS) scheduler: queue by priority then larger CPU+memory demand, a gang on one node if one holds it, else first fit",
+        "Kubeflow (DRAGON/OASIS) scheduler: queue by priority then larger CPU+memory demand, one job per round, a gang on one node if one holds it, else first fit",
     ),
     (
         "spread",
