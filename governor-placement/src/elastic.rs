@@ -454,9 +454,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn elastic_fifo_grows_the_longest_running_job_here_or_elsewhere() {
-        // a is full; b has 6 free cores.
+    /// a is full (old, 2 cores, submitted at 1 s, and a rigid job); b has young (2 cores,
+    /// submitted at 9 s) and 6 free cores. Both may grow to 8.
+    fn old_and_young() -> (ClusterView, ElasticJob, ElasticJob) {
         let c = cluster(vec![
             eight("a", vec![holding("old", 2.0), holding("x", 6.0)]),
             eight("b", vec![holding("young", 2.0)]),
@@ -465,6 +465,12 @@ mod tests {
         old.submitted_at = 1.0;
         let mut young = elastic("young", 1, 2.0, (2.0, 8.0), 0);
         young.submitted_at = 9.0;
+        (c, old, young)
+    }
+
+    #[test]
+    fn elastic_fifo_grows_the_longest_running_job_here_or_elsewhere() {
+        let (c, old, young) = old_and_young();
         let r = grow_slowest(&c, &[young.clone(), old.clone()], 20.0, 0.0, |_, _| true).unwrap();
         assert_eq!((r.id.as_str(), r.node, r.to), ("old", 1, 6.0));
         assert!(r.reason.contains("moves to b"), "{}", r.reason);
@@ -475,16 +481,9 @@ mod tests {
 
     #[test]
     fn elastic_fifo_scales_only_a_job_running_longer_than_the_completed_jobs_took() {
-        // b has room for both. At 20 s, completed jobs took 15 s on average: old (19 s in the
-        // system) is running too long, young (11 s) is not.
-        let c = cluster(vec![
-            eight("a", vec![holding("old", 2.0), holding("x", 6.0)]),
-            eight("b", vec![holding("young", 2.0)]),
-        ]);
-        let mut old = elastic("old", 0, 2.0, (2.0, 8.0), 0);
-        old.submitted_at = 1.0;
-        let mut young = elastic("young", 1, 2.0, (2.0, 8.0), 0);
-        young.submitted_at = 9.0;
+        // At 20 s, completed jobs took 15 s on average: old (19 s in the system) is running too
+        // long, young (11 s) is not.
+        let (c, old, young) = old_and_young();
         let r = grow_slowest(&c, &[young.clone(), old.clone()], 20.0, 15.0, |_, _| true).unwrap();
         assert_eq!(r.id, "old");
         assert!(

@@ -211,11 +211,9 @@ const MLFLOW_SCHEMA: &str = "
         is_nan BOOLEAN DEFAULT '0' NOT NULL,
         CONSTRAINT metric_pk PRIMARY KEY (key, timestamp, step, run_uuid, value, is_nan));";
 
-#[tokio::test]
-async fn an_mlflow_database_is_followed_as_its_writer_commits() {
-    let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("mlflow.db");
-    let w = rusqlite::Connection::open(&db).unwrap();
+/// MLflow's writer: its tables in `db`, a run `a` and its first value (`loss` 0.9 at step 0).
+fn mlflow_writer(db: &Path) -> rusqlite::Connection {
+    let w = rusqlite::Connection::open(db).unwrap();
     w.busy_timeout(Duration::from_secs(5)).unwrap();
     w.execute_batch(MLFLOW_SCHEMA).unwrap();
     w.execute_batch(
@@ -223,6 +221,13 @@ async fn an_mlflow_database_is_followed_as_its_writer_commits() {
          INSERT INTO metrics VALUES ('loss', 0.9, 1, 'a', 0, 0);",
     )
     .unwrap();
+    w
+}
+
+#[tokio::test]
+async fn an_mlflow_database_is_followed_as_its_writer_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = mlflow_writer(&tmp.path().join("mlflow.db"));
     let (handle, mut rx) = Watcher::spawn(1024).unwrap();
     // The working directory, as `run-job --log .` would give it.
     handle.add("job", spec(tmp.path())).await.unwrap();
@@ -264,14 +269,7 @@ async fn an_mlflow_database_still_empty_when_first_seen_is_followed_once_its_wri
             .any(|e| matches!(e.kind, WatchEventKind::Opened)),
         "the empty file is followed: {seen:#?}"
     );
-    let w = rusqlite::Connection::open(&db).unwrap();
-    w.busy_timeout(Duration::from_secs(5)).unwrap();
-    w.execute_batch(MLFLOW_SCHEMA).unwrap();
-    w.execute_batch(
-        "INSERT INTO runs VALUES ('a', 'r', 'RUNNING', 1, NULL, 0);
-         INSERT INTO metrics VALUES ('loss', 0.9, 1, 'a', 0, 0);",
-    )
-    .unwrap();
+    let w = mlflow_writer(&db);
     for step in 1..=3i64 {
         w.execute(
             &format!(
