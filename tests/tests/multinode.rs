@@ -577,10 +577,10 @@ fn coordinator_node(n: u32) {
         // checkpoint; the coordinator's fault switch corrupts only `tainted`'s copy, only
         // `homesick`'s wrapper fails on node3). One after the other they took 330 s on this
         // kind of machine and ~530 s on a slow CI day, mostly waiting on the jobs' epochs and
-        // the moves' 10 s confirmations. One CRIU move at a time: with two CRIU jobs dumped on
-        // node2 at once, one of them was once neither moved nor ended for 240 s (the cause
-        // was not kept; see `wait_move`), so the CRIU move to a target that cannot restore runs
-        // after them.
+        // the moves' 10 s confirmations. One CRIU job among them: with two CRIU jobs dumped on
+        // node2 at once, one of them was once neither moved nor ended for 240 s (2026-11-27,
+        // the cause not kept); a node now dumps one job at a time, and two CRIU moves asked
+        // together are their own scenario below.
         let together: [(&str, Scenario); 5] = [
             ("criu both ways", move_a_job_by_criu_both_ways),
             ("checkpoint both ways", move_a_job_both_ways),
@@ -607,8 +607,13 @@ fn coordinator_node(n: u32) {
         });
         POLL_MS.store(500, std::sync::atomic::Ordering::Relaxed);
         timed("five independent moves, together", || ());
-        // A second CRIU move, then two that kill a node's governor mid-move: alone.
-        let alone: [(&str, Scenario); 3] = [
+        // Two CRIU moves off one node asked together, a CRIU move to a target that cannot
+        // restore, then two that kill a node's governor mid-move: each alone.
+        let alone: [(&str, Scenario); 4] = [
+            (
+                "two criu moves off one node at once",
+                two_criu_moves_off_one_node_at_once,
+            ),
             (
                 "criu, target cannot restore",
                 move_by_criu_to_a_target_that_cannot_restore_it,
@@ -908,6 +913,33 @@ fn move_a_job_by_criu_both_ways(certs: &Path) {
         at = keras_epochs(&job.log).len();
     }
     check_completed_unharmed(certs, &job);
+}
+
+/// Two jobs that declared no checkpoint, both on node2, moved by CRIU to node3 by two moves
+/// asked at the same moment: node2 dumps them one after the other (one CRIU dump at a time on
+/// a node), both moves end on node3, and both jobs end unharmed.
+fn two_criu_moves_off_one_node_at_once(certs: &Path) {
+    let jobs = [
+        submit_movable(certs, "pair-a", 37, None, Saves::Criu),
+        submit_movable(certs, "pair-b", 41, None, Saves::Criu),
+    ];
+    for job in &jobs {
+        wait_for("a few epochs", 240, || {
+            (keras_epochs(&job.log).len() >= 3).then_some(())
+        });
+    }
+    thread::scope(|s| {
+        for job in &jobs {
+            s.spawn(move || govctl(certs, &["move", &job.id, "--to", "node3"]));
+        }
+    });
+    for job in &jobs {
+        let m = wait_move(certs, &job.id, "done", "node3");
+        eprintln!("node1: moved by CRIU with another at once: {m}");
+    }
+    for job in &jobs {
+        check_completed_unharmed(certs, job);
+    }
 }
 
 /// A job moved by CRIU to a node whose restore fails (node3's criu refuses to restore jobs

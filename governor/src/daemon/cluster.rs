@@ -87,6 +87,11 @@ pub(super) struct ClusterSide {
     carrier: carry::Carrier,
     /// Where the tasks running CRIU dumps report.
     dumps: mpsc::UnboundedSender<DumpDone>,
+    /// One CRIU dump at a time on this node: two moves asked together dump one after the
+    /// other. Two jobs dumped at once on one node once left a move neither done nor rolled
+    /// back for 240 s (the 3-node VM test, 2026-11-27); a dump takes seconds, and the
+    /// coordinator waits for a save far longer, so the second one waiting costs little.
+    dump_slot: std::sync::Arc<tokio::sync::Semaphore>,
     gpus: crate::gpu::Gpus,
     /// Where the agent stands, for `governor status`.
     agent: AgentStatus,
@@ -163,6 +168,7 @@ impl ClusterSide {
                 launcher,
                 carrier,
                 dumps: dumps_tx,
+                dump_slot: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
                 gpus,
                 agent: AgentStatus::Connecting { attempt: 1 },
                 last_error: None,
@@ -266,7 +272,13 @@ impl Shell {
                 let fs = self.core.actuator().fs();
                 if let launcher::SaveAction::Dump(request) = c.launcher.save(fs, &save) {
                     let done = c.dumps.clone();
+                    let slot = c.dump_slot.clone();
+                    if slot.available_permits() == 0 {
+                        info!(job = %request.job_id, "another CRIU dump runs on this node: this one waits for it to end");
+                    }
                     tokio::spawn(async move {
+                        // Held until the dump ends; never closed, so the acquire cannot fail.
+                        let _slot = slot.acquire_owned().await;
                         let result = crate::criu::dump(&request).await;
                         let _ = done.send(DumpDone {
                             job_id: request.job_id,
