@@ -307,6 +307,11 @@ impl ShortestLeft {
     /// letting a job overtake its neighbour only when its work key is smaller by the
     /// hysteresis (class and priority changes take effect at once).
     fn rank(&self) -> Vec<JobId> {
+        self.rank_keyed().into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// [`Self::rank`] with each job's key.
+    fn rank_keyed(&self) -> Vec<(JobId, Key)> {
         let key_of = |id: &JobId| {
             let j = &self.jobs[id];
             (self.key(j), j.seq)
@@ -347,7 +352,7 @@ impl ShortestLeft {
                 break;
             }
         }
-        order.into_iter().map(|(id, _)| id).collect()
+        order.into_iter().map(|(id, (key, _))| (id, key)).collect()
     }
 
     /// The guard: mark jobs at risk of finishing (or, size unknown, running) more than the
@@ -682,7 +687,7 @@ impl NodePolicy for ShortestLeft {
         self.last_decision = Some(now);
         self.expire_demand_limits(now);
         self.guard(now);
-        let order = self.rank();
+        let (order, keys): (Vec<JobId>, Vec<Key>) = self.rank_keyed().into_iter().unzip();
         self.order = order.clone();
         let cores = self.cores;
         let floor = self.floor_cores();
@@ -718,7 +723,6 @@ impl NodePolicy for ShortestLeft {
             })
             .collect();
         let expected = water_fill(cores, &requests);
-        let keys: Vec<Key> = order.iter().map(|id| self.key(&self.jobs[id])).collect();
         let mut allocations = BTreeMap::new();
         for (rank, ((id, weight), expected)) in
             order.iter().zip(&weights).zip(&expected).enumerate()

@@ -132,13 +132,17 @@ impl ClusterState {
         if rule == elastic::Shrink::ForHigherPriority {
             // Kubeflow's scale-down: for the first waiting job only, and only when it outranks
             // every running job (the highest waiting utility above the highest running one).
-            let running_max = self
-                .submitted_jobs()
-                .filter(|j| j.status == JobState::Running)
-                .filter_map(|j| j.spec.as_ref().map(|s| s.priority))
-                .max();
             waiting.truncate(1);
-            waiting.retain(|(_, r)| running_max.is_none_or(|most| r.priority > most));
+            if let Some((_, first)) = waiting.first() {
+                let outranked = self
+                    .submitted_jobs()
+                    .filter(|j| j.status == JobState::Running)
+                    .filter_map(|j| j.spec.as_ref().map(|s| s.priority))
+                    .any(|p| p >= first.priority);
+                if outranked {
+                    waiting.clear();
+                }
+            }
         }
         for (id, request) in waiting {
             let Some(plan) = elastic::shrink_plan(&self.view, &request, &candidates, rule) else {
@@ -175,6 +179,7 @@ impl ClusterState {
                 }
                 elastic::grow_into_idle(&self.view, &candidates)
             }
+            Grow::OnCompletion if completions == 0 => return,
             Grow::OnCompletion => {
                 let mut candidates = self.elastic_candidates(now);
                 let completed_mean_s = self.completed_mean_s();

@@ -35,10 +35,15 @@ impl Engine {
         let Some(t) = files.get_mut(&id) else { return };
         let now = SystemTime::now();
         #[cfg(feature = "mlflow-sqlite")]
-        if t.db.is_none() && t.stream.format().is_none() && crate::files::is_sqlite(&t.file) {
+        if t.db.is_none()
+            && t.offset == 0
+            && t.stream.format().is_none()
+            && crate::files::is_sqlite(&t.file)
+        {
             // Opened before it was a database: SQLite creates the file empty and writes its
-            // header with the first commit (MLflow's writer creating its tables). Followed as
-            // a database from now on.
+            // header (page 1, whole) with the first commit (MLflow's writer creating its
+            // tables), so nothing was read of it as text yet. Followed as a database from now
+            // on; a file already read as text is never looked at again.
             match t
                 .file
                 .metadata()
