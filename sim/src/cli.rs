@@ -162,7 +162,9 @@ struct RunArgs {
     #[arg(long)]
     trace: PathBuf,
     /// `NODE_POLICY[/PLACEMENT][+FLAG]`, or a system name: fair, flowcon, specon, procon,
-    /// fifo, ours. Flags: +no-move, +reserve, +rebalance (SpeCon's Algorithm 3).
+    /// fifo, ours. Flags: +no-move, +reserve, +rebalance (SpeCon's Algorithm 3), +pays,
+    /// +preempt, +elastic, +least, +scratch (a saved job starts again from scratch), +gpu-power,
+    /// +gpu-fixed.
     #[arg(long)]
     policy: String,
     #[command(flatten)]
