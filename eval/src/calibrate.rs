@@ -584,6 +584,24 @@ pub(crate) fn report(
             None => "No policy run stated its plan: the simulated node delivers all of it.".into(),
         }
     );
+    let contention = crate::contention::fit(fair);
+    if !contention.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nContention (not in the simulated node): each job's CPU-seconds per epoch against \
+             the number of other jobs running beside it, `base × (1 + c × others)`, least squares \
+             over every epoch of the fair runs; govsim models it with `--contention c`:\n\n\
+             | job | epochs | CPU-s per epoch alone | c per other job |\n\
+             | --- | ---: | ---: | ---: |"
+        );
+        for f in &contention {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.3} | {:+.3} |",
+                f.name, f.epochs, f.base, f.per_other_job
+            );
+        }
+    }
     let fair_sim = simulate(&models, "fair", cores, e)?;
     let mut rows = vec![("fair".to_owned(), fair.to_vec(), fair_sim.clone())];
     for (p, runs) in policies {
@@ -737,6 +755,7 @@ pub(crate) fn report(
             "cores": node_cores,
             "effective_cores": cores,
             "enforcement": enforcement.map(|(e, _)| e),
+            "contention": contention,
         }),
     ))
 }

@@ -26,6 +26,7 @@ pub mod bench_ebpf;
 pub mod bench_move;
 pub mod bench_real;
 mod calibrate;
+mod contention;
 mod procfs;
 
 /// The evaluation's commands: `goveval <COMMAND>`, and the same under `cargo xtask`.

@@ -418,6 +418,14 @@ pub struct UnknownPolicy {
 
 /// Build a policy by name with its default parameters.
 pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
+    if let Some(params) = name.strip_prefix("soonest:") {
+        return soonest::Soonest::with_params(params)
+            .map(|p| Box::new(p) as Box<dyn PlacementPolicy>)
+            .map_err(|why| UnknownPolicy {
+                name: format!("{name} ({why})"),
+                known: "soonest:contention=C,converged=CLAIM".into(),
+            });
+    }
     Ok(match name {
         "soonest" => Box::new(soonest::Soonest::default()),
         "flowcon" => Box::new(flowcon::FlowCon),

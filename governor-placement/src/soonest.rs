@@ -32,6 +32,8 @@
 //! size and background load; ProCon sees only jobs with epoch logs and ignores converged jobs
 //! yielding CPU; round-robin and first-fit ignore load. None of them packs GPUs.
 
+use governor_policy::Category;
+
 use super::{
     ClusterView, JobRequest, JobView, NoFit, NodeView, Placement, PlacementPolicy, best_k,
     feasible_nodes, finish,
@@ -46,6 +48,21 @@ pub struct Soonest {
     pub tolerance: f64,
     /// A competitor with less than this many seconds left claims proportionally less.
     pub horizon_s: f64,
+    /// What each job already on a node costs the newcomer beyond its CPU claim (caches, memory
+    /// bandwidth, thread pools on shared cores): the predicted share is divided by
+    /// `1 + contention × jobs on the node`. A converged job yields its CPU but still runs;
+    /// this is what makes a node of five converged jobs worse than an empty one.
+    /// `cargo xtask bench-real --report-only` measures it per job on real cores
+    /// (docs/evaluation/simulator.md#contention: up to 0.1 for Keras jobs, 1.0 for OpenBLAS
+    /// with more threads than cores); 0 ignores it (`soonest:contention=0`).
+    ///
+    /// Default 0.3, chosen by measurement in govsim (`govsim paper all --contention 0,0.1,0.3
+    /// --also learning-first/soonest:contention=0.3`, 2026-11-29): against 0 it shortens ours'
+    /// average JCT summed over the papers' 11 scenarios by 5.9, 10.5 and 33.0 points in worlds
+    /// of contention 0, 0.1 and 0.3, worse by more than a point only on `specon-30` at 0.1
+    /// (+2.1). Higher than the Keras jobs' own contention because a co-runner also competes
+    /// for the CPU a converged job gives back when it speeds up again.
+    pub contention: f64,
     sums: SumsCache,
 }
 
@@ -55,8 +72,41 @@ impl Default for Soonest {
             claim: [1.0, 1.0, 0.5, 0.15],
             tolerance: 0.05,
             horizon_s: 600.0,
+            contention: 0.3,
             sums: SumsCache::default(),
         }
+    }
+}
+
+impl Soonest {
+    /// `KEY=VALUE[,KEY=VALUE]`: `contention` (0 or more) and `converged` (the claim of a
+    /// converged job, 0 to 1).
+    pub fn with_params(params: &str) -> Result<Self, String> {
+        let mut policy = Soonest::default();
+        for pair in params.split(',').filter(|p| !p.trim().is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE"))?;
+            let value: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{key}={value:?}: not a number"))?;
+            match key.trim() {
+                "contention" if value.is_finite() && value >= 0.0 => policy.contention = value,
+                "converged" if (0.0..=1.0).contains(&value) => {
+                    policy.claim[Category::Converged.index()] = value;
+                }
+                "contention" | "converged" => {
+                    return Err(format!("{key}={value} is out of range"));
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter {other:?} (contention, converged)"
+                    ));
+                }
+            }
+        }
+        Ok(policy)
     }
 }
 
@@ -65,6 +115,8 @@ impl Default for Soonest {
 struct JobSums {
     cpu_cores: f64,
     claims: f64,
+    /// Jobs on the node, pending placements included.
+    jobs: usize,
     /// Counted once per revision too: walking every GPU node's GPUs at each placement was a
     /// fifth of the admission round at 10,000 nodes (`perf` on `admission_round`).
     free_gpus: usize,
@@ -94,12 +146,14 @@ impl Soonest {
         JobSums {
             cpu_cores: node.jobs().iter().map(|j| j.cpu_cores).sum(),
             claims: node.jobs().iter().map(|j| self.claim_of(j)).sum(),
+            jobs: node.jobs().len(),
             free_gpus: node.free_gpu_count(),
         }
     }
 
     /// The sums of every node, from the cache where the node has not changed since.
     fn refresh_sums(&mut self, cluster: &ClusterView) {
+        // The contention is applied to the sums, not inside them: it is not a cache key.
         let parameters = (self.claim.map(f64::to_bits), self.horizon_s.to_bits());
         let mut cache = std::mem::take(&mut self.sums);
         if cache.parameters != Some(parameters) {
@@ -133,11 +187,14 @@ impl Soonest {
         if memory_tight {
             share *= 0.5;
         }
+        let slowdown = 1.0 + self.contention.max(0.0) * sums.jobs as f64;
         Estimate {
             available,
             claims,
-            share,
+            share: share / slowdown,
             memory_tight,
+            co_runners: sums.jobs,
+            slowdown,
         }
     }
 
@@ -152,16 +209,27 @@ impl Soonest {
 struct Estimate {
     available: f64,
     claims: f64,
+    /// Cores' worth of progress: the predicted cores over the contention's slowdown.
     share: f64,
     memory_tight: bool,
+    co_runners: usize,
+    slowdown: f64,
 }
 
 impl Estimate {
     fn note(&self) -> String {
         format!(
-            "{:.1} cores available, competing claims {:.2} -> {:.2} cores{}",
+            "{:.1} cores available, competing claims {:.2}{} -> {:.2} cores{}",
             self.available,
             self.claims,
+            if self.slowdown > 1.0 {
+                format!(
+                    ", {} jobs beside it (x{:.2} contention)",
+                    self.co_runners, self.slowdown
+                )
+            } else {
+                String::new()
+            },
             self.share,
             if self.memory_tight {
                 ", memory over 90%: halved"
@@ -247,7 +315,6 @@ mod tests {
     use super::*;
     use crate::testing::*;
     use Category::*;
-    use governor_policy::Category;
 
     fn place(c: &ClusterView, req: &JobRequest) -> Placement {
         Soonest::default().place(c, req).unwrap()
@@ -260,6 +327,44 @@ mod tests {
             node("b", vec![job("z", Converged), job("w", Converged)]),
         ]);
         assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "b");
+    }
+
+    #[test]
+    fn with_contention_a_node_of_many_converged_jobs_loses_to_one_with_a_single_learner() {
+        let c = cluster(vec![
+            node(
+                "a",
+                (0..4).map(|k| job(&format!("c{k}"), Converged)).collect(),
+            ),
+            node("b", vec![job("p", Progressing)]),
+        ]);
+        let req = JobRequest::new("n", 0);
+        // Converged jobs claim little CPU: without contention the four look lighter than one
+        // learner (1 + 4 x 0.15 = 1.6 against 2).
+        let mut ignoring = Soonest::with_params("contention=0").unwrap();
+        assert_eq!(chosen(&c, &ignoring.place(&c, &req).unwrap()), "a");
+        // Each of them still runs beside the newcomer: at 0.3 a job, 1.6 x 2.2 against 2 x 1.3.
+        let placed = place(&c, &req);
+        assert_eq!(chosen(&c, &placed), "b");
+        assert!(
+            placed.candidates[0].note.contains("x1.30 contention"),
+            "{:?}",
+            placed.candidates
+        );
+    }
+
+    #[test]
+    fn soonest_parameters_are_checked() {
+        assert!(Soonest::with_params("contention=0.1,converged=0.5").is_ok());
+        for bad in ["contention=-1", "converged=2", "speed=1", "contention"] {
+            assert!(Soonest::with_params(bad).is_err(), "{bad}");
+        }
+        assert!(crate::by_name("soonest:contention=0.1").is_ok());
+        let e = crate::by_name("soonest:contention=x")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not a number"), "{e}");
     }
 
     #[test]
@@ -293,15 +398,16 @@ mod tests {
 
     #[test]
     fn a_big_busy_node_can_beat_a_small_idle_one() {
-        // 16 cores shared by 3 (16/3 = 5.3) beat 4 cores alone (4).
+        // 32 cores shared by 3 (32/3 = 10.7), slowed by its two co-runners (x 1.6 at the
+        // default contention: 6.7), beat 4 cores alone (4).
         let mut big = node("big", vec![job("x", Progressing), job("y", Progressing)]);
-        big.cores = 16.0;
+        big.cores = 32.0;
         let mut small = node("small", vec![]);
         small.cores = 4.0;
         let c = cluster(vec![big, small]);
         let p = place(&c, &JobRequest::new("n", 0));
         assert_eq!(chosen(&c, &p), "big");
-        assert!((p.candidates[0].score - 16.0 / 3.0).abs() < 1e-9);
+        assert!((p.candidates[0].score - 32.0 / 3.0 / 1.6).abs() < 1e-9);
     }
 
     #[test]
@@ -373,7 +479,8 @@ mod tests {
         let req = JobRequest::new("n", 0);
         assert!((s.predicted_share(&c.nodes[0], &req).0 - 2.0).abs() < 1e-9);
         assert!((s.predicted_share(&c.nodes[1], &req).0 - 4.0).abs() < 1e-9);
-        assert!((s.predicted_share(&c.nodes[2], &req).0 - 8.0 / 1.5).abs() < 1e-9);
+        // One watching job: claims 0.5, and slows the newcomer by the default contention.
+        assert!((s.predicted_share(&c.nodes[2], &req).0 - 8.0 / 1.5 / 1.3).abs() < 1e-9);
         assert_eq!(chosen(&c, &place(&c, &req)), "c");
     }
 }

@@ -151,6 +151,11 @@ struct ClusterArgs {
     /// Seconds between usage samples (the daemon's `sample_interval`).
     #[arg(long, default_value_t = 1.0)]
     usage_interval: f64,
+    /// Contention beyond CPU shares: a job's CPU-seconds per unit of work grow by this much
+    /// per other job running on its worker (bench-real measured up to 0.10 for Keras jobs and
+    /// 1.0 for an OpenBLAS job with more threads than cores).
+    #[arg(long, default_value_t = 0.0)]
+    contention: f64,
     /// Seed (log noise).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -236,6 +241,13 @@ struct PaperArgs {
     /// by `cargo xtask bench-move` in the VM bed, TCG).
     #[arg(long)]
     move_cost: Option<String>,
+    /// Contention beyond CPU shares: a job's CPU-seconds per unit of work grow by this much
+    /// per other job running on its worker. Presets measured by bench-real on real cores:
+    /// `keras` (0.10, TensorFlow/Keras jobs) and `blas` (1.0, OpenBLAS with more threads than
+    /// cores); 0 (the default) models none. Several, comma-separated (`0,keras,blas`): a table
+    /// of each paper's system, ours and fair against the paper's baseline under each.
+    #[arg(long, default_value = "0")]
+    contention: String,
 }
 
 #[derive(Debug, Args)]
@@ -505,6 +517,13 @@ fn read_trace(path: &Path) -> Result<Trace> {
     Ok(Trace::read(path)?)
 }
 
+fn contention(c: f64) -> Result<f64> {
+    if !(c.is_finite() && c >= 0.0) {
+        bail!("--contention must be 0 or more (got {c})");
+    }
+    Ok(c)
+}
+
 fn cluster_config(args: &ClusterArgs) -> Result<ClusterConfig> {
     if args.workers == 0 {
         bail!("--workers must be at least 1");
@@ -527,6 +546,7 @@ fn cluster_config(args: &ClusterArgs) -> Result<ClusterConfig> {
         bail!("--usage-interval must be positive");
     }
     config.usage_interval = args.usage_interval;
+    config.contention = contention(args.contention)?;
     Ok(config)
 }
 
@@ -634,7 +654,19 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         args.out.as_deref(),
         args.json,
         &args.also,
-        args.move_cost.as_deref(),
+        &sim::paper::Tweaks {
+            move_cost: args.move_cost.as_deref(),
+            contention: &args
+                .contention
+                .split(',')
+                .map(|c| match sim::paper::contention_preset(c) {
+                    Some(c) => Ok(c),
+                    None => contention(c.trim().parse().map_err(|_| {
+                        anyhow::anyhow!("--contention {c:?}: a number, keras or blas")
+                    })?),
+                })
+                .collect::<Result<Vec<f64>>>()?,
+        },
     )
 }
 

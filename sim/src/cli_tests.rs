@@ -17,6 +17,7 @@ fn cluster_args() -> ClusterArgs {
         start_delay: 0.0,
         progress_delay: 0.2,
         usage_interval: 0.5,
+        contention: 0.0,
         seed: 1,
     }
 }
@@ -28,6 +29,13 @@ fn cluster_flags_become_a_cluster_and_bad_ones_are_refused() {
     assert_eq!(c.workers[1].name, "w02");
     assert_eq!(c.usage_interval, 0.5);
     assert_eq!(c.start_delay, 0.0);
+    assert_eq!(c.contention, 0.0);
+    let c = cluster_config(&ClusterArgs {
+        contention: 0.1,
+        ..cluster_args()
+    })
+    .unwrap();
+    assert_eq!(c.contention, 0.1);
     for bad in [
         ClusterArgs {
             workers: 0,
@@ -39,6 +47,10 @@ fn cluster_flags_become_a_cluster_and_bad_ones_are_refused() {
         },
         ClusterArgs {
             usage_interval: 0.0,
+            ..cluster_args()
+        },
+        ClusterArgs {
+            contention: -0.1,
             ..cluster_args()
         },
     ] {

@@ -69,7 +69,7 @@ mod results;
 mod single;
 mod step;
 
-pub use config::{ClusterConfig, MoveDowntime, WorkerSpec};
+pub use config::{ACTIVE_CORES, ClusterConfig, MoveDowntime, WorkerSpec};
 pub use driver::{PlannerStep, planner_config};
 pub use policy_spec::{PREEMPT_MIN_RUN_S, PolicySpec, RESIZE_MIN_RUN_S};
 pub use results::{ClusterRun, JobOutcome, MoveRecord, RunError, WorkerTimeline};
@@ -173,6 +173,9 @@ struct Rt {
     timeline: Vec<(f64, f64)>,
     /// It started over (`+scratch`): its next log line begins a new run.
     restarted: bool,
+    /// Its CPU-seconds per unit of work over what it would need alone on its worker
+    /// ([`ClusterConfig::contention`]); 1 without contention.
+    slowdown: f64,
 }
 
 impl Rt {
@@ -438,6 +441,7 @@ impl<'a> Engine<'a> {
                         move_requested_at: None,
                         timeline: Vec::new(),
                         restarted: false,
+                        slowdown: 1.0,
                     }
                 })
                 .collect(),
@@ -515,7 +519,7 @@ fn gpu_limit_for(category: Category, now: f64, submit: f64, search: bool, rt: &m
 
 /// Work per second of job `j`: its CPU speed, times its GPUs' throughput at their limit.
 fn speed_with(job: &TraceJob, rt: &Rt) -> f64 {
-    let cpu = job.model.speed(rt.cores);
+    let cpu = job.model.speed(rt.cores) / rt.slowdown;
     if job.gpus > 0 && rt.gpu_limit < 1.0 {
         cpu * crate::gpu::GpuModel::default().throughput(rt.gpu_limit)
     } else {

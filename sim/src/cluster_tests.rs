@@ -110,6 +110,44 @@ fn a_tiny_trace_has_the_answer_worked_out_by_hand() {
 }
 
 #[test]
+fn contention_slows_only_the_jobs_running_together_by_its_share_per_other_job() {
+    // The hand-worked trace above with contention 0.25: a alone does 40 by 20; then each of a
+    // and b needs 1.25 CPU-s per unit of work: b's 50 take 62.5 s (done at 82.5), in which a
+    // does 50 (90 in all); a alone again at full speed: 10 left on 2 cores, 5 s.
+    let t = trace(vec![job("a", 0.0, 100.0, 2.0), job("b", 20.0, 50.0, 1.0)]);
+    let mut config = ClusterConfig::homogeneous(1, 2.0, 16 * GIB, 0);
+    config.start_delay = 0.0;
+    config.contention = 0.25;
+    let run = run_cluster(&t, &config, &spec("fair"), 1).unwrap();
+    assert!(close(run.jobs[1].finish.unwrap(), 82.5), "{:?}", run.jobs);
+    assert!(close(run.jobs[0].finish.unwrap(), 87.5), "{:?}", run.jobs);
+    // The same jobs on two workers never run together: no contention.
+    let mut two = ClusterConfig::homogeneous(2, 2.0, 16 * GIB, 0);
+    two.start_delay = 0.0;
+    two.contention = 0.25;
+    let run = run_cluster(&t, &two, &spec("fair"), 1).unwrap();
+    assert!(close(run.jobs[0].finish.unwrap(), 50.0), "{:?}", run.jobs);
+    assert!(close(run.jobs[1].finish.unwrap(), 70.0), "{:?}", run.jobs);
+}
+
+#[test]
+fn a_job_held_below_the_active_threshold_does_not_count_as_a_co_runner() {
+    let mut config = ClusterConfig::homogeneous(1, 4.0, 16 * GIB, 0);
+    config.contention = 0.2;
+    let f = config.contention_factors(&[2.0, 1.0, ACTIVE_CORES / 2.0]);
+    assert!(close(f[0], 1.2) && close(f[1], 1.2), "{f:?}");
+    // The held job itself still runs beside the two others.
+    assert!(close(f[2], 1.4), "{f:?}");
+    config.contention = 0.0;
+    assert!(
+        config
+            .contention_factors(&[1.0, 1.0])
+            .iter()
+            .all(|&x| close(x, 1.0))
+    );
+}
+
+#[test]
 fn spread_puts_concurrent_jobs_on_different_workers() {
     let t = trace(vec![
         job("a", 0.0, 100.0, 2.0),

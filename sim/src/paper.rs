@@ -83,6 +83,63 @@ pub fn scenarios() -> Vec<PaperScenario> {
     let four_by_four = vec![(4.0, 16); 4];
     vec![
         PaperScenario {
+            name: "flowcon-1w-10",
+            title: "FlowCon: 10 jobs on one worker of 4 vCPUs, [0, 200] s (§6.3, Fig. 5)",
+            workers: vec![(4.0, 16)],
+            jobs: 10,
+            arrival: Arrival::Uniform {
+                start: 0.0,
+                end: 200.0,
+            },
+            work: (150.0, 1400.0),
+            parallelism: vec![1.0, 2.0, 3.0, 4.0],
+            single_model: false,
+            epochs_in_log: 0.5,
+            assumptions: "one worker of 4 vCPUs (the paper's multi-worker runs use 4-vCPU \
+                          workers; its single worker's size is not stated); job sizes and \
+                          parallelism as flowcon-20 (fair's makespan near the paper's 1385 s); \
+                          no placement (one worker), so only FlowCon's node algorithms act",
+            reported: Reported {
+                baseline: PAPERS_BASELINE,
+                policy: "flowcon",
+                // The paper gives each job's time in a figure, not their average.
+                avg_jct_change: f64::NAN,
+                makespan_change: 1350.7 / 1384.9 - 1.0,
+                faster: 9.0 / 10.0,
+                best_job_change: 110.8 / 188.3 - 1.0,
+                source: "FlowCon §6.3, Fig. 5: makespan 1384.9 -> 1350.7 s, 9 of 10 jobs faster \
+                         (1.8% to 41.2%), Job-2 +1.1%",
+            },
+            extra_policies: vec![],
+        },
+        PaperScenario {
+            name: "flowcon-1w-15",
+            title: "FlowCon: 15 jobs on one worker of 4 vCPUs, [0, 200] s (§6.3, Fig. 8)",
+            workers: vec![(4.0, 16)],
+            jobs: 15,
+            arrival: Arrival::Uniform {
+                start: 0.0,
+                end: 200.0,
+            },
+            work: (150.0, 1400.0),
+            parallelism: vec![1.0, 2.0, 3.0, 4.0],
+            single_model: false,
+            epochs_in_log: 0.5,
+            assumptions: "as flowcon-1w-10 with 15 jobs (fair's makespan about 15% above the \
+                          paper's 1980 s)",
+            reported: Reported {
+                baseline: PAPERS_BASELINE,
+                policy: "flowcon",
+                avg_jct_change: f64::NAN,
+                makespan_change: 1950.9 / 1980.1 - 1.0,
+                faster: 11.0 / 15.0,
+                best_job_change: 271.4 / 308.1 - 1.0,
+                source: "FlowCon §6.3, Fig. 8: makespan 1980.1 -> 1950.9 s, 11 of 15 jobs \
+                         faster (1.2% to 11.9%), the slowest +5.7%",
+            },
+            extra_policies: vec![],
+        },
+        PaperScenario {
             name: "flowcon-20",
             title: "FlowCon: 20 jobs on 4 workers of 4 vCPUs (Fig. 13)",
             workers: four_by_four.clone(),
@@ -578,6 +635,29 @@ pub fn synthetic_curves() -> Vec<RealCurve> {
         .collect()
 }
 
+/// Contention as `cargo xtask bench-real --report-only` fits it within one series of real
+/// runs ([`crate::cluster::ClusterConfig::contention`]; docs/evaluation/simulator.md#contention):
+/// TensorFlow/Keras jobs, the papers' kind, -0.04 to +0.10 per other running job (`keras`:
+/// the upper end); a scikit-learn job whose OpenBLAS runs more threads than cores, 0.96 and
+/// 1.10 in two series (`blas`: 1.0).
+pub fn contention_preset(name: &str) -> Option<f64> {
+    match name {
+        "keras" => Some(0.10),
+        "blas" => Some(1.0),
+        _ => None,
+    }
+}
+
+/// What `govsim paper` may change in the cluster model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tweaks<'a> {
+    /// What a move costs, by preset name (`None`: the cluster's default).
+    pub move_cost: Option<&'a str>,
+    /// [`crate::cluster::ClusterConfig::contention`]; several: compare the papers' systems,
+    /// ours and fair with their baselines under each ([`contention_rows`]).
+    pub contention: &'a [f64],
+}
+
 /// Run a scenario over `seeds`: the per-seed reports.
 pub fn run_scenario(
     s: &PaperScenario,
@@ -585,39 +665,145 @@ pub fn run_scenario(
     seeds: &[u64],
     record_timeline: bool,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
-    run_scenario_with(s, curves, seeds, record_timeline, None)
+    run_scenario_with(s, curves, seeds, record_timeline, None, 0.0)
 }
 
-/// [`run_scenario`] with the cost of a move set (`None`: the cluster's default).
+/// [`run_scenario`] with the cost of a move set (`None`: the cluster's default) and the
+/// contention between co-running jobs.
 pub fn run_scenario_with(
     s: &PaperScenario,
     curves: &[RealCurve],
     seeds: &[u64],
     record_timeline: bool,
     move_cost: Option<crate::cluster::MoveDowntime>,
+    contention: f64,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
-    let specs = s
-        .policies()
+    let mut config = s.cluster();
+    config.record_timeline = record_timeline;
+    if let Some(cost) = move_cost {
+        config.move_cost = cost;
+    }
+    config.contention = contention;
+    run_policies(s, curves, seeds, &config, &s.policies())
+}
+
+/// Run `policies` on a scenario's traces with `config`.
+fn run_policies(
+    s: &PaperScenario,
+    curves: &[RealCurve],
+    seeds: &[u64],
+    config: &ClusterConfig,
+    policies: &[String],
+) -> Result<Vec<(Trace, Vec<RunReport>)>> {
+    let specs = policies
         .iter()
         .map(|p| {
             p.parse::<PolicySpec>()
                 .map_err(|e| anyhow::anyhow!("scenario {}: {e}", s.name))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut config = s.cluster();
-    config.record_timeline = record_timeline;
-    if let Some(cost) = move_cost {
-        config.move_cost = cost;
-    }
     seeds
         .iter()
         .map(|&seed| {
             let trace = s.trace(curves, seed);
-            let reports = evaluate::evaluate(&trace, &config, &specs, seed)
+            let reports = evaluate::evaluate(&trace, config, &specs, seed)
                 .with_context(|| format!("scenario {} seed {seed}", s.name))?;
             Ok((trace, reports))
         })
         .collect()
+}
+
+/// One scenario under one contention: the paper's system, `ours` and `fair` against the paper's
+/// baseline (geometric means over the seeds of the ratios of average JCT and of makespan).
+#[derive(Clone, Debug, Serialize)]
+pub struct ContentionRow {
+    pub scenario: &'static str,
+    pub contention: f64,
+    /// The paper's system against its baseline, as [`Simulated`].
+    pub paper_system: Simulated,
+    /// `ours` against the paper's baseline and against the paper's system.
+    pub ours_vs_baseline: (f64, f64),
+    pub ours_vs_paper_system: (f64, f64),
+    /// `fair` (spread by count, kernel shares) against the paper's baseline.
+    pub fair_vs_baseline: (f64, f64),
+}
+
+/// [`ContentionRow`]s of a scenario, one per contention.
+pub fn contention_rows(
+    s: &PaperScenario,
+    curves: &[RealCurve],
+    seeds: &[u64],
+    contentions: &[f64],
+) -> Result<Vec<ContentionRow>> {
+    let p = &s.reported;
+    let policies: Vec<String> = ["fair", p.baseline, p.policy, "ours"]
+        .iter()
+        .map(|x| (*x).to_owned())
+        .collect();
+    contentions
+        .iter()
+        .map(|&c| {
+            let mut config = s.cluster();
+            config.contention = c;
+            let runs = run_policies(s, curves, seeds, &config, &policies)?;
+            let per_seed: Vec<Vec<RunReport>> = runs.into_iter().map(|(_, r)| r).collect();
+            let rows = aggregate(&per_seed);
+            let row = |name: &str| {
+                rows.iter()
+                    .find(|r| r.policy == name)
+                    .with_context(|| format!("{} ran no {name}", s.name))
+            };
+            let (fair, base, sys, ours) =
+                (row("fair")?, row(p.baseline)?, row(p.policy)?, row("ours")?);
+            let vs = |a: &Aggregate, b: &Aggregate| {
+                (
+                    a.avg_jct_vs_fair / b.avg_jct_vs_fair - 1.0,
+                    a.makespan_vs_fair / b.makespan_vs_fair - 1.0,
+                )
+            };
+            Ok(ContentionRow {
+                scenario: s.name,
+                contention: c,
+                paper_system: simulated(p, &rows).context("the paper's system ran")?,
+                ours_vs_baseline: vs(ours, base),
+                ours_vs_paper_system: vs(ours, sys),
+                fair_vs_baseline: vs(fair, base),
+            })
+        })
+        .collect()
+}
+
+/// The Markdown table of [`contention_rows`] for several scenarios, the paper's figure first.
+pub fn contention_markdown(scenarios: &[(&PaperScenario, Vec<ContentionRow>)]) -> String {
+    let mut out = String::from(
+        "| scenario | contention | paper's system vs its baseline (avg JCT / makespan) | ours vs the paper's baseline | ours vs the paper's system | fair vs the paper's baseline |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let pair = |(a, b): (f64, f64)| format!("{} / {}", pct(a), pct(b));
+    for (s, rows) in scenarios {
+        let p = &s.reported;
+        out.push_str(&format!(
+            "| `{}` | *paper* | *{} vs {}: {}* | | | |\n",
+            s.name,
+            p.policy,
+            p.baseline,
+            pair((p.avg_jct_change, p.makespan_change))
+        ));
+        for r in rows {
+            out.push_str(&format!(
+                "| | {} | {} | {} | {} | {} |\n",
+                r.contention,
+                pair((
+                    r.paper_system.avg_jct_change,
+                    r.paper_system.makespan_change
+                )),
+                pair(r.ours_vs_baseline),
+                pair(r.ours_vs_paper_system),
+                pair(r.fair_vs_baseline),
+            ));
+        }
+    }
+    out
 }
 
 /// `govsim paper NAME|list|all`.
@@ -628,9 +814,10 @@ pub fn command(
     out: Option<&Path>,
     as_json: bool,
     also: &[String],
-    move_cost: Option<&str>,
+    tweaks: &Tweaks<'_>,
 ) -> Result<()> {
-    let move_cost = move_cost
+    let move_cost = tweaks
+        .move_cost
         .map(|m| {
             crate::cluster::MoveDowntime::by_name(m).ok_or_else(|| {
                 anyhow::anyhow!("--move-cost {m:?}: one of default, framework, criu-tcg")
@@ -674,9 +861,29 @@ pub fn command(
         bail!("no usable loss curve under {}", logs.display());
     }
     let seeds = seeds.unwrap_or_else(|| (1..=5).collect());
+    if let [_, _, ..] = tweaks.contention {
+        let mut tables = Vec::new();
+        for s in chosen {
+            tables.push((s, contention_rows(s, &curves, &seeds, tweaks.contention)?));
+        }
+        if as_json {
+            let rows: Vec<&ContentionRow> = tables.iter().flat_map(|(_, r)| r).collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", contention_markdown(&tables));
+        }
+        return Ok(());
+    }
+    let contention = tweaks.contention.first().copied().unwrap_or(0.0);
     let mut json_out = Vec::new();
+    if !as_json && contention > 0.0 {
+        println!(
+            "_Contention {contention}: a job's CPU-seconds per unit of work grow by \
+             {contention} per other job running on its worker._\n"
+        );
+    }
     for s in chosen {
-        let runs = run_scenario_with(s, &curves, &seeds, out.is_some(), move_cost)?;
+        let runs = run_scenario_with(s, &curves, &seeds, out.is_some(), move_cost, contention)?;
         if let Some(dir) = out {
             for ((trace, reports), seed) in runs.iter().zip(&seeds) {
                 std::fs::create_dir_all(dir)?;
@@ -699,6 +906,7 @@ pub fn command(
                 "scenario": s.name,
                 "title": s.title,
                 "seeds": seeds,
+                "contention": contention,
                 "paper": s.reported,
                 "simulated": simulated(&s.reported, &rows),
                 "policies": rows,

@@ -118,6 +118,35 @@ pub struct ClusterConfig {
     /// Record every decision's allocations with the policy's reasons (single-node runs).
     #[serde(default)]
     pub record_decisions: bool,
+    /// Contention between co-running jobs beyond their CPU shares (caches, memory bandwidth,
+    /// thread pools spinning on shared cores): a job's CPU-seconds per unit of work grow by
+    /// this much for each other job running on its worker at the same time (a job counts as
+    /// running while it is given more than [`ACTIVE_CORES`]). 0: none (the default). Measured
+    /// on real jobs by `cargo xtask bench-real --report-only` (its "Contention" lines): -0.04
+    /// to +0.10 for TensorFlow/Keras jobs, about 1.0 for a scikit-learn job whose OpenBLAS runs
+    /// more threads than cores (docs/evaluation/simulator.md#contention).
+    #[serde(default)]
+    pub contention: f64,
+}
+
+/// A job given fewer cores than this does not count as running for [`ClusterConfig::contention`]
+/// (the threshold the real runs' fit uses to call a job active).
+pub const ACTIVE_CORES: f64 = 0.05;
+
+impl ClusterConfig {
+    /// How much slower per CPU-second each job runs beside the others of its worker, given
+    /// every job's cores: `1 + contention × (other running jobs)`.
+    pub fn contention_factors(&self, cores: &[f64]) -> Vec<f64> {
+        let c = self.contention.max(0.0);
+        let running = cores.iter().filter(|&&x| x > ACTIVE_CORES).count();
+        cores
+            .iter()
+            .map(|&x| {
+                let others = running - usize::from(x > ACTIVE_CORES);
+                1.0 + c * others as f64
+            })
+            .collect()
+    }
 }
 
 fn exactly() -> f64 {
@@ -179,6 +208,7 @@ impl Default for ClusterConfig {
             record_timeline: false,
             enforcement: 1.0,
             record_decisions: false,
+            contention: 0.0,
         }
     }
 }

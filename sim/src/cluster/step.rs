@@ -430,8 +430,10 @@ impl Engine<'_> {
                 *s = enforcement * *s + (1.0 - enforcement) * f;
             }
         }
-        for (&j, &cores) in worker.running.iter().zip(&shares) {
+        let slowdowns = self.config.contention_factors(&shares);
+        for ((&j, &cores), slowdown) in worker.running.iter().zip(&shares).zip(slowdowns) {
             let rt = &mut self.rt[j];
+            rt.slowdown = slowdown;
             if self.config.record_timeline {
                 if (rt.cores - cores).abs() > 1e-9 {
                     worker.timeline.push((t, j, cores));
