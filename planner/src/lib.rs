@@ -136,6 +136,21 @@ pub struct StateConfig {
     pub resize_min_run_s: f64,
 }
 
+impl StateConfig {
+    /// The fence a node keeps ([`governor_proto::node::Welcome::fence_after_ms`]): a node that
+    /// has had none of its reports acknowledged for this long stops the jobs the coordinator
+    /// would start elsewhere if it lost the node. The coordinator starts such a job elsewhere
+    /// only once it has heard nothing from the node for `lost_after_s + lost_target_wait_s`
+    /// (the node lost, then the wait for a lost move target), counted from the last report it
+    /// received. The node counts from when it sent the last report acknowledged, which is no
+    /// later than when that report arrived, so its clock starts first. Half the interval leaves
+    /// the other half (155 s by default) for the job to save and be stopped, with the node's
+    /// `stop_grace` well inside it: the two intervals cannot overlap.
+    pub fn fence_after_s(&self) -> f64 {
+        0.5 * (self.lost_after_s + self.lost_target_wait_s).max(0.0)
+    }
+}
+
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {

@@ -1193,3 +1193,76 @@ fn a_job_is_moved_automatically_at_most_max_auto_moves_times() {
     assert_eq!(with_limit(Some(1)).map(|m| m.to_node), Some("c".into()));
     assert_eq!(with_limit(Some(0)), None, "no automatic move allowed");
 }
+
+/// The fence's side in the coordinator: a moved job is named to its target in every heartbeat
+/// while its move waits for it to run (the coordinator would start it again on its source if
+/// it lost the target), and no longer once the move is done; the bound is half the time after
+/// which the coordinator may do so.
+#[test]
+fn a_move_target_is_told_to_fence_the_job_until_its_move_is_done() {
+    let (mut s, a, b) = running_on_a();
+    let config = s.config().clone();
+    assert_eq!(config.fence_after_s(), 155.0);
+    assert_eq!(
+        s.heartbeat("b", b, 3).fence_after_ms,
+        155_000,
+        "{:?}",
+        s.heartbeat("b", b, 3)
+    );
+    assert!(s.fence_jobs("a").is_empty() && s.fence_jobs("b").is_empty());
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::Restoring);
+    let beat = s.heartbeat("b", b, 3);
+    assert_eq!(
+        (beat.acknowledged_sequence, beat.fence_jobs),
+        (3, vec!["j1".to_owned()])
+    );
+    assert!(
+        s.fence_jobs("a").is_empty(),
+        "the source has nothing to fence"
+    );
+    // A target that reconnects hears it in its welcome too.
+    let b2 = s.register(13.0, hello("b"), "10.0.0.2:1".into());
+    assert_eq!(b2.fence_jobs, ["j1"]);
+    let b = b2.session_id;
+    s.report(14.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    s.report(25.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    assert_eq!(phase(&s), MovePhase::Done);
+    assert!(s.fence_jobs("b").is_empty());
+}
+
+/// What the coordinator does with a move's target that saved and stopped the job on its own
+/// while the move waited for it (the node's fence, after losing the coordinator): the job did
+/// not complete; it is started again, on one node, from its checkpoint.
+#[test]
+fn a_target_that_saved_the_job_on_its_own_during_the_move_has_it_started_again_not_completed() {
+    let (mut s, a, b) = running_on_a();
+    s.move_job(10.0, "j1", Some("b"), "govctl move").unwrap();
+    s.report(12.0, "a", a, j1(RunState::Exited, 0, true))
+        .unwrap();
+    assert_eq!(
+        commands(&mut s),
+        ["save j1 on a", "start j1 on b attempt 1"]
+    );
+    s.report(13.0, "b", b, j1(RunState::Running, 1, false))
+        .unwrap();
+    // Cut off, b fenced it: saved and exited. It comes back and says so.
+    let b2 = s.register(60.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.take_outbox();
+    s.report(61.0, "b", b2, j1(RunState::Exited, 1, true))
+        .unwrap();
+    s.tick(61.0);
+    s.report(62.0, "b", b2, j1(RunState::Exited, 1, true))
+        .unwrap();
+    s.tick(62.0);
+    // The move counts done (the job ran on its target); the saved run is started again
+    // where it is, from the checkpoint it just wrote.
+    assert_eq!(commands(&mut s), ["start j1 on b attempt 2"]);
+    assert_eq!(phase(&s), MovePhase::Done);
+    assert_ne!(s.job_record("j1").unwrap().status, JobState::Completed);
+    assert!(!s.job_record("j1").unwrap().status.is_finished());
+}

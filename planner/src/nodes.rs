@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use governor_proto::control::{CategoryChange, JobState, NodeState, ProgressSample};
+use governor_proto::control::{CategoryChange, JobState, MovePhase, NodeState, ProgressSample};
 use governor_proto::node::{
     Category, Hello, JobOrigin, JobReport, NodeCommand, NodeReport, RunState, StopJob, Welcome,
 };
@@ -95,7 +95,37 @@ impl ClusterState {
         Welcome {
             session_id: session,
             report_interval_ms: self.config.report_interval_ms,
+            fence_after_ms: (self.config.fence_after_s() * 1000.0).min(f64::from(u32::MAX)) as u32,
+            acknowledged_sequence: 0,
+            fence_jobs: self.fence_jobs(&name),
         }
+    }
+
+    /// The heartbeat for `node`'s session `session`, acknowledging its report `sequence`.
+    pub fn heartbeat(&mut self, node: &str, session: u64, sequence: u64) -> Welcome {
+        Welcome {
+            session_id: session,
+            report_interval_ms: self.config.report_interval_ms,
+            fence_after_ms: (self.config.fence_after_s() * 1000.0).min(f64::from(u32::MAX)) as u32,
+            acknowledged_sequence: sequence,
+            fence_jobs: self.fence_jobs(node),
+        }
+    }
+
+    /// The jobs on `node` this coordinator would start elsewhere if it lost the node: those
+    /// moved there whose move waits for them to run (`restoring`: past
+    /// `lost_target_wait_s` such a move starts the job on its source again). A job placed
+    /// there afresh, or whose move is done, is never started elsewhere while the node is away.
+    pub fn fence_jobs(&mut self, node: &str) -> Vec<String> {
+        let mut ids = self.jobs_on(node);
+        ids.retain(|id| {
+            self.jobs.get(id).is_some_and(|j| {
+                j.active_move()
+                    .is_some_and(|m| m.phase == MovePhase::Restoring && m.to_node == node)
+            })
+        });
+        ids.sort();
+        ids
     }
 
     /// A node's session ended (stream closed). The node stays known; it is lost if it does not

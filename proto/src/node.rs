@@ -66,11 +66,23 @@ pub struct Hello {
 
 pub use crate::error::check_node_name as validate_node_name;
 
-/// The coordinator's answer to a [`Hello`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The coordinator's answer to a [`Hello`], and its heartbeat on the session after that.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Welcome {
     pub session_id: u64,
     pub report_interval_ms: u32,
+    /// The fence: a node with none of its reports acknowledged for this long stops (saves,
+    /// then stops) the jobs it received by a move, before the coordinator may start them
+    /// elsewhere. 0: none.
+    #[serde(default)]
+    pub fence_after_ms: u32,
+    /// The latest [`NodeReport::sequence`] of this session the coordinator has received.
+    #[serde(default)]
+    pub acknowledged_sequence: u64,
+    /// The jobs on this node the coordinator would start elsewhere if it lost the node (moved
+    /// here, not yet confirmed running): the ones the fence stops.
+    #[serde(default)]
+    pub fence_jobs: Vec<String>,
 }
 
 /// A job's training stage (FlowCon NL/WL/CL, SpeCon PC/WC/CC): the node policies' own type,

@@ -659,3 +659,175 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
     rt.block_on(server.kill());
     drop(fake);
 }
+
+/// The fence end to end: a job moved to the real daemon (from a stand-in node that saves it
+/// when asked) runs there; the coordinator then goes away. Once the bound has passed since the
+/// coordinator last acknowledged a report, the daemon asks the job to save (its declared
+/// signal) and it exits saved: it would not run beside the copy the coordinator may start on
+/// its source later. Not before the bound.
+#[test]
+fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
+    use governor::coordinator_client::{
+        AgentConfig, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport, RunState,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server: RunningServer = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.path().join("coordinator.redb"),
+            tls: None,
+            policy: "first-fit".into(),
+            // The fence: (2 + 4) / 2 = 3 s.
+            state: StateConfig {
+                lost_after_s: 2.0,
+                lost_target_wait_s: 4.0,
+                auto_move: false,
+                ..StateConfig::default()
+            },
+            web: Default::default(),
+        }))
+        .expect("the coordinator starts");
+    let address = server.addr.to_string();
+    let mut govctl = rt
+        .block_on(Client::connect(&address, None))
+        .expect("govctl connects");
+
+    // The source: a stand-in node that "runs" what it is told and saves it when asked.
+    let (report_tx, report_rx) = tokio::sync::watch::channel(NodeReport::default());
+    let (cmd_tx, mut cmd_rx) = tokio::sync::mpsc::channel::<NodeCommand>(16);
+    let config = AgentConfig::new(&address, "node-a", NodeCapacity::cpu_only(4.0, 8 << 30));
+    // Spawned on the runtime (it needs one), kept running for the whole test.
+    let _guard = rt.enter();
+    let _agent = NodeAgent::spawn(config, report_rx, cmd_tx);
+    let reports = report_tx.clone();
+    rt.spawn(async move {
+        while let Some(cmd) = cmd_rx.recv().await {
+            match cmd {
+                NodeCommand::Start(s) => reports.send_modify(|r| {
+                    r.jobs.retain(|j| j.job_id != s.job_id);
+                    let mut j = JobReport::running(&s.job_id, &s.name);
+                    j.attempt = s.attempt;
+                    r.jobs.push(j);
+                }),
+                NodeCommand::Save(s) => reports.send_modify(|r| {
+                    for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
+                        j.state = RunState::Exited;
+                        j.exit_code = Some(0);
+                        j.saved = true;
+                    }
+                }),
+                _ => {}
+            }
+        }
+    });
+    poll_until(
+        "node-a ready",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            let nodes = rt.block_on(govctl.nodes()).ok()?;
+            (nodes.len() == 1).then_some(())
+        },
+        String::new,
+    );
+    // The job: saves to its checkpoint on SIGUSR1 and exits 0.
+    let ckpt = dir.path().join("ckpt");
+    let log = dir.path().join("train.log");
+    let script = format!(
+        "trap 'mkdir -p {c}; echo saved > {c}/step; exit 0' USR1; \
+         while :; do echo 'loss=1.0' >> {l}; sleep 0.1; done",
+        c = ckpt.display(),
+        l = log.display()
+    );
+    let mut spec = JobSpec::new(
+        "train",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        log.display().to_string(),
+    );
+    spec.checkpoint = Some(governor_proto::node::Checkpoint {
+        dir: ckpt.display().to_string(),
+        save_signal: 10,
+        carry: false,
+        transparent: false,
+    });
+    let job = rt.block_on(govctl.submit(spec)).expect("submit");
+    assert_eq!(job.members[0].node, "node-a");
+
+    // The target: the real daemon.
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    let fake = FakeCgroupRoot::unified(&root);
+    fake.add_group(&format!("governor.slice/jobs/train-{}", job.id));
+    let out = dir.path().join("job-output");
+    let mut daemon = Daemon::configure(
+        "fair",
+        &format!(
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+            root.display(),
+            out.display()
+        ),
+    );
+    daemon.extra_args = vec![
+        "--dry-run".into(),
+        "--node-name".into(),
+        "node-b".into(),
+        "--coordinator".into(),
+        address.clone(),
+        "--insecure".into(),
+    ];
+    daemon.spawn();
+    wait_for("node-b ready", Duration::from_secs(30), &daemon, || {
+        let nodes = rt.block_on(govctl.nodes()).ok()?;
+        let n = nodes.iter().find(|n| n.name == "node-b")?;
+        (n.status == NodeState::Ready).then_some(())
+    });
+    rt.block_on(govctl.move_job(&job.id, Some("node-b")))
+        .expect("move to node-b");
+    wait_for(
+        "the job running on node-b",
+        Duration::from_secs(30),
+        &daemon,
+        || {
+            let j = rt.block_on(govctl.job(&job.id)).ok()?;
+            let m = j.summary.members.first()?;
+            (m.node == "node-b" && m.state == RunState::Running).then_some(())
+        },
+    );
+    assert!(!ckpt.join("step").exists());
+
+    // The coordinator goes away.
+    rt.block_on(server.stop());
+    let gone = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !ckpt.join("step").exists(),
+        "saved before the bound (3 s from the last acknowledged report)\n{}",
+        daemon.log_tail()
+    );
+    wait_for(
+        "the daemon to fence the job: saved",
+        Duration::from_secs(20),
+        &daemon,
+        || ckpt.join("step").exists().then_some(()),
+    );
+    assert!(
+        gone.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        gone.elapsed()
+    );
+    // It exited: the daemon no longer governs it, and says why it stopped it.
+    wait_for("the job gone", Duration::from_secs(10), &daemon, || {
+        daemon.job("train").is_none().then_some(())
+    });
+    assert!(
+        daemon.log_tail().contains("fencing a job"),
+        "{}",
+        daemon.log_tail()
+    );
+}

@@ -430,3 +430,127 @@ async fn messages_much_larger_than_the_codec_buffers_cross_both_ways() {
     node.commands.abort();
     server.stop().await;
 }
+
+/// The fence over the real coordinator and agent: the coordinator's heartbeats acknowledge the
+/// node's reports and carry its bound (half of `lost_after_s + lost_target_wait_s`); a job moved
+/// to a node is named in that node's heartbeats while its move waits for it; and once the
+/// coordinator is gone the node's fence falls due for that job after the bound, counted from
+/// the last report acknowledged (the daemon then saves and stops it: the launcher's tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_coordinator_fences_the_job_moved_to_it_after_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = server::start(ServerConfig {
+        listen: addr,
+        store: dir.path().join("coordinator.redb"),
+        tls: Some(TlsFiles::in_dir(dir.path(), certs::COORDINATOR)),
+        policy: "first-fit".into(),
+        state: StateConfig {
+            lost_after_s: 2.0,
+            lost_target_wait_s: 4.0,
+            // The test moves the job by hand; nothing else moves.
+            auto_move: false,
+            ..StateConfig::default()
+        },
+        web: Default::default(),
+    })
+    .await
+    .expect("the coordinator starts");
+    let addr = server.addr;
+    // Two agents; each "runs" what it is told to start, and a saves its job when asked.
+    let mut nodes = Vec::new();
+    for name in ["node-a", "node-b"] {
+        let (report_tx, report_rx) = watch::channel(NodeReport::default());
+        let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
+        let mut config =
+            AgentConfig::new(addr.to_string(), name, NodeCapacity::cpu_only(4.0, 8 << 30));
+        config.tls = Some(TlsFiles::in_dir(dir.path(), name));
+        let (_uploads_tx, uploads) = mpsc::channel(1);
+        let (agent, _status, contact) =
+            NodeAgent::spawn_with_contact(config, report_rx, cmd_tx, uploads);
+        let reports = report_tx.clone();
+        let commands = tokio::spawn(async move {
+            while let Some(cmd) = cmd_rx.recv().await {
+                match cmd {
+                    NodeCommand::Start(s) => reports.send_modify(|r| {
+                        r.jobs.retain(|j| j.job_id != s.job_id);
+                        let mut j = JobReport::running(&s.job_id, &s.name);
+                        j.attempt = s.attempt;
+                        r.jobs.push(j);
+                    }),
+                    NodeCommand::Save(s) => reports.send_modify(|r| {
+                        for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
+                            j.state = RunState::Exited;
+                            j.exit_code = Some(0);
+                            j.saved = true;
+                        }
+                    }),
+                    _ => {}
+                }
+            }
+        });
+        nodes.push((name, report_tx, agent, commands, contact));
+    }
+    let mut govctl = admin(dir.path(), addr).await;
+    eventually("both nodes ready", async || {
+        let n = govctl.nodes().await.ok()?;
+        (n.iter().filter(|n| n.status == NodeState::Ready).count() == 2).then_some(())
+    })
+    .await;
+    // Reports are acknowledged, with the coordinator's bound: (2 + 4) / 2 = 3 s.
+    let contact_b = nodes[1].4.clone();
+    let first = eventually("node-b's reports acknowledged", async || {
+        let c = contact_b.borrow().clone();
+        (c.fence_after == Some(Duration::from_secs(3))).then_some(c.confirmed_at?)
+    })
+    .await;
+    eventually("a later report acknowledged", async || {
+        (contact_b.borrow().confirmed_at? > first).then_some(())
+    })
+    .await;
+    let mut movable = spec("train");
+    movable.checkpoint = Some(governor_proto::node::Checkpoint {
+        dir: dir.path().join("ckpt").display().to_string(),
+        save_signal: 10,
+        carry: false,
+        transparent: false,
+    });
+    let job = govctl.submit(movable).await.unwrap();
+    let on = eventually("the job running", async || {
+        let j = govctl.job(&job.id).await.ok()?;
+        (j.summary.status == JobState::Running)
+            .then(|| j.summary.members.first().map(|m| m.node.clone()))
+            .flatten()
+    })
+    .await;
+    let to = if on == "node-a" { "node-b" } else { "node-a" };
+    let target = nodes.iter().position(|n| n.0 == to).unwrap();
+    govctl.move_job(&job.id, Some(to)).await.unwrap();
+    let contact = nodes[target].4.clone();
+    eventually("the target told to fence the moved job", async || {
+        (contact.borrow().fence_jobs == [job.id.clone()]).then_some(())
+    })
+    .await;
+    assert!(contact.borrow().due(std::time::Instant::now()).is_empty());
+    // The coordinator goes; the target's fence falls due 3 s after its last acknowledged
+    // report, not before.
+    server.stop().await;
+    let last = contact.borrow().confirmed_at.unwrap();
+    assert!(
+        contact
+            .borrow()
+            .due(last + Duration::from_millis(2900))
+            .is_empty()
+    );
+    eventually("the fence due", async || {
+        let due = contact.borrow().due(std::time::Instant::now()).to_vec();
+        (due == [job.id.clone()]).then_some(())
+    })
+    .await;
+    assert!(last.elapsed() >= Duration::from_secs(3));
+    for (_, _, agent, commands, _) in nodes {
+        agent.abort();
+        commands.abort();
+    }
+}

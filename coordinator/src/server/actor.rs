@@ -331,6 +331,9 @@ struct Actor {
     state: ClusterState,
     store: Store,
     sessions: HashMap<String, (u64, SessionTx)>,
+    /// The latest report sequence received from each node's current session: its heartbeat
+    /// acknowledges it (the node's fence counts from when it sent that report).
+    acknowledged: HashMap<String, u64>,
     latency: LatencyStats,
     /// The same latencies as a Prometheus histogram (`/metrics`).
     latency_histogram: super::web::PlacementHistogram,
@@ -354,6 +357,7 @@ impl Actor {
             state,
             store,
             sessions: HashMap::new(),
+            acknowledged: HashMap::new(),
             latency: LatencyStats::default(),
             latency_histogram: super::web::PlacementHistogram::default(),
             history: None,
@@ -391,6 +395,7 @@ impl Actor {
                 }
                 _ = tick.tick() => {
                     self.timed(|s, now| s.handle(now, Input::Tick));
+                    self.send_heartbeats();
                     // Reads whose callers stopped waiting (their node never answered).
                     self.output_reads.retain(|_, r| !r.reply.is_closed());
                     let now = unix_now();
@@ -407,6 +412,16 @@ impl Actor {
         debug!("coordinator actor stopped");
         if let Some(reply) = reply {
             let _ = reply.send(());
+        }
+    }
+
+    /// Every open session's heartbeat: the latest report received and the jobs its fence
+    /// covers (a full queue skips one; the next follows within a second).
+    fn send_heartbeats(&mut self) {
+        for (node, (session, tx)) in &self.sessions {
+            let sequence = self.acknowledged.get(node).copied().unwrap_or(0);
+            let beat = self.state.heartbeat(node, *session, sequence);
+            let _ = tx.try_send(Box::new(Ok(CoordinatorMessage::Welcome(beat).into())));
         }
     }
 
@@ -440,7 +455,10 @@ impl Actor {
                         other => unreachable!("a hello is answered with a welcome, not {other:?}"),
                     };
                 // The welcome goes first on the stream, before any command.
-                let _ = tx.try_send(Box::new(Ok(CoordinatorMessage::Welcome(welcome).into())));
+                let _ = tx.try_send(Box::new(Ok(
+                    CoordinatorMessage::Welcome(welcome.clone()).into()
+                )));
+                self.acknowledged.remove(&node);
                 self.sessions.insert(node, (welcome.session_id, tx));
                 let _ = reply.send(welcome);
             }
@@ -450,6 +468,9 @@ impl Actor {
                 report,
                 reply,
             } => {
+                if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
+                    self.acknowledged.insert(node.clone(), report.sequence);
+                }
                 let input = Input::Report {
                     node,
                     session,
@@ -522,6 +543,7 @@ impl Actor {
                 );
                 if self.sessions.get(&node).is_some_and(|(s, _)| *s == session) {
                     self.sessions.remove(&node);
+                    self.acknowledged.remove(&node);
                 }
             }
             Msg::Submit { spec, reply } => {

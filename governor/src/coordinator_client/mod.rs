@@ -27,7 +27,11 @@ pub use governor_proto::node::{
     CheckpointChunk, GpuDevice, GpuUsage, JobOrigin, JobReport, MoveRequest, NodeCapacity,
     NodeCommand, NodeReport, RunState, SaveJob, StartJob, StopJob, UploadCheckpoint,
 };
-use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage};
+use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage, Welcome};
+
+/// Recent report sends kept for the heartbeats that acknowledge them (a heartbeat a second,
+/// reports at most a few a second).
+const SENT_KEPT: usize = 256;
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;
 pub use governor_proto::tls::TlsFiles;
@@ -142,6 +146,45 @@ impl AgentConfig {
     }
 }
 
+/// What the coordinator has acknowledged of this node, for the node's fence: a node that has had
+/// none of its reports acknowledged for `fence_after` stops (saves, then stops) the jobs the
+/// coordinator would start elsewhere if it lost the node (`fence_jobs`, as it last named them),
+/// so that no job runs on two nodes ([`governor_proto::node::Welcome`]; the bound's argument is
+/// `governor_planner::StateConfig::fence_after_s`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Contact {
+    /// When this node sent the latest report (or hello) the coordinator acknowledged.
+    pub confirmed_at: Option<std::time::Instant>,
+    /// The coordinator's bound (`None`: it set none).
+    pub fence_after: Option<Duration>,
+    /// The jobs the fence covers.
+    pub fence_jobs: Vec<String>,
+}
+
+impl Contact {
+    /// The jobs to fence at `now`: every one the coordinator named, once nothing sent since
+    /// `fence_after` before `now` has been acknowledged; none otherwise.
+    pub fn due(&self, now: std::time::Instant) -> &[String] {
+        match (self.confirmed_at, self.fence_after) {
+            (Some(at), Some(after)) if now.saturating_duration_since(at) > after => {
+                &self.fence_jobs
+            }
+            _ => &[],
+        }
+    }
+
+    /// A heartbeat `w` acknowledging what was sent at `sent_at` (`None`: nothing this session
+    /// sent is acknowledged yet).
+    fn acknowledge(&mut self, sent_at: Option<std::time::Instant>, w: &Welcome) {
+        if let Some(at) = sent_at {
+            self.confirmed_at = Some(self.confirmed_at.map_or(at, |c| c.max(at)));
+        }
+        self.fence_after =
+            (w.fence_after_ms > 0).then(|| Duration::from_millis(u64::from(w.fence_after_ms)));
+        self.fence_jobs.clone_from(&w.fence_jobs);
+    }
+}
+
 /// Where the agent stands (for the daemon's status output).
 #[derive(Clone, Debug, PartialEq)]
 pub enum AgentStatus {
@@ -220,9 +263,28 @@ impl NodeAgent {
         commands: mpsc::Sender<NodeCommand>,
         uploads: mpsc::Receiver<CheckpointChunk>,
     ) -> (JoinHandle<()>, watch::Receiver<AgentStatus>) {
+        let (handle, status, _) = Self::spawn_with_contact(config, reports, commands, uploads);
+        (handle, status)
+    }
+
+    /// [`Self::spawn_with_uploads`], also returning what the coordinator has acknowledged
+    /// ([`Contact`], for the node's fence).
+    pub fn spawn_with_contact(
+        config: AgentConfig,
+        reports: watch::Receiver<NodeReport>,
+        commands: mpsc::Sender<NodeCommand>,
+        uploads: mpsc::Receiver<CheckpointChunk>,
+    ) -> (
+        JoinHandle<()>,
+        watch::Receiver<AgentStatus>,
+        watch::Receiver<Contact>,
+    ) {
         let (status_tx, status_rx) = watch::channel(AgentStatus::Connecting { attempt: 1 });
-        let handle = tokio::spawn(run(config, reports, commands, uploads, status_tx));
-        (handle, status_rx)
+        let (contact_tx, contact_rx) = watch::channel(Contact::default());
+        let handle = tokio::spawn(run(
+            config, reports, commands, uploads, status_tx, contact_tx,
+        ));
+        (handle, status_rx, contact_rx)
     }
 }
 
@@ -232,6 +294,7 @@ async fn run(
     commands: mpsc::Sender<NodeCommand>,
     mut uploads: mpsc::Receiver<CheckpointChunk>,
     status: watch::Sender<AgentStatus>,
+    contact: watch::Sender<Contact>,
 ) {
     let mut uploads_open = true;
     if let Err(e) = config.validate() {
@@ -258,7 +321,7 @@ async fn run(
             &mut reports,
             &commands,
             (&mut uploads, &mut uploads_open),
-            &status,
+            (&status, &contact),
             &mut daemon_gone_logged,
         )
         .await;
@@ -340,7 +403,7 @@ async fn session(
     reports: &mut watch::Receiver<NodeReport>,
     commands: &mpsc::Sender<NodeCommand>,
     (uploads, uploads_open): (&mut mpsc::Receiver<CheckpointChunk>, &mut bool),
-    status: &watch::Sender<AgentStatus>,
+    (status, contact): (&watch::Sender<AgentStatus>, &watch::Sender<Contact>),
     daemon_gone_logged: &mut bool,
 ) -> Result<End, AgentError> {
     let address = config.coordinator.clone();
@@ -362,6 +425,7 @@ async fn session(
         agent_version: config.agent_version.clone(),
         can_dump: config.can_dump,
     };
+    let hello_sent = Instant::now();
     tx.try_send(NodeMessage::Hello(hello).into())
         .expect("a fresh channel has room");
     let mut inbound = client
@@ -389,19 +453,30 @@ async fn session(
     } else {
         config.report_interval
     };
+    // The welcome answers the hello: the coordinator has seen this node since it was sent.
+    contact.send_modify(|c| c.acknowledge(Some(hello_sent.into_std()), &welcome));
     info!(coordinator = %address, session = welcome.session_id, "connected to the coordinator");
     status.send_replace(AgentStatus::Connected {
         session: welcome.session_id,
     });
 
     let mut sequence = 0u64;
+    // When each recent report was sent, for the heartbeats that acknowledge them.
+    let sent = std::sync::Mutex::new(std::collections::VecDeque::<(u64, Instant)>::new());
     let mut send_latest = |reports: &mut watch::Receiver<NodeReport>| {
         sequence += 1;
         let mut report = reports.borrow_and_update().clone();
         report.sequence = sequence;
         // Latest wins: if the stream is backed up, skip this one; the next is newer anyway.
         match tx.try_send(NodeMessage::Report(report).into()) {
-            Ok(()) => true,
+            Ok(()) => {
+                let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+                if sent.len() >= SENT_KEPT {
+                    sent.pop_front();
+                }
+                sent.push_back((sequence, Instant::now()));
+                true
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 debug!("report stream busy; skipping a report");
                 true
@@ -429,7 +504,16 @@ async fn session(
                     Ok(CoordinatorMessage::ReadOutput(r)) => {
                         answer_output_request(config.job_output_dir.clone(), r, tx.clone());
                     }
-                    Ok(CoordinatorMessage::Welcome(_)) => {}
+                    Ok(CoordinatorMessage::Welcome(beat)) => {
+                        // A heartbeat: the reports up to `acknowledged_sequence` arrived.
+                        let at = sent
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .iter()
+                            .find(|(seq, _)| *seq == beat.acknowledged_sequence)
+                            .map(|(_, at)| at.into_std());
+                        contact.send_modify(|c| c.acknowledge(at, &beat));
+                    }
                     Err(e) => warn!(error = %e, "ignoring an invalid message from the coordinator"),
                 },
                 Ok(None) => return Ok(End::Closed),
@@ -472,6 +556,42 @@ async fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fence_is_due_once_nothing_sent_within_its_bound_is_acknowledged() {
+        let t0 = std::time::Instant::now();
+        let beat = |ack: u64, jobs: &[&str]| Welcome {
+            session_id: 1,
+            report_interval_ms: 1000,
+            fence_after_ms: 10_000,
+            acknowledged_sequence: ack,
+            fence_jobs: jobs.iter().map(|j| (*j).to_owned()).collect(),
+        };
+        let mut c = Contact::default();
+        // Never acknowledged: no clock, nothing due.
+        assert!(c.due(t0 + Duration::from_secs(3600)).is_empty());
+        c.acknowledge(Some(t0), &beat(0, &["j1"]));
+        assert!(c.due(t0 + Duration::from_secs(10)).is_empty());
+        assert_eq!(c.due(t0 + Duration::from_millis(10_001)), ["j1"]);
+        // A later acknowledgement moves the clock; an older one (a late heartbeat) does not.
+        c.acknowledge(Some(t0 + Duration::from_secs(5)), &beat(7, &["j1", "j2"]));
+        c.acknowledge(Some(t0 + Duration::from_secs(2)), &beat(6, &["j1", "j2"]));
+        assert!(c.due(t0 + Duration::from_secs(15)).is_empty());
+        assert_eq!(c.due(t0 + Duration::from_secs(16)), ["j1", "j2"]);
+        // A heartbeat that acknowledges nothing this node remembers keeps the clock running,
+        // and the coordinator's latest list is the one fenced.
+        c.acknowledge(None, &beat(99, &[]));
+        assert!(c.due(t0 + Duration::from_secs(16)).is_empty());
+        // No bound from the coordinator: no fence.
+        c.acknowledge(
+            None,
+            &Welcome {
+                fence_after_ms: 0,
+                ..beat(0, &["j1"])
+            },
+        );
+        assert!(c.due(t0 + Duration::from_secs(3600)).is_empty());
+    }
 
     #[test]
     fn backoff_doubles_is_capped_and_jittered() {

@@ -95,6 +95,8 @@ pub(super) struct ClusterSide {
     gpus: crate::gpu::Gpus,
     /// Where the agent stands, for `governor status`.
     agent: AgentStatus,
+    /// What the coordinator has acknowledged: the fence's clock and the jobs it covers.
+    contact: watch::Receiver<crate::coordinator_client::Contact>,
     last_error: Option<String>,
     _agent_task: tokio::task::JoinHandle<()>,
 }
@@ -158,8 +160,8 @@ impl ClusterSide {
         let (uploads_tx, uploads) = mpsc::channel(4);
         let carrier = carry::Carrier::new(c.job_output_dir.join("carry"), uploads_tx);
         let (dumps_tx, dumps) = mpsc::unbounded_channel();
-        let (task, agent) =
-            NodeAgent::spawn_with_uploads(agent_config, report_rx, command_tx, uploads);
+        let (task, agent, contact) =
+            NodeAgent::spawn_with_contact(agent_config, report_rx, command_tx, uploads);
         info!(coordinator = %c.address, node = %settings.node_name, tls = !c.insecure, gpus = inventory.len(), "cluster agent started");
         Ok((
             ClusterSide {
@@ -171,6 +173,7 @@ impl ClusterSide {
                 dump_slot: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
                 gpus,
                 agent: AgentStatus::Connecting { attempt: 1 },
+                contact,
                 last_error: None,
                 _agent_task: task,
             },
@@ -181,6 +184,28 @@ impl ClusterSide {
                 dumps,
             },
         ))
+    }
+}
+
+impl ClusterSide {
+    /// Run a CRIU dump beside the loop, one at a time on this node (`dump_slot`); its end
+    /// comes back as a [`DumpDone`].
+    fn spawn_dump(&self, request: crate::criu::DumpRequest) {
+        let done = self.dumps.clone();
+        let slot = self.dump_slot.clone();
+        if slot.available_permits() == 0 {
+            info!(job = %request.job_id, "another CRIU dump runs on this node: this one waits for it to end");
+        }
+        tokio::spawn(async move {
+            // Held until the dump ends; never closed, so the acquire cannot fail.
+            let _slot = slot.acquire_owned().await;
+            let result = crate::criu::dump(&request).await;
+            let _ = done.send(DumpDone {
+                job_id: request.job_id,
+                replica: request.replica,
+                result,
+            });
+        });
     }
 }
 
@@ -212,6 +237,33 @@ impl Shell {
         let Some(c) = self.cluster.as_mut() else {
             return;
         };
+        let due: Vec<String> = c.contact.borrow().due(now).to_vec();
+        if !due.is_empty() {
+            let (after, since) = {
+                let contact = c.contact.borrow();
+                (
+                    contact.fence_after.unwrap_or_default(),
+                    contact
+                        .confirmed_at
+                        .map(|t| now.saturating_duration_since(t))
+                        .unwrap_or_default(),
+                )
+            };
+            let why = format!(
+                "fenced: the coordinator has acknowledged nothing from this node for {:.0} s \
+                 (bound {:.0} s); it may start the job elsewhere",
+                since.as_secs_f64(),
+                after.as_secs_f64()
+            );
+            let fs = self.core.actuator().fs();
+            for job in due {
+                if let Some(launcher::SaveAction::Dump(request)) =
+                    c.launcher.fence(fs, &job, now, &why)
+                {
+                    c.spawn_dump(request);
+                }
+            }
+        }
         c.launcher.poll(self.core.actuator().fs(), now);
         let status = status_with_gpus(&self.core, self.gpu.as_ref(), now);
         note_converging(&mut c.launcher, &status);
@@ -271,21 +323,7 @@ impl Shell {
             NodeCommand::Save(save) => {
                 let fs = self.core.actuator().fs();
                 if let launcher::SaveAction::Dump(request) = c.launcher.save(fs, &save) {
-                    let done = c.dumps.clone();
-                    let slot = c.dump_slot.clone();
-                    if slot.available_permits() == 0 {
-                        info!(job = %request.job_id, "another CRIU dump runs on this node: this one waits for it to end");
-                    }
-                    tokio::spawn(async move {
-                        // Held until the dump ends; never closed, so the acquire cannot fail.
-                        let _slot = slot.acquire_owned().await;
-                        let result = crate::criu::dump(&request).await;
-                        let _ = done.send(DumpDone {
-                            job_id: request.job_id,
-                            replica: request.replica,
-                            result,
-                        });
-                    });
+                    c.spawn_dump(request);
                 }
             }
             NodeCommand::Upload(mut upload) => {

@@ -330,6 +330,9 @@ impl TryFrom<pb::CoordinatorMessage> for CoordinatorMessage {
             Some(Body::Welcome(w)) => Ok(CoordinatorMessage::Welcome(Welcome {
                 session_id: w.session_id,
                 report_interval_ms: w.report_interval_ms,
+                fence_after_ms: w.fence_after_ms,
+                acknowledged_sequence: w.acknowledged_sequence,
+                fence_jobs: w.fence_jobs,
             })),
             Some(Body::StartJob(s)) => StartJob::try_from(s)
                 .map(|s| CoordinatorMessage::Command(NodeCommand::Start(s)))
@@ -530,6 +533,9 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
                 CoordinatorMessage::Welcome(w) => Body::Welcome(pb::Welcome {
                     session_id: w.session_id,
                     report_interval_ms: w.report_interval_ms,
+                    fence_after_ms: w.fence_after_ms,
+                    acknowledged_sequence: w.acknowledged_sequence,
+                    fence_jobs: w.fence_jobs,
                 }),
                 CoordinatorMessage::Command(NodeCommand::Start(s)) => Body::StartJob(s.into()),
                 CoordinatorMessage::Command(NodeCommand::Stop(s)) => Body::StopJob(pb::StopJob {

@@ -14,6 +14,7 @@
 //! ones.
 
 mod checkpoint;
+mod fence;
 mod journal;
 pub mod output;
 mod recovery;
@@ -202,6 +203,9 @@ struct Launched {
     /// The daemon is stopping it as it asked: why ("stopped: converged ...", "stopped:
     /// outranked in its sweep ...").
     converging: Option<String>,
+    /// Fenced (the coordinator out of reach too long, [`Launcher::fence`]): stopped then if it
+    /// has not ended after its save.
+    fence_stop_at: Option<Instant>,
 }
 
 impl Launched {
@@ -240,6 +244,7 @@ impl Launched {
             dump: Dump::None,
             held_exit: None,
             converging: None,
+            fence_stop_at: None,
         }
     }
 }

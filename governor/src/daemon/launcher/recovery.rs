@@ -107,6 +107,7 @@ impl Launcher {
                 dump: super::Dump::None,
                 held_exit: None,
                 converging: None,
+                fence_stop_at: None,
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {

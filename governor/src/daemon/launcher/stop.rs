@@ -170,6 +170,7 @@ impl Launcher {
     /// Due work: SIGKILL after a stop's grace, teardown of ended jobs' cgroups, forgetting jobs
     /// finished longer ago than the retention.
     pub fn poll(&mut self, fs: &CgroupFs, now: Instant) {
+        self.stop_fenced(fs, now);
         for l in self.jobs.values_mut() {
             if l.kill_at.is_some_and(|t| t <= now) {
                 warn!(job = %l.info.job_id, "the job did not stop within the grace period: SIGKILL");
@@ -202,7 +203,16 @@ impl Launcher {
 
     /// When [`Self::poll`] next has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let kills = self.jobs.values().filter_map(|l| l.kill_at);
+        let kills = self
+            .jobs
+            .values()
+            .flat_map(|l| {
+                let fence = l
+                    .fence_stop_at
+                    .filter(|_| l.stop_reason.is_none() && !l.info.state.is_finished());
+                [l.kill_at, fence]
+            })
+            .flatten();
         let teardowns = self
             .teardowns
             .iter()

@@ -936,3 +936,88 @@ fn the_dump_of_a_job_ended_before_a_restart_is_still_found_for_its_upload() {
         "another job's dump"
     );
 }
+
+/// The fence: a job the coordinator may start elsewhere is asked to save as for a move; one
+/// that ignores the save is stopped when the save's wait is over; one that cannot save at all
+/// is stopped at once. Each is fenced once.
+#[tokio::test]
+async fn a_fenced_job_saves_and_one_that_does_not_save_in_time_is_stopped() {
+    let mut bed = bed(Duration::from_millis(300));
+    let ckpt = bed.dir.path().join("ckpt");
+    // j8 saves on SIGUSR1; j9 traps it and runs on; j10 declared no checkpoint.
+    let scripts = [
+        (
+            "j8",
+            format!(
+                "trap 'mkdir -p {d}; echo 1 > {d}/step; exit 0' USR1; while :; do sleep 0.05; done",
+                d = ckpt.display()
+            ),
+            true,
+        ),
+        (
+            "j9",
+            "trap 'echo ignored' USR1; while :; do sleep 0.05; done".to_owned(),
+            true,
+        ),
+        ("j10", "while :; do sleep 0.05; done".to_owned(), false),
+    ];
+    for (id, script, checkpoint) in &scripts {
+        bed.prepare_group(&format!("moved-{id}"));
+        let mut s = start_job(id, "moved", script);
+        s.attempt = 1;
+        if *checkpoint {
+            s.checkpoint = Some(saves_to(&ckpt));
+        }
+        assert!(matches!(
+            bed.launcher.start(&bed.fs, s),
+            StartOutcome::Started(_)
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = Instant::now();
+    let why = "fenced: test";
+    assert_eq!(
+        bed.launcher.fence(&bed.fs, "j8", now, why),
+        Some(SaveAction::Signalled)
+    );
+    assert_eq!(
+        bed.launcher.fence(&bed.fs, "j8", now, why),
+        None,
+        "fenced once"
+    );
+    assert_eq!(
+        bed.launcher.fence(&bed.fs, "j9", now, why),
+        Some(SaveAction::Signalled)
+    );
+    assert_eq!(
+        bed.launcher.fence(&bed.fs, "j10", now, why),
+        Some(SaveAction::Nothing)
+    );
+    assert_eq!(bed.launcher.fence(&bed.fs, "j404", now, why), None);
+    // j8 saves and exits; j10 was stopped at once (SIGTERM).
+    for _ in 0..2 {
+        let exit = bed.next_exit().await;
+        bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    }
+    let j8 = bed.state("j8");
+    assert_eq!(
+        (j8.state, j8.saved),
+        (RunState::Exited, true),
+        "{}",
+        j8.message
+    );
+    assert!(bed.state("j10").state.is_finished());
+    // j9 still runs until its save's wait is over; then it is stopped.
+    assert!(!bed.state("j9").state.is_finished());
+    bed.launcher.poll(&bed.fs, now + fence::FENCE_SAVE_WAIT / 2);
+    assert!(!bed.state("j9").state.is_finished());
+    assert_eq!(
+        bed.launcher.next_deadline(),
+        Some(now + fence::FENCE_SAVE_WAIT)
+    );
+    bed.launcher.poll(&bed.fs, now + fence::FENCE_SAVE_WAIT);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j9 = bed.state("j9");
+    assert!(j9.state.is_finished() && !j9.saved, "{j9:?}");
+}
