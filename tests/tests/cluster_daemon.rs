@@ -787,6 +787,17 @@ fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
         let n = nodes.iter().find(|n| n.name == "node-b")?;
         (n.status == NodeState::Ready).then_some(())
     });
+    // Only a running job moves: wait for the source's report of it.
+    wait_for(
+        "the job running on node-a",
+        Duration::from_secs(30),
+        &daemon,
+        || {
+            let j = rt.block_on(govctl.job(&job.id)).ok()?;
+            let m = j.summary.members.first()?;
+            (m.node == "node-a" && m.state == RunState::Running).then_some(())
+        },
+    );
     rt.block_on(govctl.move_job(&job.id, Some("node-b")))
         .expect("move to node-b");
     wait_for(
