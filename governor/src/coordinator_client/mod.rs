@@ -173,6 +173,15 @@ impl Contact {
         }
     }
 
+    /// A start of `job_id` arrived: a later start of a job (after a move, `attempt` > 0) is
+    /// covered by the fence at once, before the next heartbeat names it (the coordinator may
+    /// lose this node within that second). The next heartbeat's list replaces this one.
+    fn starting(&mut self, job_id: &str, attempt: u32) {
+        if attempt > 0 && !self.fence_jobs.iter().any(|j| j == job_id) {
+            self.fence_jobs.push(job_id.to_owned());
+        }
+    }
+
     /// A heartbeat `w` acknowledging what was sent at `sent_at` (`None`: nothing this session
     /// sent is acknowledged yet).
     fn acknowledge(&mut self, sent_at: Option<std::time::Instant>, w: &Welcome) {
@@ -496,6 +505,9 @@ async fn session(
                 Ok(Some(m)) => match CoordinatorMessage::try_from(m) {
                     Ok(CoordinatorMessage::Command(cmd)) => {
                         debug!(job = cmd.job_id(), "command from the coordinator");
+                        if let NodeCommand::Start(start) = &cmd {
+                            contact.send_modify(|c| c.starting(&start.job_id, start.attempt));
+                        }
                         if commands.send(cmd).await.is_err() && !*daemon_gone_logged {
                             warn!("the daemon no longer takes cluster commands; dropping them");
                             *daemon_gone_logged = true;
@@ -582,6 +594,11 @@ mod tests {
         // and the coordinator's latest list is the one fenced.
         c.acknowledge(None, &beat(99, &[]));
         assert!(c.due(t0 + Duration::from_secs(16)).is_empty());
+        // A job moved here is covered from its start, before a heartbeat names it; a first
+        // start is not.
+        c.starting("j3", 1);
+        c.starting("j4", 0);
+        assert_eq!(c.due(t0 + Duration::from_secs(16)), ["j3"]);
         // No bound from the coordinator: no fence.
         c.acknowledge(
             None,
