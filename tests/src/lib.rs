@@ -377,3 +377,31 @@ pub fn demo_trainer_argv(
     }
     argv
 }
+
+/// A stand-in node's answers to the coordinator (the node agent library without a daemon):
+/// every start is reported running at its attempt, every save exited 0 and `saved`. Runs until
+/// the agent drops its end of `commands`.
+pub async fn answer_starts_and_saves(
+    mut commands: tokio::sync::mpsc::Receiver<governor::coordinator_client::NodeCommand>,
+    reports: tokio::sync::watch::Sender<governor::coordinator_client::NodeReport>,
+) {
+    use governor::coordinator_client::{JobReport, NodeCommand, RunState};
+    while let Some(cmd) = commands.recv().await {
+        match cmd {
+            NodeCommand::Start(s) => reports.send_modify(|r| {
+                r.jobs.retain(|j| j.job_id != s.job_id);
+                let mut j = JobReport::running(&s.job_id, &s.name);
+                j.attempt = s.attempt;
+                r.jobs.push(j);
+            }),
+            NodeCommand::Save(s) => reports.send_modify(|r| {
+                for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
+                    j.state = RunState::Exited;
+                    j.exit_code = Some(0);
+                    j.saved = true;
+                }
+            }),
+            _ => {}
+        }
+    }
+}

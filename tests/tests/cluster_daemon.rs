@@ -668,7 +668,7 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
 #[test]
 fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
     use governor::coordinator_client::{
-        AgentConfig, JobReport, NodeAgent, NodeCapacity, NodeCommand, NodeReport, RunState,
+        AgentConfig, NodeAgent, NodeCapacity, NodeCommand, NodeReport, RunState,
     };
 
     let dir = tempfile::tempdir().unwrap();
@@ -700,32 +700,15 @@ fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
 
     // The source: a stand-in node that "runs" what it is told and saves it when asked.
     let (report_tx, report_rx) = tokio::sync::watch::channel(NodeReport::default());
-    let (cmd_tx, mut cmd_rx) = tokio::sync::mpsc::channel::<NodeCommand>(16);
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel::<NodeCommand>(16);
     let config = AgentConfig::new(&address, "node-a", NodeCapacity::cpu_only(4.0, 8 << 30));
     // Spawned on the runtime (it needs one), kept running for the whole test.
     let _guard = rt.enter();
     let _agent = NodeAgent::spawn(config, report_rx, cmd_tx);
-    let reports = report_tx.clone();
-    rt.spawn(async move {
-        while let Some(cmd) = cmd_rx.recv().await {
-            match cmd {
-                NodeCommand::Start(s) => reports.send_modify(|r| {
-                    r.jobs.retain(|j| j.job_id != s.job_id);
-                    let mut j = JobReport::running(&s.job_id, &s.name);
-                    j.attempt = s.attempt;
-                    r.jobs.push(j);
-                }),
-                NodeCommand::Save(s) => reports.send_modify(|r| {
-                    for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
-                        j.state = RunState::Exited;
-                        j.exit_code = Some(0);
-                        j.saved = true;
-                    }
-                }),
-                _ => {}
-            }
-        }
-    });
+    rt.spawn(governor_integration_tests::answer_starts_and_saves(
+        cmd_rx,
+        report_tx.clone(),
+    ));
     poll_until(
         "node-a ready",
         Duration::from_secs(20),

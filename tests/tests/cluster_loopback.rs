@@ -462,34 +462,17 @@ async fn a_node_cut_off_from_the_coordinator_fences_the_job_moved_to_it_after_th
     let mut nodes = Vec::new();
     for name in ["node-a", "node-b"] {
         let (report_tx, report_rx) = watch::channel(NodeReport::default());
-        let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
+        let (cmd_tx, cmd_rx) = mpsc::channel::<NodeCommand>(16);
         let mut config =
             AgentConfig::new(addr.to_string(), name, NodeCapacity::cpu_only(4.0, 8 << 30));
         config.tls = Some(TlsFiles::in_dir(dir.path(), name));
         let (_uploads_tx, uploads) = mpsc::channel(1);
         let (agent, _status, contact) =
             NodeAgent::spawn_with_contact(config, report_rx, cmd_tx, uploads);
-        let reports = report_tx.clone();
-        let commands = tokio::spawn(async move {
-            while let Some(cmd) = cmd_rx.recv().await {
-                match cmd {
-                    NodeCommand::Start(s) => reports.send_modify(|r| {
-                        r.jobs.retain(|j| j.job_id != s.job_id);
-                        let mut j = JobReport::running(&s.job_id, &s.name);
-                        j.attempt = s.attempt;
-                        r.jobs.push(j);
-                    }),
-                    NodeCommand::Save(s) => reports.send_modify(|r| {
-                        for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
-                            j.state = RunState::Exited;
-                            j.exit_code = Some(0);
-                            j.saved = true;
-                        }
-                    }),
-                    _ => {}
-                }
-            }
-        });
+        let commands = tokio::spawn(governor_integration_tests::answer_starts_and_saves(
+            cmd_rx,
+            report_tx.clone(),
+        ));
         nodes.push((name, report_tx, agent, commands, contact));
     }
     let mut govctl = admin(dir.path(), addr).await;
