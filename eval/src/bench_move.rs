@@ -376,19 +376,8 @@ struct CostFit {
 }
 
 fn fit_line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return None;
-    }
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    if sxx <= 0.0 || sxy <= 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    Some(((my - slope * mx).max(0.0), 1.0 / slope))
+    let (fixed, slope) = crate::least_squares(points)?;
+    (slope > 0.0).then(|| (fixed.max(0.0), 1.0 / slope))
 }
 
 fn fit_cost(results: &[MoveResult]) -> Option<CostFit> {

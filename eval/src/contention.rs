@@ -104,18 +104,10 @@ pub(crate) fn fit(fair: &[RunResult]) -> Vec<ContentionFit> {
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            let n = points.len() as f64;
             if points.len() < 3 {
                 return None;
             }
-            let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-            let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-            let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-            if sxx <= 0.0 {
-                return None;
-            }
-            let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
-            let base = my - slope * mx;
+            let (base, slope) = crate::least_squares(&points)?;
             (base > 0.0).then(|| ContentionFit {
                 name: j.name.clone(),
                 epochs: points.len(),

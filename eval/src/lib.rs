@@ -53,3 +53,20 @@ pub fn run(command: &Command) -> Result<()> {
         Command::BenchMove(args) => bench_move::run(args),
     }
 }
+
+/// The least-squares line through `points`: `(intercept, slope)`, or `None` with fewer than two
+/// points or no spread in x.
+pub(crate) fn least_squares(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
+    Some((my - slope * mx, slope))
+}

@@ -92,13 +92,8 @@ impl ClusterState {
         self.resend_saves(&name);
         self.refresh_jobs_on(&name, now);
         self.sync_view(&name);
-        Welcome {
-            session_id: session,
-            report_interval_ms: self.config.report_interval_ms,
-            fence_after_ms: (self.config.fence_after_s() * 1000.0).min(f64::from(u32::MAX)) as u32,
-            acknowledged_sequence: 0,
-            fence_jobs: self.fence_jobs(&name),
-        }
+        // Nothing of this session's reports is acknowledged yet.
+        self.heartbeat(&name, session, 0)
     }
 
     /// The heartbeat for `node`'s session `session`, acknowledging its report `sequence`.

@@ -28,10 +28,6 @@ pub use governor_proto::node::{
     NodeCommand, NodeReport, RunState, SaveJob, StartJob, StopJob, UploadCheckpoint,
 };
 use governor_proto::node::{CoordinatorMessage, Hello, NodeMessage, Welcome};
-
-/// Recent report sends kept for the heartbeats that acknowledge them (a heartbeat a second,
-/// reports at most a few a second).
-const SENT_KEPT: usize = 256;
 use governor_proto::pb;
 use governor_proto::pb::node_service_client::NodeServiceClient;
 pub use governor_proto::tls::TlsFiles;
@@ -191,6 +187,50 @@ impl Contact {
         self.fence_after =
             (w.fence_after_ms > 0).then(|| Duration::from_millis(u64::from(w.fence_after_ms)));
         self.fence_jobs.clone_from(&w.fence_jobs);
+    }
+}
+
+/// Recent report sends kept for the heartbeats that acknowledge them (a heartbeat a second,
+/// reports at most a few a second).
+const SENT_KEPT: usize = 256;
+
+/// A session's report stream: numbers each report and remembers when the recent ones were sent,
+/// for the heartbeats that acknowledge them.
+struct ReportStream {
+    tx: mpsc::Sender<pb::NodeMessage>,
+    sequence: u64,
+    sent: std::collections::VecDeque<(u64, Instant)>,
+}
+
+impl ReportStream {
+    /// Send the latest report; false once the stream is closed. Latest wins: if the stream is
+    /// backed up, this one is skipped (the next is newer anyway).
+    fn send_latest(&mut self, reports: &mut watch::Receiver<NodeReport>) -> bool {
+        self.sequence += 1;
+        let mut report = reports.borrow_and_update().clone();
+        report.sequence = self.sequence;
+        match self.tx.try_send(NodeMessage::Report(report).into()) {
+            Ok(()) => {
+                if self.sent.len() >= SENT_KEPT {
+                    self.sent.pop_front();
+                }
+                self.sent.push_back((self.sequence, Instant::now()));
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug!("report stream busy; skipping a report");
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// When report `sequence` was sent, if it is recent.
+    fn sent_at(&self, sequence: u64) -> Option<std::time::Instant> {
+        self.sent
+            .iter()
+            .find(|(seq, _)| *seq == sequence)
+            .map(|(_, at)| at.into_std())
     }
 }
 
@@ -469,31 +509,12 @@ async fn session(
         session: welcome.session_id,
     });
 
-    let mut sequence = 0u64;
-    // When each recent report was sent, for the heartbeats that acknowledge them.
-    let sent = std::sync::Mutex::new(std::collections::VecDeque::<(u64, Instant)>::new());
-    let mut send_latest = |reports: &mut watch::Receiver<NodeReport>| {
-        sequence += 1;
-        let mut report = reports.borrow_and_update().clone();
-        report.sequence = sequence;
-        // Latest wins: if the stream is backed up, skip this one; the next is newer anyway.
-        match tx.try_send(NodeMessage::Report(report).into()) {
-            Ok(()) => {
-                let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
-                if sent.len() >= SENT_KEPT {
-                    sent.pop_front();
-                }
-                sent.push_back((sequence, Instant::now()));
-                true
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                debug!("report stream busy; skipping a report");
-                true
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
+    let mut stream = ReportStream {
+        tx: tx.clone(),
+        sequence: 0,
+        sent: std::collections::VecDeque::new(),
     };
-    send_latest(reports);
+    stream.send_latest(reports);
     let mut last_sent = Instant::now();
     let mut pending = false;
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
@@ -518,12 +539,7 @@ async fn session(
                     }
                     Ok(CoordinatorMessage::Welcome(beat)) => {
                         // A heartbeat: the reports up to `acknowledged_sequence` arrived.
-                        let at = sent
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .iter()
-                            .find(|(seq, _)| *seq == beat.acknowledged_sequence)
-                            .map(|(_, at)| at.into_std());
+                        let at = stream.sent_at(beat.acknowledged_sequence);
                         contact.send_modify(|c| c.acknowledge(at, &beat));
                     }
                     Err(e) => warn!(error = %e, "ignoring an invalid message from the coordinator"),
@@ -549,14 +565,14 @@ async fn session(
             }
             _ = tokio::time::sleep_until(flush_at), if pending => {
                 pending = false;
-                if !send_latest(reports) {
+                if !stream.send_latest(reports) {
                     return Err(session_err("the report stream closed".into()));
                 }
                 last_sent = Instant::now();
             }
             _ = tick.tick() => {
                 pending = false;
-                if !send_latest(reports) {
+                if !stream.send_latest(reports) {
                     return Err(session_err("the report stream closed".into()));
                 }
                 last_sent = Instant::now();

@@ -237,24 +237,19 @@ impl Shell {
         let Some(c) = self.cluster.as_mut() else {
             return;
         };
-        let due: Vec<String> = c.contact.borrow().due(now).to_vec();
+        let due = c.contact.borrow().due(now).to_vec();
         if !due.is_empty() {
-            let (after, since) = {
+            let why = {
                 let contact = c.contact.borrow();
-                (
-                    contact.fence_after.unwrap_or_default(),
+                format!(
+                    "fenced: the coordinator has acknowledged nothing from this node for {:.0} s \
+                     (bound {:.0} s); it may start the job elsewhere",
                     contact
                         .confirmed_at
-                        .map(|t| now.saturating_duration_since(t))
-                        .unwrap_or_default(),
+                        .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64()),
+                    contact.fence_after.unwrap_or_default().as_secs_f64()
                 )
             };
-            let why = format!(
-                "fenced: the coordinator has acknowledged nothing from this node for {:.0} s \
-                 (bound {:.0} s); it may start the job elsewhere",
-                since.as_secs_f64(),
-                after.as_secs_f64()
-            );
             let fs = self.core.actuator().fs();
             for job in due {
                 if let Some(launcher::SaveAction::Dump(request)) =

@@ -65,11 +65,7 @@ impl Launcher {
         let due: Vec<String> = self
             .jobs
             .values()
-            .filter(|l| {
-                l.fence_stop_at.is_some_and(|t| t <= now)
-                    && l.stop_reason.is_none()
-                    && !l.info.state.is_finished()
-            })
+            .filter(|l| l.fence_stop_due().is_some_and(|t| t <= now))
             .map(|l| l.info.job_id.clone())
             .collect();
         for job_id in due {

@@ -209,6 +209,12 @@ struct Launched {
 }
 
 impl Launched {
+    /// When the fence stops it, if it still runs then and nothing else is stopping it.
+    fn fence_stop_due(&self) -> Option<Instant> {
+        self.fence_stop_at
+            .filter(|_| self.stop_reason.is_none() && !self.info.state.is_finished())
+    }
+
     /// The entry of a start not tried yet.
     fn starting(s: &StartJob) -> Launched {
         // A framework checkpoint it declared (a transparent one is CRIU's: no signal, no dir).

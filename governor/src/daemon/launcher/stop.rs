@@ -206,12 +206,7 @@ impl Launcher {
         let kills = self
             .jobs
             .values()
-            .flat_map(|l| {
-                let fence = l
-                    .fence_stop_at
-                    .filter(|_| l.stop_reason.is_none() && !l.info.state.is_finished());
-                [l.kill_at, fence]
-            })
+            .flat_map(|l| [l.kill_at, l.fence_stop_due()])
             .flatten();
         let teardowns = self
             .teardowns
