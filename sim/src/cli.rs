@@ -524,6 +524,20 @@ fn contention(c: f64) -> Result<f64> {
     Ok(c)
 }
 
+/// `govsim paper --contention`: comma-separated numbers or presets (`keras`, `blas`).
+fn contentions(list: &str) -> Result<Vec<f64>> {
+    list.split(',')
+        .map(|c| match sim::paper::contention_preset(c.trim()) {
+            Some(c) => Ok(c),
+            None => contention(
+                c.trim()
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--contention {c:?}: a number, keras or blas"))?,
+            ),
+        })
+        .collect()
+}
+
 fn cluster_config(args: &ClusterArgs) -> Result<ClusterConfig> {
     if args.workers == 0 {
         bail!("--workers must be at least 1");
@@ -656,16 +670,7 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         &args.also,
         &sim::paper::Tweaks {
             move_cost: args.move_cost.as_deref(),
-            contention: &args
-                .contention
-                .split(',')
-                .map(|c| match sim::paper::contention_preset(c) {
-                    Some(c) => Ok(c),
-                    None => contention(c.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("--contention {c:?}: a number, keras or blas")
-                    })?),
-                })
-                .collect::<Result<Vec<f64>>>()?,
+            contention: &contentions(&args.contention)?,
         },
     )
 }

@@ -104,3 +104,15 @@ fn all_expands_to_every_policy() {
     let p = expand_policies(&["all".to_owned()]);
     assert_eq!(p.len(), policy::POLICY_NAMES.len());
 }
+
+#[test]
+fn paper_contentions_are_numbers_or_measured_presets() {
+    assert_eq!(contentions("0").unwrap(), [0.0]);
+    assert_eq!(
+        contentions("0, keras,0.3,blas").unwrap(),
+        [0.0, 0.1, 0.3, 1.0]
+    );
+    for bad in ["", "much", "-0.1", "0,,1", "NaN"] {
+        assert!(contentions(bad).is_err(), "{bad:?} accepted");
+    }
+}

@@ -1051,4 +1051,41 @@ mod tests {
         assert_eq!(rows[0].seeds_within_10pct, 1);
         assert_eq!(rows[0].moves, 2);
     }
+
+    #[test]
+    fn contention_rows_set_the_papers_system_ours_and_fair_against_the_baseline_per_contention() {
+        let s = scenarios()
+            .into_iter()
+            .find(|s| s.name == "flowcon-1w-10")
+            .unwrap();
+        let rows = contention_rows(&s, &synthetic_curves(), &[1], &[0.0, 0.5]).unwrap();
+        assert_eq!(
+            rows.iter().map(|r| r.contention).collect::<Vec<_>>(),
+            [0.0, 0.5]
+        );
+        for r in &rows {
+            assert_eq!(r.scenario, "flowcon-1w-10");
+            assert_eq!(
+                (
+                    r.paper_system.policy.as_str(),
+                    r.paper_system.baseline.as_str()
+                ),
+                ("flowcon", "default")
+            );
+            // One worker: the baseline's placement has no choice, it is fair.
+            assert!(r.fair_vs_baseline.0.abs() < 1e-9, "{r:?}");
+        }
+        // Contention changes what the systems gain.
+        assert_ne!(
+            rows[0].paper_system.avg_jct_change,
+            rows[1].paper_system.avg_jct_change
+        );
+        let md = contention_markdown(&[(&s, rows)]);
+        assert!(md.contains("| `flowcon-1w-10` | *paper* |"), "{md}");
+        assert_eq!(
+            md.lines().filter(|l| l.starts_with("| | ")).count(),
+            2,
+            "{md}"
+        );
+    }
 }
