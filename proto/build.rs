@@ -9,7 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let file = root.join("governor/cluster/v1/cluster.proto");
     println!("cargo:rerun-if-changed={}", root.display());
-    let descriptors = protox::compile([&file], [&root])?;
+    // The part of etcd's API the coordinator's etcd store uses (our own subset, see the file).
+    let etcd = root.join("etcd/kv_lease.proto");
+    let descriptors = protox::compile([&file, &etcd], [&root])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -6,7 +6,8 @@
 //! - [`queue`] — priorities, FIFO, gang admission with timeouts (pure, injected time);
 //! - [`state`] — the registry and its state machine: the cluster planner (crate
 //!   `governor-planner`, pure, injected time; govsim drives the same code);
-//! - [`store`] — the crash-safe redb store the state is persisted in;
+//! - [`store`] — where the state is persisted: a crash-safe redb file, or the cluster's etcd
+//!   ([`etcd`], a small client) written only by the replica [`leader`] elects;
 //! - [`server`] — the gRPC services (node sessions, govctl's control service) around the state;
 //! - [`certs`] — the CA and certificates of a test cluster (`govctl certs`);
 //! - [`cli`] — `govctl`.
@@ -21,5 +22,7 @@ pub use governor_planner as state;
 
 pub mod certs;
 pub mod cli;
+pub mod etcd;
+pub mod leader;
 pub mod server;
 pub mod store;

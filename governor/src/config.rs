@@ -280,7 +280,8 @@ impl Default for ActuationConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CoordinatorConfig {
-    /// `host:port` of the coordinator.
+    /// `host:port` of the coordinator; a replicated one's replicas, separated by commas (the
+    /// node finds the leader among them).
     pub address: String,
     /// CA certificate (PEM) that signed the coordinator's certificate.
     pub ca: Option<PathBuf>,

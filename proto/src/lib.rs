@@ -39,5 +39,13 @@ pub mod pb {
     tonic::include_proto!("governor.cluster.v1");
 }
 
+/// etcd's key-value and lease services, the subset the coordinator's etcd store uses
+/// (`proto/etcd/kv_lease.proto`; clients only, with tonic's default codec).
+#[cfg(feature = "grpc")]
+#[allow(clippy::all, missing_docs, rust_2018_idioms)]
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
 /// The port the coordinator listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7070;

@@ -106,6 +106,17 @@ fn read_pem(path: &Path, what: &'static str, marker: &'static str) -> Result<Vec
     Ok(bytes)
 }
 
+/// The addresses in a coordinator address list: one `HOST:PORT`, or several separated by commas
+/// (every replica of a replicated coordinator; only the leader listens).
+pub fn addresses(list: &str) -> Vec<&str> {
+    let v: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if v.is_empty() { vec![list] } else { v }
+}
+
 /// A client endpoint for the coordinator at `address` (`host:port`, or a URL with `http://` or
 /// `https://`). With `tls`, the connection is mTLS; without, plain text (the caller checked that
 /// the operator asked for `--insecure`). A bare `host` gets the default port.

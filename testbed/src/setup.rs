@@ -38,6 +38,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     // headless Chromium renders the live cluster page.
     "prometheus",
     "chromium",
+    // The replicated coordinator's tests: a three-member etcd cluster on loopback.
+    "etcd-server",
 ];
 /// The meta package whose dependency names the kernel image to boot.
 const KERNEL_META_PACKAGE: &str = "linux-image-amd64";

@@ -315,6 +315,26 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
         .unwrap_or_else(|e| panic!("cannot enable {want:?} in {}: {e}", p.display()));
 }
 pub mod daemon;
+pub mod etcd;
+
+/// A tool from Debian's packages (the first of `names` found), or `None`: the test skips, saying
+/// so, unless `GOVERNOR_REQUIRE_TOOLS` is set (`cargo xtask test`, after its set-up installed
+/// them), where a missing tool fails it.
+pub fn tool(names: &[&str]) -> Option<PathBuf> {
+    for name in names {
+        for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+            let p = Path::new(dir).join(name);
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    if std::env::var_os("GOVERNOR_REQUIRE_TOOLS").is_some() {
+        panic!("{names:?} not installed: run `cargo xtask setup`");
+    }
+    eprintln!("SKIPPED: {names:?} not installed (cargo xtask setup installs it)");
+    None
+}
 
 /// A free local port (bound, then released for a daemon or server to take).
 pub fn free_port() -> u16 {

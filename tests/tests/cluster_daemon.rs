@@ -88,7 +88,8 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
             state: StateConfig {
                 lost_after_s: 5.0,
                 ..StateConfig::default()
-            },
+            }
+            .into(),
             web: Default::default(),
         }))
         .expect("the coordinator starts");
@@ -567,7 +568,7 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
             store: dir.path().join("coordinator.redb"),
             tls: None,
             policy: "first-fit".into(),
-            state: StateConfig::default(),
+            state: Default::default(),
             web: Default::default(),
         }))
         .expect("the coordinator starts");
@@ -689,7 +690,8 @@ fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
                 lost_target_wait_s: 4.0,
                 auto_move: false,
                 ..StateConfig::default()
-            },
+            }
+            .into(),
             web: Default::default(),
         }))
         .expect("the coordinator starts");

@@ -52,7 +52,8 @@ async fn start(dir: &Path, listen: SocketAddr) -> RunningServer {
         state: StateConfig {
             lost_after_s: 2.0,
             ..StateConfig::default()
-        },
+        }
+        .into(),
         web: Default::default(),
     })
     .await
@@ -452,7 +453,8 @@ async fn a_node_cut_off_from_the_coordinator_fences_the_job_moved_to_it_after_th
             // The test moves the job by hand; nothing else moves.
             auto_move: false,
             ..StateConfig::default()
-        },
+        }
+        .into(),
         web: Default::default(),
     })
     .await

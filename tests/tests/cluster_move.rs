@@ -87,7 +87,8 @@ impl Cluster {
                     lost_after_s: 5.0,
                     auto_move: false,
                     ..StateConfig::default()
-                },
+                }
+                .into(),
                 web: Default::default(),
             }))
             .expect("the coordinator starts");

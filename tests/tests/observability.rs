@@ -24,27 +24,10 @@ use std::time::{Duration, Instant};
 
 use coordinator::cli::Client;
 use coordinator::server::{self, ServerConfig, web::WebConfig};
-use coordinator::state::StateConfig;
 use governor::cgroup::fake::FakeCgroupRoot;
 use governor_integration_tests::daemon::Daemon;
 use governor_integration_tests::free_port;
 use governor_proto::control::{JobSpec, NodeState};
-
-fn tool(names: &[&str]) -> Option<PathBuf> {
-    for name in names {
-        for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
-            let p = Path::new(dir).join(name);
-            if p.exists() {
-                return Some(p);
-            }
-        }
-    }
-    if std::env::var_os("GOVERNOR_REQUIRE_TOOLS").is_some() {
-        panic!("{names:?} not installed: run `cargo xtask setup`");
-    }
-    eprintln!("SKIPPED: {names:?} not installed (cargo xtask setup installs it)");
-    None
-}
 
 /// A plain `GET` (the body), or `None` if nothing answers.
 fn get(port: u16, path: &str) -> Option<String> {
@@ -142,8 +125,8 @@ fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
 #[test]
 fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page() {
     let (Some(prometheus), Some(chromium)) = (
-        tool(&["prometheus"]),
-        tool(&["chromium", "chromium-browser"]),
+        governor_integration_tests::tool(&["prometheus"]),
+        governor_integration_tests::tool(&["chromium", "chromium-browser"]),
     ) else {
         return;
     };
@@ -159,7 +142,7 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
             store: dir.path().join("coordinator.redb"),
             tls: None,
             policy: "first-fit".into(),
-            state: StateConfig::default(),
+            state: Default::default(),
             web: WebConfig {
                 listen: Some("127.0.0.1:0".parse().unwrap()),
                 tls: None,

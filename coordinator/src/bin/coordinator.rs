@@ -93,6 +93,18 @@ preemption = true          # a higher-priority job that fits nowhere displaces l
 preempt_min_run_s = 60.0   # ... only jobs that have run this long since their latest start
 elastic = true             # grow and shrink elastic jobs (--cores MIN:MAX) as the policy says
 resize_min_run_s = 60.0    # ... only jobs that have run this long since their latest start
+# Where the state is kept: "redb" (the file `store`, one coordinator) or "etcd" (the cluster's
+# etcd: run any number of replicas with the same [state.etcd]; one is elected leader and serves,
+# the others wait and take over within about lease_ttl_s when it is lost).
+backend = "redb"
+
+# [state.etcd]
+# endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379", "https://10.0.0.3:2379"]
+# prefix = "/governor"        # every key the coordinator writes starts with this
+# lease_ttl_s = 5             # the leader's lease: how soon a replica takes over
+# request_timeout_ms = 2000   # a member that does not answer within this is left for the next
+# max_txn_ops = 128           # etcd's --max-txn-ops
+# tls = { ca = "/etc/etcd/ca.pem", cert = "/etc/governor/etcd-client.pem", key = "/etc/governor/etcd-client-key.pem" }
 
 # /metrics (Prometheus), the live cluster page (/) and its JSON (/api/cluster); off unless set.
 # No login: bind it to localhost or a management network. HTTPS with `tls`.
@@ -201,6 +213,29 @@ mod tests {
         assert_eq!(c.policy, "soonest");
         assert_eq!(c.state.lost_after_s, 10.0);
         assert!(c.tls.is_some());
+        assert_eq!(c.state.backend, server::Backend::Redb);
+    }
+
+    #[test]
+    fn an_etcd_backend_is_configured_in_the_state_table() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            [state]
+            lost_after_s = 7.0
+            backend = "etcd"
+            [state.etcd]
+            endpoints = ["10.0.0.1:2379", "10.0.0.2:2379"]
+            lease_ttl_s = 3
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.state.backend, server::Backend::Etcd);
+        assert_eq!(c.state.lost_after_s, 7.0);
+        assert_eq!(c.state.etcd.endpoints.len(), 2);
+        assert_eq!(c.state.etcd.lease_ttl_s, 3);
+        assert_eq!(c.state.etcd.prefix, "/governor");
+        let bad = toml::from_str::<ServerConfig>("[state.etcd]\nendpoint = [\"x\"]\n");
+        assert!(bad.unwrap_err().to_string().contains("unknown field"));
     }
 
     #[test]

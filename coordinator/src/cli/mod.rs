@@ -26,7 +26,7 @@ use crate::certs;
 #[derive(Debug, Parser)]
 #[command(name = "govctl", version, about)]
 pub struct Cli {
-    /// The coordinator's address (HOST:PORT).
+    /// The coordinator's address (HOST:PORT), or every replica's separated by commas.
     #[arg(
         long,
         global = true,
@@ -340,25 +340,48 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connect as the CLI would.
+    /// Connect as the CLI would. `address` may list every replica's, separated by commas: the
+    /// first that accepts the connection is the leader (followers do not listen).
     pub async fn connect(address: &str, tls: Option<&TlsFiles>) -> Result<Client> {
-        let ep = endpoint(address, tls)?;
-        let channel = ep.connect().await.map_err(|e| {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg = format!("{msg}: {s}");
-                src = s.source();
+        let mut failures = Vec::new();
+        for one in governor_proto::tls::addresses(address) {
+            let ep = endpoint(one, tls)?;
+            match ep.connect().await {
+                Ok(channel) => {
+                    return Ok(Client {
+                        inner: ControlServiceClient::new(channel),
+                        address: one.to_owned(),
+                    });
+                }
+                Err(e) => {
+                    let mut msg = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        msg = format!("{msg}: {s}");
+                        src = s.source();
+                    }
+                    failures.push((one, msg));
+                }
             }
-            anyhow::anyhow!(
-                "cannot connect to the coordinator at {address}: {msg} (is it running? right address{}?)",
-                if tls.is_some() { ", CA and certificate" } else { "; does it need TLS" }
-            )
-        })?;
-        Ok(Client {
-            inner: ControlServiceClient::new(channel),
-            address: address.to_owned(),
-        })
+        }
+        let detail = match failures.as_slice() {
+            [(_, msg)] => msg.clone(),
+            many => many
+                .iter()
+                .map(|(a, m)| format!("{a}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        };
+        anyhow::bail!(
+            "cannot connect to the coordinator at {}: {} (is it running? right address{}?)",
+            address,
+            detail,
+            if tls.is_some() {
+                ", CA and certificate"
+            } else {
+                "; does it need TLS"
+            }
+        )
     }
 
     pub async fn nodes(&mut self) -> Result<Vec<NodeSummary>> {

@@ -15,8 +15,9 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tracing::{debug, error, warn};
 
+use crate::leader::LeaseClock;
 use crate::state::{Answer, ClusterState, ControlError, Input, OutputSource, SessionError};
-use crate::store::Store;
+use crate::store::{Batch, Store, StoreError};
 
 /// Seconds since the Unix epoch: the coordinator's clock (persisted times survive restarts).
 pub(super) fn unix_now() -> f64 {
@@ -316,13 +317,22 @@ impl Coordinator {
     }
 }
 
+/// How the actor runs besides its state and store.
+pub(super) struct Settings {
+    /// Sample the jobs' progress for the cluster page (only when `[web]` serves it: listing
+    /// every job each round is work a coordinator without the page need not do).
+    pub keep_history: bool,
+    /// Checkpoints carried between nodes are kept beside this path.
+    pub carry_beside: std::path::PathBuf,
+    /// Until when this coordinator may act (a replica's leader lease).
+    pub clock: LeaseClock,
+}
+
 /// Start the actor.
-/// `keep_history`: sample the jobs' progress for the cluster page (only when `[web]` serves it:
-/// listing every job each round is work a coordinator without the page need not do).
-pub(super) fn spawn(state: ClusterState, store: Store, keep_history: bool) -> Coordinator {
+pub(super) fn spawn(state: ClusterState, store: Store, settings: Settings) -> Coordinator {
     let (tx, rx) = mpsc::channel(4096);
-    let mut actor = Actor::new(state, store);
-    actor.history = keep_history.then(super::web::History::default);
+    let mut actor = Actor::new(state, store, &settings.carry_beside, settings.clock);
+    actor.history = settings.keep_history.then(super::web::History::default);
     tokio::spawn(actor.run(rx));
     Coordinator { tx }
 }
@@ -341,6 +351,8 @@ struct Actor {
     history: Option<super::web::History>,
     started: Instant,
     store_failing: bool,
+    /// The leader lease: past it the actor handles nothing and sends nothing.
+    clock: LeaseClock,
     /// Answered once the store is closed, so a new coordinator can open it at once.
     shutdown_reply: Option<oneshot::Sender<()>>,
     /// Checkpoints carried between nodes (moves without a shared path).
@@ -351,9 +363,15 @@ struct Actor {
 }
 
 impl Actor {
-    fn new(state: ClusterState, store: Store) -> Self {
-        let carried = super::carry::Carried::beside(store.path());
+    fn new(
+        state: ClusterState,
+        store: Store,
+        carry_beside: &std::path::Path,
+        clock: LeaseClock,
+    ) -> Self {
+        let carried = super::carry::Carried::beside(carry_beside);
         Actor {
+            clock,
             state,
             store,
             sessions: HashMap::new(),
@@ -373,11 +391,12 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let clock = self.clock.clone();
         loop {
             tokio::select! {
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break };
-                    if self.handle(msg) {
+                    if !self.clock.valid() || self.handle(msg) {
                         break;
                     }
                     // Drain what else is waiting, then flush once for the batch.
@@ -388,12 +407,15 @@ impl Actor {
                             Err(_) => break,
                         }
                     }
-                    self.flush();
+                    self.flush().await;
                     if stop {
                         break;
                     }
                 }
                 _ = tick.tick() => {
+                    if !self.clock.valid() {
+                        break;
+                    }
                     self.timed(|s, now| s.handle(now, Input::Tick));
                     self.send_heartbeats();
                     // Reads whose callers stopped waiting (their node never answered).
@@ -402,11 +424,19 @@ impl Actor {
                     if let Some(h) = self.history.as_mut().filter(|h| h.due(now)) {
                         h.sample(now, &self.state.list_jobs(false));
                     }
-                    self.flush();
+                    self.flush().await;
                 }
+                // A deposed leader stops at once, whatever it was waiting for.
+                _ = clock.expired() => break,
             }
         }
-        self.flush();
+        if self.clock.valid() {
+            self.flush().await;
+        } else {
+            warn!(
+                "the leader lease ran out: this coordinator stops acting (nothing more is written or sent)"
+            );
+        }
         let reply = self.shutdown_reply.take();
         drop(self); // closes the store
         debug!("coordinator actor stopped");
@@ -637,8 +667,13 @@ impl Actor {
     /// Persist what changed, then send the commands the state produced: a command never goes
     /// out for a state the store does not hold (a save for a move a crash would forget would
     /// read, after the restart, as the job's completion).
-    fn flush(&mut self) {
-        self.persist();
+    /// Persist what changed, then send the commands it produced. Commands wait while the store
+    /// fails: a node must never act on a decision a restarted (or the next) coordinator does not
+    /// know of, or a job could be started twice.
+    async fn flush(&mut self) {
+        if !self.persist().await || !self.clock.valid() {
+            return;
+        }
         for job in self.state.take_spent_checkpoints() {
             self.carried.discard(&job);
         }
@@ -752,33 +787,41 @@ impl Actor {
         }
     }
 
-    /// Write the records that changed to the store (kept dirty for the next try on failure).
-    fn persist(&mut self) {
+    /// Write the records that changed to the store (kept dirty for the next try on failure);
+    /// false when they could not be.
+    async fn persist(&mut self) -> bool {
         let dirty = self.state.take_dirty();
         if dirty.is_empty() {
-            return;
+            return !self.store_failing;
         }
-        let meta = self.state.meta();
         let state = &self.state;
-        match self.store.save(
+        let batch = Batch::of(
             &dirty,
-            &meta,
+            &state.meta(),
             |n| state.node_record(n).cloned(),
             // Local jobs are not persisted: their nodes report them again after a restart.
             |j| state.job_record(j).filter(|r| !r.is_local()).cloned(),
-        ) {
+        );
+        match self.store.save(&batch).await {
             Ok(()) => {
                 if self.store_failing {
-                    warn!(store = %self.store.path().display(), "the store works again");
+                    warn!(store = %self.store.describe(), "the store works again");
                     self.store_failing = false;
                 }
+                true
+            }
+            Err(StoreError::Deposed) => {
+                // The clock has expired: the run loop stops.
+                self.clock.expire();
+                false
             }
             Err(e) => {
                 if !self.store_failing {
-                    error!(error = %e, "cannot persist the coordinator's state; will retry (a crash now would lose recent changes)");
+                    error!(error = %e, "cannot persist the coordinator's state; commands to nodes wait until it works again");
                     self.store_failing = true;
                 }
                 self.state.mark_dirty(dirty);
+                false
             }
         }
     }

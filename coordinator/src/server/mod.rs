@@ -28,6 +28,8 @@ use tracing::info;
 
 pub use actor::{Coordinator, LatencyStats};
 
+use crate::etcd::{Etcd, EtcdConfig};
+use crate::leader::{Leadership, LeaseClock};
 use crate::state::{ClusterState, StateConfig};
 use crate::store::{Store, StoreError};
 
@@ -37,14 +39,15 @@ use crate::store::{Store, StoreError};
 pub struct ServerConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// The redb store.
+    /// The redb store (`[state] backend = "redb"`); with etcd, checkpoints carried between
+    /// nodes are kept beside this path.
     pub store: PathBuf,
     /// mTLS files; `None` only with `--insecure`.
     pub tls: Option<TlsFiles>,
     /// Placement policy for a fresh store (a restarted coordinator keeps the one it had).
     pub policy: String,
-    /// Timeouts.
-    pub state: StateConfig,
+    /// The planner's timeouts and the store's backend.
+    pub state: StateSection,
     /// `/metrics` and the live cluster page (off unless `listen` is set).
     pub web: web::WebConfig,
 }
@@ -56,10 +59,55 @@ impl Default for ServerConfig {
             store: PathBuf::from("/var/lib/governor/coordinator.redb"),
             tls: None,
             policy: crate::placement::DEFAULT_POLICY.into(),
-            state: StateConfig::default(),
+            state: StateSection::default(),
             web: web::WebConfig::default(),
         }
     }
+}
+
+/// `[state]`: the planner's settings ([`StateConfig`], flattened into the table) and where the
+/// state is kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StateSection {
+    #[serde(flatten)]
+    pub planner: StateConfig,
+    pub backend: Backend,
+    /// `[state.etcd]`, used with `backend = "etcd"`.
+    pub etcd: EtcdConfig,
+}
+
+impl From<StateConfig> for StateSection {
+    fn from(planner: StateConfig) -> Self {
+        StateSection {
+            planner,
+            ..Default::default()
+        }
+    }
+}
+
+impl std::ops::Deref for StateSection {
+    type Target = StateConfig;
+    fn deref(&self) -> &StateConfig {
+        &self.planner
+    }
+}
+
+impl std::ops::DerefMut for StateSection {
+    fn deref_mut(&mut self) -> &mut StateConfig {
+        &mut self.planner
+    }
+}
+
+/// Where the coordinator keeps the cluster's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// One file on this machine (`store`); one coordinator.
+    #[default]
+    Redb,
+    /// The cluster's etcd (`[state.etcd]`); any number of replicas, one elected leader.
+    Etcd,
 }
 
 /// The server could not start or stopped with an error.
@@ -81,6 +129,8 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
     #[error("[web] tls: {0}")]
     WebTls(#[from] governor_proto::http::HttpTlsError),
+    #[error("[state.etcd]: {0}")]
+    Etcd(#[from] crate::etcd::EtcdError),
 }
 
 /// A running coordinator (for tests and the binary).
@@ -94,9 +144,18 @@ pub struct RunningServer {
     web: Option<tokio::task::JoinHandle<()>>,
     shutdown: tokio::sync::oneshot::Sender<()>,
     join: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    /// With etcd: this replica's term as leader.
+    leadership: Option<Leadership>,
+    clock: LeaseClock,
 }
 
 impl RunningServer {
+    /// Resolves when this replica stops leading (never with the redb backend). Its actor has
+    /// stopped by then; [`RunningServer::kill`] closes the rest.
+    pub async fn deposed(&self) {
+        self.clock.expired().await
+    }
+
     /// Stop serving: refuse new connections, give open requests and node sessions up to 5 s to
     /// end, then drop them, persist and close the store.
     pub async fn stop(self) {
@@ -114,6 +173,9 @@ impl RunningServer {
             let _ = join.await;
         }
         self.coordinator.shutdown().await;
+        if let Some(l) = self.leadership {
+            l.resign().await;
+        }
     }
 
     /// Stop abruptly, as a crash would: drop every connection without a goodbye. The store keeps
@@ -124,14 +186,57 @@ impl RunningServer {
         }
         self.join.abort();
         let _ = self.join.await;
+        if let Some(l) = self.leadership {
+            l.abandon();
+        }
         self.coordinator.shutdown().await;
     }
 }
 
-/// Open the store, restore the state and start serving on `config.listen`.
+/// Open the configured store; with etcd, first win the leadership (waits while another replica
+/// leads).
+async fn open_store(
+    config: &ServerConfig,
+    addr: SocketAddr,
+) -> Result<(Store, Option<Leadership>), ServerError> {
+    match config.state.backend {
+        Backend::Redb => Ok((
+            Store::Redb(crate::store::redb::RedbStore::open(&config.store)?),
+            None,
+        )),
+        Backend::Etcd => {
+            let etcd = &config.state.etcd;
+            let key = crate::store::etcd::leader_key(&etcd.prefix);
+            let name = format!("{} {addr}", hostname());
+            // The lease's renewals on a connection of their own, never behind a large write.
+            let leadership =
+                crate::leader::campaign(Etcd::new(etcd)?, key, &name, etcd.lease_ttl_s).await?;
+            let store = crate::store::etcd::EtcdStore::new(
+                Etcd::new(etcd)?,
+                &etcd.prefix,
+                leadership.fence(),
+                leadership.clock(),
+                etcd.max_txn_ops,
+            );
+            Ok((Store::Etcd(store), Some(leadership)))
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "coordinator".into())
+}
+
+/// Open the store, restore the state and start serving on `config.listen`. With etcd this
+/// waits until this replica is elected leader; it listens only from then on.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
-    let store = Store::open(&config.store)?;
-    let snapshot = store.load()?;
+    let (store, leadership) = open_store(&config, config.listen).await?;
+    let clock = leadership
+        .as_ref()
+        .map_or_else(LeaseClock::forever, |l| l.clock());
+    let snapshot = store.load().await?;
     let now = actor::unix_now();
     // A fresh store starts with the configured policy; a restarted coordinator keeps its own.
     let meta = snapshot.meta.or_else(|| {
@@ -142,20 +247,19 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     });
     let (nodes, jobs) = (snapshot.nodes.len(), snapshot.jobs.len());
     let state = ClusterState::restore(
-        config.state.clone(),
+        config.state.planner.clone(),
         now,
         meta,
         snapshot.nodes,
         snapshot.jobs,
     )?;
     info!(
-        store = %config.store.display(),
+        store = %store.describe(),
         nodes,
         jobs,
         policy = %state.policy_state().current,
         "state restored"
     );
-    let coordinator = actor::spawn(state, store, config.web.listen.is_some());
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServerError::Bind {
@@ -166,6 +270,15 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         addr: config.listen,
         source,
     })?;
+    let coordinator = actor::spawn(
+        state,
+        store,
+        actor::Settings {
+            keep_history: config.web.listen.is_some(),
+            carry_beside: config.store.clone(),
+            clock: clock.clone(),
+        },
+    );
     let secure = config.tls.is_some();
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -213,17 +326,42 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         coordinator,
         shutdown,
         join,
+        leadership,
+        clock,
     })
 }
 
-/// Serve until `shutdown` completes.
+/// Serve until `shutdown` completes. With etcd: campaign, serve while leading, and campaign
+/// again after losing the leadership.
 pub async fn run(
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let server = start(config).await?;
-    shutdown.await;
-    info!("shutting down");
-    server.stop().await;
-    Ok(())
+    tokio::pin!(shutdown);
+    loop {
+        let server = tokio::select! {
+            s = start(config.clone()) => match s {
+                Ok(s) => s,
+                // Elected, then etcd failed before the state was loaded: campaign again.
+                Err(e @ ServerError::Store(StoreError::Etcd(_) | StoreError::Deposed)) => {
+                    tracing::warn!(error = %e, "could not take over as leader; campaigning again");
+                    tokio::time::sleep(crate::leader::RETRY).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+            _ = &mut shutdown => return Ok(()),
+        };
+        tokio::select! {
+            _ = &mut shutdown => {
+                info!("shutting down");
+                server.stop().await;
+                return Ok(());
+            }
+            _ = server.deposed() => {
+                tracing::warn!("no longer the leader: stopped serving; campaigning again");
+                server.kill().await;
+            }
+        }
+    }
 }

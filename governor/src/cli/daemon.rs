@@ -21,8 +21,9 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Join the cluster: report to the coordinator at HOST:PORT and run the jobs it places
-    /// here. Overrides `[coordinator] address`; without it, `[coordinator]` in the
-    /// configuration decides whether the node joins.
+    /// here (a replicated coordinator: every replica's HOST:PORT, separated by commas).
+    /// Overrides `[coordinator] address`; without it, `[coordinator]` in the configuration
+    /// decides whether the node joins.
     #[arg(long, value_name = "HOST:PORT")]
     pub coordinator: Option<String>,
     /// Directory with the cluster's mTLS files: `ca.pem`, `NODE.pem` and `NODE-key.pem`

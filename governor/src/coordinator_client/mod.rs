@@ -81,7 +81,8 @@ impl Backoff {
 /// How the agent connects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
-    /// The coordinator's address, `HOST:PORT` (the daemon's `--coordinator`).
+    /// The coordinator's address, `HOST:PORT` (the daemon's `--coordinator`), or every
+    /// replica's, separated by commas: the agent tries them in turn (only the leader listens).
     pub coordinator: String,
     /// mTLS files (`ca.pem`, `NODE.pem`, `NODE-key.pem`), or `None` for plain text (only with
     /// the daemon's explicit `--insecure`).
@@ -136,8 +137,10 @@ impl AgentConfig {
                 self.capacity.cores
             )));
         }
-        governor_proto::tls::endpoint(&self.coordinator, self.tls.as_ref())
-            .map_err(|e| AgentError::Config(e.to_string()))?;
+        for address in governor_proto::tls::addresses(&self.coordinator) {
+            governor_proto::tls::endpoint(address, self.tls.as_ref())
+                .map_err(|e| AgentError::Config(e.to_string()))?;
+        }
         Ok(())
     }
 }
@@ -360,6 +363,7 @@ async fn run(
     let mut failures = 0u32;
     let mut last_error = String::new();
     let mut daemon_gone_logged = false;
+    let mut preferred = 0usize;
     loop {
         status.send_replace(AgentStatus::Connecting {
             attempt: failures + 1,
@@ -367,6 +371,7 @@ async fn run(
         let started = Instant::now();
         let result = session(
             &config,
+            &mut preferred,
             &mut reports,
             &commands,
             (&mut uploads, &mut uploads_open),
@@ -447,20 +452,30 @@ fn answer_output_request(
     });
 }
 
-async fn session(
-    config: &AgentConfig,
-    reports: &mut watch::Receiver<NodeReport>,
-    commands: &mpsc::Sender<NodeCommand>,
-    (uploads, uploads_open): (&mut mpsc::Receiver<CheckpointChunk>, &mut bool),
-    (status, contact): (&watch::Sender<AgentStatus>, &watch::Sender<Contact>),
-    daemon_gone_logged: &mut bool,
-) -> Result<End, AgentError> {
-    let address = config.coordinator.clone();
+/// How long a coordinator has to answer a hello with its welcome.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// A session whose coordinator has sent nothing for this long (it heartbeats every second) is
+/// given up. Ten beats, so that a coordinator busy for a few seconds does not see its nodes
+/// leave together.
+const SILENCE_LIMIT: Duration = Duration::from_secs(10);
+
+/// An open session: the address that served it, the stream to the coordinator, the stream from
+/// it, its welcome and when the hello went.
+type Opened = (
+    String,
+    mpsc::Sender<pb::NodeMessage>,
+    tonic::Streaming<pb::CoordinatorMessage>,
+    governor_proto::node::Welcome,
+    Instant,
+);
+
+/// Connect to the coordinator at `address`, say hello and wait for its welcome.
+async fn open_session(config: &AgentConfig, address: &str) -> Result<Opened, AgentError> {
     let connect_err = |detail: String| AgentError::Connect {
-        address: address.clone(),
+        address: address.to_owned(),
         detail,
     };
-    let endpoint = governor_proto::tls::endpoint(&config.coordinator, config.tls.as_ref())
+    let endpoint = governor_proto::tls::endpoint(address, config.tls.as_ref())
         .map_err(|e| connect_err(e.to_string()))?;
     let channel = endpoint
         .connect()
@@ -483,7 +498,7 @@ async fn session(
         .map_err(|s| connect_err(format!("{:?}: {}", s.code(), s.message())))?
         .into_inner();
     let session_err = |detail: String| AgentError::Session {
-        address: address.clone(),
+        address: address.to_owned(),
         detail,
     };
     let welcome = match inbound.message().await {
@@ -494,6 +509,60 @@ async fn session(
         },
         Ok(None) => return Err(session_err("closed before the welcome".into())),
         Err(s) => return Err(session_err(format!("{:?}: {}", s.code(), s.message()))),
+    };
+    Ok((address.to_owned(), tx, inbound, welcome, hello_sent))
+}
+
+async fn session(
+    config: &AgentConfig,
+    preferred: &mut usize,
+    reports: &mut watch::Receiver<NodeReport>,
+    commands: &mpsc::Sender<NodeCommand>,
+    (uploads, uploads_open): (&mut mpsc::Receiver<CheckpointChunk>, &mut bool),
+    (status, contact): (&watch::Sender<AgentStatus>, &watch::Sender<Contact>),
+    daemon_gone_logged: &mut bool,
+) -> Result<End, AgentError> {
+    // Every replica's address may be given; only the leader listens. Try them in turn, from
+    // the one that served last.
+    let addresses = governor_proto::tls::addresses(&config.coordinator);
+    let mut failures = Vec::new();
+    let mut opened = None;
+    for k in 0..addresses.len() {
+        let i = (*preferred + k) % addresses.len();
+        // A coordinator that accepts the connection and then never answers (paused, hung)
+        // must not hold the node: past the bound, the next address.
+        let opening = tokio::time::timeout(OPEN_TIMEOUT, open_session(config, addresses[i]));
+        match opening.await.unwrap_or_else(|_| {
+            Err(AgentError::Connect {
+                address: addresses[i].to_owned(),
+                detail: format!("no welcome within {OPEN_TIMEOUT:?}"),
+            })
+        }) {
+            Ok(o) => {
+                *preferred = i;
+                opened = Some(o);
+                break;
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    let Some((address, tx, mut inbound, welcome, hello_sent)) = opened else {
+        return Err(if failures.len() == 1 {
+            failures.pop().expect("one failure")
+        } else {
+            AgentError::Connect {
+                address: config.coordinator.clone(),
+                detail: failures
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        });
+    };
+    let session_err = |detail: String| AgentError::Session {
+        address: address.clone(),
+        detail,
     };
     let interval = if welcome.report_interval_ms > 0 {
         config
@@ -519,10 +588,18 @@ async fn session(
     let mut pending = false;
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A coordinator that heartbeats (it sends a fence bound) and falls silent is paused, hung or
+    // cut off: a replicated one has another leader by then. Leave it for the next address.
+    let heartbeats = welcome.fence_after_ms > 0;
+    let mut heard = Instant::now();
     loop {
         let flush_at = last_sent + config.min_report_gap;
         tokio::select! {
-            msg = inbound.message() => match msg {
+            _ = tokio::time::sleep_until(heard + SILENCE_LIMIT), if heartbeats => {
+                *preferred = (*preferred + 1) % addresses.len();
+                return Err(session_err(format!("no heartbeat for {SILENCE_LIMIT:?}")));
+            }
+            msg = inbound.message() => match msg.inspect(|_| heard = Instant::now()) {
                 Ok(Some(m)) => match CoordinatorMessage::try_from(m) {
                     Ok(CoordinatorMessage::Command(cmd)) => {
                         debug!(job = cmd.job_id(), "command from the coordinator");

@@ -1,0 +1,538 @@
+//! The replicated coordinator on a real three-member etcd cluster on loopback (Debian's
+//! `etcd-server`, started by the tests): leader election and its fence, failover with nodes and
+//! `govctl` finding the new leader from the list of replicas, the loss of an etcd member, and a
+//! leader paused past its lease (SIGSTOP) that must write nothing when it resumes. The nodes
+//! are the agent library with stand-in answers, as in `cluster_loopback`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use coordinator::certs::{self, Kind};
+use coordinator::cli::Client;
+use coordinator::etcd::{Etcd, EtcdConfig};
+use coordinator::leader::{self, LeaseClock};
+use coordinator::server::{self, Backend, ServerConfig, StateSection};
+use coordinator::state::StateConfig;
+use coordinator::store::etcd::{EtcdStore, leader_key};
+use coordinator::store::{Batch, StoreError, Table};
+use governor::coordinator_client::{
+    AgentConfig, AgentStatus, Backoff, NodeAgent, NodeCapacity, NodeCommand, NodeReport, TlsFiles,
+};
+use governor_integration_tests::etcd::EtcdCluster;
+use governor_proto::control::{JobSpec, JobState};
+use tokio::sync::{mpsc, oneshot, watch};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn make_certs(dir: &Path) {
+    certs::init(
+        dir,
+        &[
+            Kind::Coordinator {
+                hosts: vec!["127.0.0.1".into()],
+            },
+            Kind::Node {
+                name: "node-a".into(),
+            },
+            Kind::Admin {
+                name: "admin".into(),
+            },
+        ],
+        false,
+    )
+    .expect("certificates for the test cluster");
+}
+
+fn replica_config(dir: &Path, name: &str, listen: SocketAddr, etcd: EtcdConfig) -> ServerConfig {
+    ServerConfig {
+        listen,
+        store: dir.join(format!("{name}.redb")),
+        tls: Some(TlsFiles::in_dir(dir, certs::COORDINATOR)),
+        policy: "first-fit".into(),
+        state: StateSection {
+            planner: StateConfig {
+                lost_after_s: 5.0,
+                ..StateConfig::default()
+            },
+            backend: Backend::Etcd,
+            etcd,
+        },
+        web: Default::default(),
+    }
+}
+
+/// One coordinator replica in this process: campaigns, serves while it leads, campaigns again
+/// when deposed; `crash` stops it as a crash would (no resignation: its lease runs out).
+struct Replica {
+    leading: watch::Receiver<bool>,
+    crash: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn replica(config: ServerConfig) -> Replica {
+    let (leading_tx, leading) = watch::channel(false);
+    let (crash, mut crashed) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            let server = tokio::select! {
+                s = server::start(config.clone()) => s.expect("the replica starts"),
+                _ = &mut crashed => return,
+            };
+            leading_tx.send_replace(true);
+            tokio::select! {
+                _ = &mut crashed => {
+                    server.kill().await;
+                    leading_tx.send_replace(false);
+                    return;
+                }
+                _ = server.deposed() => {
+                    server.kill().await;
+                    leading_tx.send_replace(false);
+                }
+            }
+        }
+    });
+    Replica {
+        leading,
+        crash: Some(crash),
+        task,
+    }
+}
+
+impl Replica {
+    async fn crash(&mut self) {
+        if let Some(c) = self.crash.take() {
+            let _ = c.send(());
+        }
+        (&mut self.task).await.unwrap();
+    }
+
+    fn leads(&self) -> bool {
+        *self.leading.borrow()
+    }
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], governor_integration_tests::free_port()))
+}
+
+/// A stand-in node connected to every replica's address; counts the starts it is sent.
+struct Node {
+    status: watch::Receiver<AgentStatus>,
+    starts: watch::Receiver<Vec<(String, u32)>>,
+    agent: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.agent.abort();
+    }
+}
+
+fn node(dir: &Path, addresses: &str) -> Node {
+    let (report_tx, report_rx) = watch::channel(NodeReport::default());
+    let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
+    let mut config = AgentConfig::new(addresses, "node-a", NodeCapacity::cpu_only(4.0, 8 << 30));
+    config.tls = Some(TlsFiles::in_dir(dir, "node-a"));
+    config.backoff = Backoff {
+        initial: Duration::from_millis(100),
+        max: Duration::from_millis(300),
+        reset_after: Duration::from_secs(60),
+    };
+    config.report_interval = Duration::from_millis(200);
+    config.min_report_gap = Duration::from_millis(50);
+    let (agent, status) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
+    let (starts_tx, starts) = watch::channel(Vec::new());
+    let (fwd_tx, fwd_rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Some(cmd) = cmd_rx.recv().await {
+            if let NodeCommand::Start(s) = &cmd {
+                starts_tx.send_modify(|v| v.push((s.job_id.clone(), s.attempt)));
+            }
+            if fwd_tx.send(cmd).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(governor_integration_tests::answer_starts_and_saves(
+        fwd_rx, report_tx,
+    ));
+    Node {
+        status,
+        starts,
+        agent,
+    }
+}
+
+async fn wait_until<T>(what: &str, within: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn job_state(addresses: &str, dir: &Path, id: &str) -> Option<(JobState, Vec<String>)> {
+    let tls = TlsFiles::in_dir(dir, "admin");
+    let mut c = Client::connect(addresses, Some(&tls)).await.ok()?;
+    let j = c.job(id).await.ok()?;
+    let nodes = j.summary.members.iter().map(|m| m.node.clone()).collect();
+    Some((j.summary.status, nodes))
+}
+
+#[test]
+fn a_leader_whose_lease_ran_out_has_its_writes_refused_by_etcd() {
+    let Some(cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    runtime().block_on(async {
+        let config = EtcdConfig {
+            prefix: "/fence-test".into(),
+            ..cluster.config()
+        };
+        let key = leader_key(&config.prefix);
+        let first = leader::campaign(cluster.client(), key.clone(), "first", 2)
+            .await
+            .unwrap();
+        let first_clock = first.clock();
+        // The first leader's store without its own clock check, so that only etcd's fence can
+        // refuse its writes.
+        let store = |fence| {
+            EtcdStore::new(
+                Etcd::new(&config).unwrap(),
+                &config.prefix,
+                fence,
+                LeaseClock::forever(),
+                128,
+            )
+        };
+        let stale = store(first.fence());
+        let batch = |id: &str| Batch {
+            puts: vec![(Table::Jobs, id.into(), b"{}".to_vec())],
+            deletes: vec![],
+        };
+        stale.save(&batch("j1")).await.expect("the leader writes");
+
+        // The first leader stops renewing (paused, cut off): the second is elected only once
+        // the first's lease has run out in etcd, after the first's own clock says so.
+        let abandoned = Instant::now();
+        first.abandon();
+        let second = leader::campaign(cluster.client(), key.clone(), "second", 2)
+            .await
+            .unwrap();
+        let waited = abandoned.elapsed();
+        assert!(
+            waited >= Duration::from_millis(1500),
+            "elected {waited:?} after the first leader stopped renewing a 2 s lease"
+        );
+        assert!(
+            !first_clock.valid(),
+            "the first leader's clock outlived its lease"
+        );
+        assert_ne!(second.fence().revision, stale.fence().revision);
+
+        let refused = stale.save(&batch("j2")).await;
+        assert!(
+            matches!(refused, Err(StoreError::Deposed)),
+            "the deposed leader's write was not refused: {refused:?}"
+        );
+        let etcd = cluster.client();
+        assert!(etcd.get(b"/fence-test/jobs/j2").await.unwrap().is_none());
+        assert!(etcd.get(b"/fence-test/jobs/j1").await.unwrap().is_some());
+        store(second.fence())
+            .save(&batch("j3"))
+            .await
+            .expect("the new leader writes");
+        assert_eq!(
+            etcd.get(&key).await.unwrap().unwrap().value,
+            b"second".to_vec()
+        );
+    });
+}
+
+#[test]
+fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_it_is() {
+    let Some(mut cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    runtime().block_on(async {
+        let (a, b) = (loopback(), loopback());
+        let addresses = format!("{a},{b}");
+        let mut first = replica(replica_config(dir.path(), "a", a, cluster.config()));
+        wait_until(
+            "the first replica leads",
+            Duration::from_secs(10),
+            async || first.leads().then_some(()),
+        )
+        .await;
+        let mut second = replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let node = node(dir.path(), &addresses);
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let id = govctl
+            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
+            .await
+            .unwrap()
+            .id;
+        wait_until("the job runs", Duration::from_secs(10), async || {
+            job_state(&addresses, dir.path(), &id)
+                .await
+                .filter(|(s, _)| *s == JobState::Running)
+        })
+        .await;
+        assert!(!second.leads(), "two replicas lead at once");
+
+        // The loss of one etcd member changes nothing: the leader keeps its lease and writes.
+        cluster.kill(0);
+        let id2 = govctl
+            .submit(JobSpec::new("second", vec!["x".into()], "/tmp/second.log"))
+            .await
+            .unwrap()
+            .id;
+        wait_until(
+            "a job submitted with an etcd member down runs",
+            Duration::from_secs(10),
+            async || {
+                job_state(&addresses, dir.path(), &id2)
+                    .await
+                    .filter(|(s, _)| *s == JobState::Running)
+            },
+        )
+        .await;
+        assert!(first.leads() && !second.leads());
+        cluster.restart(0);
+
+        // The leader dies. The other replica serves within the lease (2 s) and a little.
+        let died = Instant::now();
+        first.crash().await;
+        let id3 = wait_until(
+            "govctl, given both addresses, submits to the new leader",
+            Duration::from_secs(10),
+            async || {
+                let mut c = Client::connect(&addresses, Some(&admin)).await.ok()?;
+                c.submit(JobSpec::new("third", vec!["x".into()], "/tmp/third.log"))
+                    .await
+                    .ok()
+                    .map(|j| j.id)
+            },
+        )
+        .await;
+        let failover = died.elapsed();
+        assert!(second.leads());
+        assert!(
+            failover < Duration::from_secs(5),
+            "placements served again {failover:?} after the leader died"
+        );
+        eprintln!("failover: {failover:?}");
+        // The node found the new leader and resynced; its jobs were never started again.
+        for job in [&id, &id2, &id3] {
+            wait_until(
+                "every job runs under the new leader",
+                Duration::from_secs(15),
+                async || {
+                    job_state(&addresses, dir.path(), job)
+                        .await
+                        .filter(|(s, n)| *s == JobState::Running && n == &["node-a".to_string()])
+                },
+            )
+            .await;
+        }
+        assert!(matches!(
+            *node.status.borrow(),
+            AgentStatus::Connected { .. }
+        ));
+        let starts = node.starts.borrow().clone();
+        for job in [&id, &id2, &id3] {
+            assert_eq!(
+                starts.iter().filter(|(j, _)| j == job).count(),
+                1,
+                "{job} was started more than once: {starts:?}"
+            );
+        }
+        assert_ne!(id3, id, "the new leader reused a job id");
+        second.crash().await;
+    });
+}
+
+/// A coordinator replica as its own process (`coordinator --config`), so that it can be paused.
+struct Process {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Process {
+    fn start(dir: &Path, name: &str, listen: SocketAddr, etcd: &EtcdConfig) -> Process {
+        let config = dir.join(format!("{name}.toml"));
+        let endpoints: Vec<String> = etcd.endpoints.iter().map(|e| format!("{e:?}")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"{listen}\"\nstore = \"{store}\"\npolicy = \"first-fit\"\n\
+                 [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/coordinator.pem\"\nkey = \"{d}/coordinator-key.pem\"\n\
+                 [state]\nlost_after_s = 5.0\nbackend = \"etcd\"\n\
+                 [state.etcd]\nendpoints = [{e}]\nlease_ttl_s = {ttl}\nrequest_timeout_ms = 500\n",
+                store = dir.join(format!("{name}.redb")).display(),
+                d = dir.display(),
+                e = endpoints.join(", "),
+                ttl = etcd.lease_ttl_s,
+            ),
+        )
+        .unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let child =
+            std::process::Command::new(governor_integration_tests::daemon::bin("coordinator"))
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", "info")
+                .stdout(std::fs::File::create(&log).unwrap())
+                .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+                .spawn()
+                .expect("the coordinator binary starts");
+        Process { child, log }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    fn log(&self) -> String {
+        let mut s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        s.push_str(&std::fs::read_to_string(self.log.with_extension("err")).unwrap_or_default());
+        s
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_twice() {
+    use nix::sys::signal::Signal;
+    let Some(cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let (a, b) = (loopback(), loopback());
+    let addresses = format!("{a},{b}");
+    let first = Process::start(dir.path(), "a", a, &cluster.config());
+    runtime().block_on(async {
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        wait_until(
+            "the first replica leads",
+            Duration::from_secs(20),
+            async || Client::connect(&a.to_string(), Some(&admin)).await.ok(),
+        )
+        .await;
+        let second = Process::start(dir.path(), "b", b, &cluster.config());
+        let node = node(dir.path(), &addresses);
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let id = govctl
+            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
+            .await
+            .unwrap()
+            .id;
+        wait_until("the job runs", Duration::from_secs(10), async || {
+            job_state(&addresses, dir.path(), &id)
+                .await
+                .filter(|(s, _)| *s == JobState::Running)
+        })
+        .await;
+
+        // Pause the leader past its lease (2 s): the other replica is elected and serves.
+        first.signal(Signal::SIGSTOP);
+        let id2 = wait_until(
+            "the second replica takes submissions",
+            Duration::from_secs(15),
+            async || {
+                let mut c = Client::connect(&b.to_string(), Some(&admin)).await.ok()?;
+                c.submit(JobSpec::new("second", vec!["x".into()], "/tmp/second.log"))
+                    .await
+                    .ok()
+                    .map(|j| j.id)
+            },
+        )
+        .await;
+        wait_until(
+            "the node follows the new leader and runs the new job",
+            Duration::from_secs(30),
+            async || {
+                job_state(&b.to_string(), dir.path(), &id2)
+                    .await
+                    .filter(|(s, _)| *s == JobState::Running)
+            },
+        )
+        .await;
+
+        // Resumed, the old leader finds its lease gone: it stops acting and stops listening,
+        // before handling anything its paused sessions had queued.
+        first.signal(Signal::SIGCONT);
+        wait_until(
+            "the resumed replica says it no longer leads",
+            Duration::from_secs(10),
+            async || {
+                first
+                    .log()
+                    .contains("the leader lease ran out: this coordinator stops acting")
+                    .then_some(())
+            },
+        )
+        .await;
+        wait_until(
+            "the resumed replica stops listening",
+            Duration::from_secs(10),
+            async || {
+                Client::connect(&a.to_string(), Some(&admin))
+                    .await
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await;
+        let etcd = cluster.client();
+        let leader = etcd.get(&leader_key("/governor")).await.unwrap().unwrap();
+        assert!(
+            String::from_utf8_lossy(&leader.value).ends_with(&b.to_string()),
+            "the leader key names {:?}",
+            String::from_utf8_lossy(&leader.value)
+        );
+        // Each job was started once, on the one node; both still run under the new leader.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let starts = node.starts.borrow().clone();
+        for job in [&id, &id2] {
+            assert_eq!(
+                starts.iter().filter(|(j, _)| j == job).count(),
+                1,
+                "{job} was started more than once: {starts:?}"
+            );
+            let (state, _) = job_state(&b.to_string(), dir.path(), job).await.unwrap();
+            assert_eq!(state, JobState::Running, "{job}");
+        }
+        assert_eq!(
+            first.log().matches("elected leader").count(),
+            1,
+            "the resumed replica was elected again while the other led:\n{}",
+            first.log()
+        );
+        drop(second);
+    });
+}
