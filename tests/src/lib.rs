@@ -336,6 +336,24 @@ pub fn tool(names: &[&str]) -> Option<PathBuf> {
     None
 }
 
+/// The certificates of a test cluster on loopback in `dir`: the coordinator's (for 127.0.0.1),
+/// one per node in `nodes`, and the admin `admin`.
+pub fn loopback_certs(dir: &Path, nodes: &[&str]) {
+    use coordinator::certs::{self, Kind};
+    let mut kinds = vec![
+        Kind::Coordinator {
+            hosts: vec!["127.0.0.1".into()],
+        },
+        Kind::Admin {
+            name: "admin".into(),
+        },
+    ];
+    kinds.extend(nodes.iter().map(|n| Kind::Node {
+        name: (*n).to_owned(),
+    }));
+    certs::init(dir, &kinds, false).expect("certificates for the test cluster");
+}
+
 /// A free local port (bound, then released for a daemon or server to take).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

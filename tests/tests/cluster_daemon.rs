@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use coordinator::certs::{self, Kind};
+use coordinator::certs;
 use coordinator::cli::Client;
 use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
@@ -57,22 +57,7 @@ fn coordinator_line(d: &Daemon) -> String {
 fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let dir = tempfile::tempdir().unwrap();
     let certs_dir = dir.path().join("certs");
-    certs::init(
-        &certs_dir,
-        &[
-            Kind::Coordinator {
-                hosts: vec!["127.0.0.1".into()],
-            },
-            Kind::Node {
-                name: "node-a".into(),
-            },
-            Kind::Admin {
-                name: "admin".into(),
-            },
-        ],
-        false,
-    )
-    .expect("certificates for the test cluster");
+    governor_integration_tests::loopback_certs(&certs_dir, &["node-a"]);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use coordinator::certs::{self, Kind};
+use coordinator::certs;
 use coordinator::cli::Client;
 use coordinator::server::{self, RunningServer, ServerConfig};
 use coordinator::state::StateConfig;
@@ -22,25 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 fn make_certs(dir: &Path) {
-    certs::init(
-        dir,
-        &[
-            Kind::Coordinator {
-                hosts: vec!["127.0.0.1".into()],
-            },
-            Kind::Node {
-                name: "node-a".into(),
-            },
-            Kind::Node {
-                name: "node-b".into(),
-            },
-            Kind::Admin {
-                name: "admin".into(),
-            },
-        ],
-        false,
-    )
-    .expect("certificates for the test cluster");
+    governor_integration_tests::loopback_certs(dir, &["node-a", "node-b"]);
 }
 
 async fn start(dir: &Path, listen: SocketAddr) -> RunningServer {

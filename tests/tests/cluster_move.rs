@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use coordinator::certs::{self, Kind};
+use coordinator::certs;
 use coordinator::cli::Client;
 use coordinator::server::{self, ServerConfig};
 use coordinator::state::StateConfig;
@@ -53,25 +53,7 @@ impl Cluster {
     fn start(groups: &[String]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let certs_dir = dir.path().join("certs");
-        certs::init(
-            &certs_dir,
-            &[
-                Kind::Coordinator {
-                    hosts: vec!["127.0.0.1".into()],
-                },
-                Kind::Node {
-                    name: "node-a".into(),
-                },
-                Kind::Node {
-                    name: "node-b".into(),
-                },
-                Kind::Admin {
-                    name: "admin".into(),
-                },
-            ],
-            false,
-        )
-        .expect("certificates for the test cluster");
+        governor_integration_tests::loopback_certs(&certs_dir, &["node-a", "node-b"]);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use coordinator::certs::{self, Kind};
+use coordinator::certs;
 use coordinator::cli::Client;
 use coordinator::etcd::{Etcd, EtcdConfig};
 use coordinator::leader::{self, LeaseClock};
@@ -29,25 +29,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn make_certs(dir: &Path) {
-    certs::init(
-        dir,
-        &[
-            Kind::Coordinator {
-                hosts: vec!["127.0.0.1".into()],
-            },
-            Kind::Node {
-                name: "node-a".into(),
-            },
-            Kind::Admin {
-                name: "admin".into(),
-            },
-        ],
-        false,
-    )
-    .expect("certificates for the test cluster");
 }
 
 fn replica_config(dir: &Path, name: &str, listen: SocketAddr, etcd: EtcdConfig) -> ServerConfig {
@@ -269,7 +250,7 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     runtime().block_on(async {
         let (a, b) = (loopback(), loopback());
         let addresses = format!("{a},{b}");
@@ -431,7 +412,7 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     let (a, b) = (loopback(), loopback());
     let addresses = format!("{a},{b}");
     let first = Process::start(dir.path(), "a", a, &cluster.config());
