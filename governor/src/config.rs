@@ -305,6 +305,10 @@ pub struct CoordinatorConfig {
     pub transparent_moves: bool,
     /// The `criu` program (a path, or a name looked up on PATH).
     pub criu: PathBuf,
+    /// Run the coordinator's jobs that ask to run as root (uid 0; a submission naming no
+    /// user). Off: such a job fails to start here, with the reason. Every other job runs with
+    /// its user's uid, gid and groups on this node.
+    pub allow_root_jobs: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -320,6 +324,7 @@ impl Default for CoordinatorConfig {
             finished_retention: Duration::from_secs(600),
             transparent_moves: true,
             criu: "criu".into(),
+            allow_root_jobs: false,
         }
     }
 }

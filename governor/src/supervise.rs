@@ -104,9 +104,35 @@ pub struct SuperviseArgs {
     /// Internal: be the init of the job's PID namespace (started by `--pid-namespace`).
     #[arg(long, hide = true)]
     pub namespace_init: bool,
+    /// Run the job (not the supervisor, which keeps its rights for the namespace and CRIU) as
+    /// `UID:GID` with the supplementary groups `G1,G2,...` after a second colon.
+    #[arg(long, value_name = "UID:GID[:GROUPS]", value_parser = parse_credentials)]
+    pub user: Option<crate::sys::Credentials>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
+}
+
+/// `UID:GID` or `UID:GID:G1,G2,...`.
+pub fn parse_credentials(s: &str) -> Result<crate::sys::Credentials, String> {
+    let bad = || format!("{s:?} is not UID:GID[:G1,G2,...]");
+    let mut parts = s.splitn(3, ':');
+    let uid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+    let gid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+    let groups = match parts.next() {
+        None | Some("") => Vec::new(),
+        Some(list) => list
+            .split(',')
+            .map(|g| g.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(crate::sys::Credentials { uid, gid, groups })
+}
+
+/// The `--user` argument for `creds` ([`parse_credentials`] reads it back).
+pub fn credentials_arg(creds: &crate::sys::Credentials) -> String {
+    let groups: Vec<String> = creds.groups.iter().map(u32::to_string).collect();
+    format!("{}:{}:{}", creds.uid, creds.gid, groups.join(","))
 }
 
 /// Signals passed on to the job.
@@ -142,6 +168,10 @@ fn run_plain(args: &SuperviseArgs) -> ExitCode {
     let program = &args.command[0];
     let mut command = std::process::Command::new(program);
     command.args(&args.command[1..]);
+    // The user first: a change of credentials clears the parent-death signal set after it.
+    if let Some(creds) = &args.user {
+        crate::sys::run_as(&mut command, creds);
+    }
     crate::sys::kill_when_parent_dies(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -178,9 +208,11 @@ fn run_namespaced(args: &SuperviseArgs) -> ExitCode {
         .arg("supervise")
         .arg("--namespace-init")
         .arg("--status-file")
-        .arg(&args.status_file)
-        .arg("--")
-        .args(&args.command);
+        .arg(&args.status_file);
+    if let Some(creds) = &args.user {
+        command.arg("--user").arg(credentials_arg(creds));
+    }
+    command.arg("--").args(&args.command);
     crate::sys::kill_when_parent_dies(&mut command);
     let mut init = match command.spawn() {
         Ok(init) => init,
@@ -231,6 +263,9 @@ fn run_namespace_init(args: &SuperviseArgs) -> ExitCode {
     let program = &args.command[0];
     let mut command = std::process::Command::new(program);
     command.args(&args.command[1..]);
+    if let Some(creds) = &args.user {
+        crate::sys::run_as(&mut command, creds);
+    }
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return record_start_error(args, format!("cannot start {program:?}: {e}")),

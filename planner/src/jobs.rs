@@ -483,6 +483,7 @@ impl ClusterState {
             checkpoint: spec.checkpoint.clone(),
             attempt: member.attempt,
             carried_checkpoint: member.carried,
+            user: spec.user.clone(),
         }))
     }
 

@@ -35,7 +35,11 @@ pub(super) fn cluster_sweeps() -> Sweeps<String> {
 /// The sweep a submitted job is a trial of, with its direction and declared epochs.
 fn trial_of(job: &JobRecord) -> Option<(SweepTrial, Direction, Option<f64>)> {
     let spec = job.spec.as_ref()?;
-    let trial = job_env::parse_sweep(spec.env.get(job_env::SWEEP)?).ok()?;
+    let mut trial = job_env::parse_sweep(spec.env.get(job_env::SWEEP)?).ok()?;
+    // A sweep is its user's: two users' sweeps of one name are judged apart.
+    if !spec.user.is_empty() {
+        trial.sweep = format!("{}/{}", spec.user, trial.sweep);
+    }
     let direction = if spec.maximise {
         Direction::Maximise
     } else {

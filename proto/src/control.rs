@@ -55,6 +55,10 @@ pub struct JobSpec {
     /// save and resume; needs a framework checkpoint, one member, no GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cores: Option<f64>,
+    /// The user it runs as on its nodes (their uid, gid and groups there); empty: root, which a
+    /// node refuses unless its `[coordinator] allow_root_jobs` is set.
+    #[serde(default)]
+    pub user: String,
 }
 
 fn one() -> u32 {
@@ -79,6 +83,7 @@ impl JobSpec {
             env: BTreeMap::new(),
             checkpoint: None,
             max_cores: None,
+            user: String::new(),
         }
     }
 

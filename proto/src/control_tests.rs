@@ -166,3 +166,35 @@ fn summary_and_detail_round_trip() {
     let json = serde_json::to_string(&summary).unwrap();
     assert!(json.contains("\"status\":\"running\""), "{json}");
 }
+
+#[test]
+fn a_job_names_a_plain_user_and_one_run_as_a_user_has_no_carried_checkpoint() {
+    for good in ["", "alice", "svc_train-2", "a.b", "root"] {
+        let mut s = spec();
+        s.user = good.into();
+        assert_eq!(
+            JobSpec::try_from(pb::JobSpec::from(s.clone())).unwrap(),
+            s,
+            "{good:?}"
+        );
+    }
+    for bad in ["-rf", "a/b", "a:b", "al ice", "x\0", &"u".repeat(33)] {
+        let mut m = pb::JobSpec::from(spec());
+        m.user = bad.into();
+        let e = JobSpec::try_from(m).unwrap_err();
+        assert_eq!(e.field, "user", "{bad:?}");
+    }
+    let carried = |user: &str| {
+        let mut s = spec();
+        s.user = user.into();
+        s.checkpoint = Some(Checkpoint {
+            dir: "/scratch/ck".into(),
+            save_signal: 10,
+            carry: true,
+            transparent: false,
+        });
+        JobSpec::try_from(pb::JobSpec::from(s))
+    };
+    assert_eq!(carried("alice").unwrap_err().field, "checkpoint.carry");
+    assert!(carried("root").is_ok() && carried("").is_ok());
+}

@@ -98,6 +98,29 @@ pub(crate) fn text(field: &str, s: String, max: usize) -> Result<String, Invalid
     Ok(s)
 }
 
+/// A user a job runs as: empty (root), or a name as Debian's `adduser` accepts one by default
+/// and `useradd` at most: 1-32 bytes of ASCII letters, digits, `_`, `-` and `.`, not starting
+/// with `-` (no `/`, `:` or whitespace to smuggle into a path or a passwd lookup).
+pub fn check_user_name(field: &str, s: String) -> Result<String, InvalidMessage> {
+    if s.is_empty() {
+        return Ok(s);
+    }
+    let ok = s.len() <= 32
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(s)
+    } else {
+        Err(InvalidMessage::new(
+            field,
+            format!(
+                "{s:?} is not a user name (1-32 of a-z, A-Z, 0-9, '_', '-', '.'; not starting with '-')"
+            ),
+        ))
+    }
+}
+
 /// At most `max` bytes (may be empty).
 pub(crate) fn short(field: &str, s: String, max: usize) -> Result<String, InvalidMessage> {
     if s.len() > max {

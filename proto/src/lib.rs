@@ -30,7 +30,7 @@ pub mod node;
 pub mod tls;
 pub mod units;
 
-pub use error::InvalidMessage;
+pub use error::{InvalidMessage, check_user_name};
 
 /// Generated messages and services (`governor.cluster.v1`).
 #[cfg(feature = "grpc")]

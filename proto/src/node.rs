@@ -290,6 +290,8 @@ pub struct StartJob {
     /// Its checkpoint arrives in [`CheckpointChunk`]s before this start: unpack it into
     /// `checkpoint.dir`, and start only if it arrived whole.
     pub carried_checkpoint: bool,
+    /// The user it runs as (the submission's); empty: root.
+    pub user: String,
 }
 
 /// Upload a saved job's checkpoint directory to the coordinator.

@@ -208,6 +208,7 @@ fn start_job_round_trips_and_checks_replicas() {
         }),
         attempt: 2,
         carried_checkpoint: true,
+        user: String::new(),
     };
     let chunk = CoordinatorMessage::Command(NodeCommand::Chunk(CheckpointChunk {
         job_id: "j3".into(),

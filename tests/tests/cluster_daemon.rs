@@ -109,7 +109,7 @@ fn the_daemon_runs_what_the_coordinator_places_and_reports_it_to_the_end() {
     let mut daemon = Daemon::configure(
         "shortest-left",
         &format!(
-            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\ninsecure = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\ninsecure = true\nallow_root_jobs = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
             root.display(),
             out.display()
         ),
@@ -738,7 +738,7 @@ fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
     let mut daemon = Daemon::configure(
         "fair",
         &format!(
-            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\nallow_root_jobs = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
             root.display(),
             out.display()
         ),
@@ -816,4 +816,178 @@ fn a_daemon_that_loses_the_coordinator_saves_and_stops_the_job_moved_to_it() {
         "{}",
         daemon.log_tail()
     );
+}
+
+#[test]
+#[ignore = "root-host: the node starts cluster jobs as uid 65534 (root); `cargo xtask test` runs it where it can"]
+fn root_host_user_a_cluster_job_runs_as_its_user_and_root_only_where_the_node_allows_it() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test starts jobs as another user: run it as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // A directory `nobody` may write its log in (the test's own is root's, 0700).
+    let shared = tempfile::Builder::new()
+        .prefix("governor-user-job")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server: RunningServer = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.path().join("coordinator.redb"),
+            tls: None,
+            policy: "first-fit".into(),
+            state: Default::default(),
+            web: Default::default(),
+        }))
+        .expect("the coordinator starts");
+    let address = server.addr.to_string();
+    let mut govctl = rt
+        .block_on(Client::connect(&address, None))
+        .expect("govctl connects");
+    let root = dir.path().join("cgroup");
+    std::fs::create_dir(&root).unwrap();
+    let fake = FakeCgroupRoot::unified(&root);
+    for group in ["mine-j1", "secret-j2", "as-root-j3", "stranger-j4"] {
+        fake.add_group(&format!("governor.slice/jobs/{group}"));
+    }
+    let out = dir.path().join("job-output");
+    // The default: no root jobs.
+    let mut daemon = Daemon::configure(
+        "shortest-left",
+        &format!(
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+            root.display(),
+            out.display()
+        ),
+    );
+    daemon.extra_args = vec![
+        "--dry-run".into(),
+        "--node-name".into(),
+        "node-u".into(),
+        "--coordinator".into(),
+        address.clone(),
+        "--insecure".into(),
+    ];
+    daemon.spawn();
+    wait_for(
+        "node-u to be ready",
+        Duration::from_secs(30),
+        &daemon,
+        || {
+            let nodes = rt.block_on(govctl.nodes()).ok()?;
+            nodes
+                .iter()
+                .any(|n| n.name == "node-u" && n.status == NodeState::Ready)
+                .then_some(())
+        },
+    );
+
+    // A job for `nobody`: it runs with nobody's uid, gid and groups, and its log is read.
+    let log = shared.path().join("mine.log");
+    let script = format!(
+        "id -u; id -g; id -G; i=0; l=4.0; while [ $i -lt 40 ]; do i=$((i+1)); \
+         l=$(awk -v l=$l 'BEGIN {{ print l*0.9 }}'); echo \"step $i loss=$l\" >> {}; sleep 0.1; done",
+        log.display()
+    );
+    let mut spec = JobSpec::new(
+        "mine",
+        vec!["/bin/sh".into(), "-c".into(), script],
+        log.display().to_string(),
+    );
+    spec.metric = "loss".into();
+    spec.user = "nobody".into();
+    assert_eq!(rt.block_on(govctl.submit(spec)).unwrap().id, "j1");
+    let seen = Instant::now();
+    wait_for(
+        "the coordinator to see mine's progress (its log read as nobody)",
+        Duration::from_secs(20),
+        &daemon,
+        || {
+            let detail = rt.block_on(govctl.job("j1")).ok()?;
+            (!detail.progress.is_empty()).then_some(())
+        },
+    );
+    let progress_after = seen.elapsed();
+
+    // A job for `nobody` whose log it cannot read (root's, 0600 in a 0700 directory): the
+    // daemon, root, reads it with nobody's rights, so never.
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let secret = private.join("secret.log");
+    std::fs::write(
+        &secret,
+        "step 1 loss=3.0\nstep 2 loss=2.0\nstep 3 loss=1.0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut spec = JobSpec::new(
+        "secret",
+        vec!["/bin/sh".into(), "-c".into(), "sleep 4".into()],
+        secret.display().to_string(),
+    );
+    spec.metric = "loss".into();
+    spec.user = "nobody".into();
+    assert_eq!(rt.block_on(govctl.submit(spec)).unwrap().id, "j2");
+    wait_for("secret to run", Duration::from_secs(20), &daemon, || {
+        (job(&rt, &mut govctl, "j2").status == JobState::Running).then_some(())
+    });
+    std::thread::sleep((progress_after * 3).max(Duration::from_secs(2)));
+    let detail = rt.block_on(govctl.job("j2")).unwrap();
+    assert!(
+        detail.progress.is_empty() && detail.summary.progress.is_none(),
+        "a log its user cannot read was read: {:?}",
+        detail.progress
+    );
+
+    // Root (a submission naming no user) and a user the node does not have: refused.
+    let mut as_root = JobSpec::new(
+        "as-root",
+        vec!["/bin/true".into()],
+        shared.path().join("root.log").display().to_string(),
+    );
+    as_root.user = String::new();
+    assert_eq!(rt.block_on(govctl.submit(as_root)).unwrap().id, "j3");
+    let mut stranger = JobSpec::new(
+        "stranger",
+        vec!["/bin/true".into()],
+        shared.path().join("stranger.log").display().to_string(),
+    );
+    stranger.user = "no-such-user-here".into();
+    assert_eq!(rt.block_on(govctl.submit(stranger)).unwrap().id, "j4");
+    for (id, reason) in [
+        ("j3", "allow_root_jobs"),
+        ("j4", "no user \"no-such-user-here\" on this node"),
+    ] {
+        let failed = wait_for("the refusal", Duration::from_secs(20), &daemon, || {
+            let j = job(&rt, &mut govctl, id);
+            j.status.is_finished().then_some(j)
+        });
+        assert_eq!(failed.status, JobState::Failed, "{failed:?}");
+        assert!(failed.message.contains(reason), "{id}: {}", failed.message);
+    }
+
+    // mine ran as nobody (65534), with nobody's group and no other.
+    let done = wait_for("mine to complete", Duration::from_secs(30), &daemon, || {
+        let j = job(&rt, &mut govctl, "j1");
+        j.status.is_finished().then_some(j)
+    });
+    assert_eq!(done.status, JobState::Completed, "{done:?}");
+    let output = std::fs::read_to_string(out.join("mine-j1.out")).unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines[0], nobody.uid.to_string(), "{output}");
+    assert_eq!(lines[1], nobody.gid.to_string(), "{output}");
+    assert!(
+        !lines[2].split(' ').any(|g| g == "0"),
+        "the job kept root's group: {output}"
+    );
+    rt.block_on(server.stop());
 }

@@ -92,7 +92,7 @@ impl Cluster {
             let mut d = Daemon::configure(
                 "shortest-left",
                 &format!(
-                    "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
+                    "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[coordinator]\naddress = \"192.0.2.1:7070\"\nallow_root_jobs = true\njob_output_dir = \"{}\"\nstop_grace = \"2s\"\n",
                     root.display(),
                     out.display()
                 ),

@@ -87,6 +87,8 @@ fn multinode_every_node_reaches_every_other() {
 // ---------------------------------------------------------------------------------------------
 
 const COORDINATOR_PORT: u16 = 7070;
+/// The jobs here are submitted by root (govctl runs as root) and run as root: the nodes allow it.
+const ROOT_JOBS: &str = "[coordinator]\nallow_root_jobs = true\n";
 const CERTS_PORT: u16 = 7001;
 const CONTROL_PORT: u16 = 7002;
 
@@ -279,7 +281,7 @@ fn node_daemon_cmd(me: u32, certs: &Path) -> Command {
         // A file node1 can change at run time ("policy specon"), read again on SIGHUP.
         config = PathBuf::from("/tmp/multinode/governor.toml");
         if !config.exists() {
-            std::fs::write(&config, "").unwrap();
+            std::fs::write(&config, ROOT_JOBS).unwrap();
         }
     }
     if me == 3 {
@@ -296,7 +298,10 @@ fn node_daemon_cmd(me: u32, certs: &Path) -> Command {
         config = dir.join("governor.toml");
         std::fs::write(
             &config,
-            format!("[coordinator]\ncriu = \"{}\"\n", criu.display()),
+            format!(
+                "[coordinator]\ncriu = \"{}\"\nallow_root_jobs = true\n",
+                criu.display()
+            ),
         )
         .unwrap();
     }
@@ -1611,7 +1616,7 @@ fn worker_node(me: u32) {
                 // SpeCon's node policy asks to move converged jobs while others progress.
                 std::fs::write(
                     "/tmp/multinode/governor.toml",
-                    "policy = \"specon:interval=2:min_learning_others=1\"\n",
+                    format!("policy = \"specon:interval=2:min_learning_others=1\"\n{ROOT_JOBS}"),
                 )
                 .unwrap();
                 if let Some(d) = &daemon {

@@ -162,7 +162,7 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
     let mut daemon = Daemon::configure(
         "shortest-left",
         &format!(
-            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[coordinator]\naddress = \"{address}\"\ninsecure = true\njob_output_dir = \"{}\"\n",
+            "cgroup_root = \"{}\"\n[discovery]\nenvironment = false\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[coordinator]\naddress = \"{address}\"\ninsecure = true\nallow_root_jobs = true\njob_output_dir = \"{}\"\n",
             root.display(),
             dir.path().join("out").display()
         ),

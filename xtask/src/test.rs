@@ -71,7 +71,7 @@ struct Group {
     needs: &'static [Need],
 }
 
-const GROUPS: [Group; 3] = [
+const GROUPS: [Group; 4] = [
     Group {
         prefix: "root_host_ebpf_",
         what: "eBPF programs loaded into the host kernel",
@@ -80,6 +80,11 @@ const GROUPS: [Group; 3] = [
     Group {
         prefix: "root_host_proc_",
         what: "the kernel's process connector (netlink, CAP_NET_ADMIN)",
+        needs: &[Need::Root],
+    },
+    Group {
+        prefix: "root_host_user_",
+        what: "cluster jobs started as another user (setuid)",
         needs: &[Need::Root],
     },
     Group {

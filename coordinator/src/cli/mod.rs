@@ -194,6 +194,11 @@ pub struct SubmitArgs {
     /// Memory each member needs, e.g. 4G or 512M (reserved on its node).
     #[arg(long, value_parser = parse_bytes)]
     pub memory: Option<u64>,
+    /// The user the job runs as on its nodes, with that user's uid, gid and groups there (its
+    /// log is read with that user's rights). Default: who runs govctl ($USER). Nodes refuse
+    /// root unless their `[coordinator] allow_root_jobs` is set.
+    #[arg(long, env = "USER", default_value = "")]
+    pub user: String,
     /// The progress signal in the log ("loss", "val_acc"); default: the node's choice.
     #[arg(long, default_value = "")]
     pub metric: String,
@@ -575,6 +580,7 @@ pub async fn main(cli: Cli) -> Result<()> {
                     carry: a.carry,
                     transparent: false,
                 }),
+                user: a.user,
             };
             let job = client.submit(spec).await?;
             if cli.json {

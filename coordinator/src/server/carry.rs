@@ -376,6 +376,7 @@ mod tests {
             checkpoint: None,
             attempt: 1,
             carried_checkpoint: true,
+            user: String::new(),
         };
         c.inject_fault(&start);
         assert_ne!(fs::read(c.archive("j1")).unwrap(), data);

@@ -154,6 +154,7 @@ impl ClusterSide {
             // This very binary, even if an upgrade replaced or removed its file meanwhile.
             supervisor: Some(PathBuf::from("/proc/self/exe")),
             criu,
+            allow_root_jobs: c.allow_root_jobs,
         });
         let (reports, report_rx) = watch::channel(NodeReport::default());
         let (command_tx, commands) = mpsc::channel(64);
@@ -345,7 +346,8 @@ impl Shell {
         job_id: &str,
         started: &launcher::StartedJob,
     ) {
-        match job_sources::launched_job(&started.adopt, None) {
+        // Its logs are read with the rights of the user it runs as.
+        match job_sources::launched_job(&started.adopt, started.owner.clone()) {
             Ok(mut found) => {
                 found.job.runtime = format!("coordinator job {job_id}");
                 found.job.spec.priority = started.priority;

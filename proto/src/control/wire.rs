@@ -61,12 +61,28 @@ impl TryFrom<pb::JobSpec> for JobSpec {
             env,
             checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
             max_cores: opt(m.max_cores, |v| positive("max_cores", v))?,
+            user: crate::error::check_user_name("user", m.user)?,
         }
         .checked_elastic()
+        .and_then(JobSpec::checked_user)
     }
 }
 
 impl JobSpec {
+    /// A job run as a user does not have its checkpoint carried: the nodes pack and unpack it
+    /// as root, at a path the submission names, which would let it read or write any file.
+    fn checked_user(self) -> Result<Self, InvalidMessage> {
+        let as_user = !self.user.is_empty() && self.user != "root";
+        if as_user && self.checkpoint.as_ref().is_some_and(|c| c.carry) {
+            return Err(InvalidMessage::new(
+                "checkpoint.carry",
+                "is not available to a job run as a user (the nodes would pack and unpack its \
+                 checkpoint as root): put its checkpoint on storage every node mounts",
+            ));
+        }
+        Ok(self)
+    }
+
     /// An elastic job resumes at another size from its own checkpoint: it needs a range that
     /// starts at its `cores`, a framework checkpoint (a CRIU image keeps its old thread count),
     /// one member and no GPUs (members and GPUs are not resized).
@@ -399,6 +415,7 @@ impl From<JobSpec> for pb::JobSpec {
             env: s.env.into_iter().collect(),
             checkpoint: s.checkpoint.map(Into::into),
             max_cores: s.max_cores,
+            user: s.user,
         }
     }
 }

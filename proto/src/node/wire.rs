@@ -317,6 +317,7 @@ impl TryFrom<pb::StartJob> for StartJob {
             checkpoint: m.checkpoint.map(Checkpoint::try_from).transpose()?,
             attempt: m.attempt,
             carried_checkpoint: m.carried_checkpoint,
+            user: crate::error::check_user_name("user", m.user)?,
         })
     }
 }
@@ -521,6 +522,7 @@ impl From<StartJob> for pb::StartJob {
             checkpoint: s.checkpoint.map(Into::into),
             attempt: s.attempt,
             carried_checkpoint: s.carried_checkpoint,
+            user: s.user,
         }
     }
 }

@@ -761,7 +761,7 @@ impl PageCoordinator {
     /// The daemon's configuration that joins it to this coordinator.
     fn node_config(&self, dir: &Path) -> String {
         format!(
-            "[node]\nname = \"demo\"\n[coordinator]\naddress = \"{}\"\ninsecure = true\njob_output_dir = \"{}\"",
+            "[node]\nname = \"demo\"\n[coordinator]\naddress = \"{}\"\ninsecure = true\nallow_root_jobs = true\njob_output_dir = \"{}\"",
             self.address,
             dir.join("job-output").display()
         )

@@ -39,6 +39,9 @@ pub(super) struct JournalEntry {
     /// Its declared checkpoint directory (where a save must leave something new).
     #[serde(default)]
     pub(super) checkpoint_dir: Option<PathBuf>,
+    /// The user it runs as, whose rights its logs are read with (`None`: root).
+    #[serde(default)]
+    pub(super) owner: Option<crate::watch::FileOwner>,
 }
 
 /// The journal file's content.

@@ -67,6 +67,12 @@ pub enum LaunchError {
         program: String,
         source: std::io::Error,
     },
+    #[error("cannot run it as {user:?}: {reason}")]
+    User { user: String, reason: String },
+    #[error(
+        "it runs as root ({user}), which this node refuses: submit it with `govctl submit --user NAME`, or set [coordinator] allow_root_jobs = true on the node"
+    )]
+    Root { user: String },
 }
 use journal::JournalEntry;
 
@@ -122,6 +128,8 @@ pub struct StartedJob {
     pub adopt: AdoptJob,
     pub maximise: bool,
     pub priority: i32,
+    /// The user it runs as, whose rights its logs are read with (`None`: root).
+    pub owner: Option<crate::watch::FileOwner>,
 }
 
 /// Settings of the launcher.
@@ -147,6 +155,8 @@ pub struct LauncherConfig {
     /// and those without a declared checkpoint move by CRIU ([`crate::criu`]); `None`: no
     /// transparent moves here.
     pub criu: Option<PathBuf>,
+    /// Start jobs that run as root (`[coordinator] allow_root_jobs`).
+    pub allow_root_jobs: bool,
 }
 
 /// What [`Launcher::save`] did, or asks the daemon to do.

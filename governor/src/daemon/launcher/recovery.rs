@@ -118,6 +118,7 @@ impl Launcher {
                         adopt: entry.adopt.clone(),
                         maximise: entry.maximise,
                         priority: entry.priority,
+                        owner: entry.owner.clone(),
                     });
                 }
                 None => {

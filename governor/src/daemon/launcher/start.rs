@@ -56,7 +56,12 @@ impl Launcher {
         match self.spawn(fs, &s, &mut launched) {
             Ok(started) => {
                 info!(job = %s.job_id, replica = s.replica, name = %s.name, cgroup = %started.adopt.cgroup, pid = started.adopt.pid, "started a job for the coordinator");
-                launched.record = Some(journal_entry(&s, &launched, &started.adopt));
+                launched.record = Some(journal_entry(
+                    &s,
+                    &launched,
+                    &started.adopt,
+                    started.owner.clone(),
+                ));
                 self.jobs.insert(key, launched);
                 self.persist();
                 StartOutcome::Started(Box::new(started))
@@ -108,6 +113,12 @@ impl Launcher {
                 has: self.config.gpus.clone(),
             });
         }
+        let creds = self.credentials(&s.user)?;
+        // A job run as a user is not moved by CRIU: a transparent move packs and unpacks the
+        // files below its log directory as root, at paths the user names.
+        if creds.uid != 0 {
+            launched.bundle = None;
+        }
         let group_name = group_name(&s.name, &s.job_id, s.replica, s.replicas);
         let group = fs
             .create_job_group(&self.config.subtree, &group_name)
@@ -143,6 +154,11 @@ impl Launcher {
                     .arg("supervise")
                     .arg("--status-file")
                     .arg(&exit_file);
+                if creds.uid != 0 {
+                    command
+                        .arg("--user")
+                        .arg(crate::supervise::credentials_arg(&creds));
+                }
                 if let (Some(bundle), Some(criu)) = (&launched.bundle, &self.config.criu) {
                     command.arg("--pid-namespace");
                     let transparent = s.checkpoint.as_ref().is_some_and(|c| c.transparent);
@@ -160,7 +176,13 @@ impl Launcher {
                 launched.exit_file = Some(exit_file);
                 command
             }
-            None => std::process::Command::new(&s.argv[0]),
+            None => {
+                let mut command = std::process::Command::new(&s.argv[0]);
+                if creds.uid != 0 {
+                    crate::sys::run_as(&mut command, &creds);
+                }
+                command
+            }
         };
         let program_args = if self.config.supervisor.is_some() {
             &s.argv[..]
@@ -217,7 +239,7 @@ impl Launcher {
         };
         // Journalled before the spawn: a daemon killed before the entry with the pid is written
         // still knows the start, and finds its process in the cgroup when it comes back.
-        self.persist_with(Some(&journal_entry(s, launched, &adopt)));
+        self.persist_with(Some(&journal_entry(s, launched, &adopt, owner_of(&creds))));
         let mut child = tokio::process::Command::from(command)
             .kill_on_drop(false)
             .spawn()
@@ -255,8 +277,34 @@ impl Launcher {
             adopt,
             maximise: s.maximise,
             priority: s.priority,
+            owner: owner_of(&creds),
         })
     }
+
+    /// Who a job runs as: its user's credentials on this node (an empty user is root), root
+    /// only where the node allows it.
+    fn credentials(&self, user: &str) -> Result<crate::sys::Credentials, LaunchError> {
+        let name = if user.is_empty() { "root" } else { user };
+        let creds = crate::sys::credentials_of(name).map_err(|reason| LaunchError::User {
+            user: name.to_owned(),
+            reason,
+        })?;
+        if creds.uid == 0 && !self.config.allow_root_jobs {
+            return Err(LaunchError::Root {
+                user: name.to_owned(),
+            });
+        }
+        Ok(creds)
+    }
+}
+
+/// The rights a job's logs are read with: its user's (`None`: root's, the daemon's own).
+fn owner_of(creds: &crate::sys::Credentials) -> Option<crate::watch::FileOwner> {
+    (creds.uid != 0).then(|| crate::watch::FileOwner {
+        uid: creds.uid,
+        gid: creds.gid,
+        groups: creds.groups.clone(),
+    })
 }
 
 /// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
@@ -272,7 +320,12 @@ pub(super) fn declared_epochs(env: &BTreeMap<String, String>) -> Option<f64> {
 
 /// What the journal keeps of the start `s` of `launched`, its process as `adopt` says (pid 0:
 /// the start is under way, its process not spawned yet).
-fn journal_entry(s: &StartJob, launched: &Launched, adopt: &AdoptJob) -> JournalEntry {
+fn journal_entry(
+    s: &StartJob,
+    launched: &Launched,
+    adopt: &AdoptJob,
+    owner: Option<crate::watch::FileOwner>,
+) -> JournalEntry {
     JournalEntry {
         job_id: s.job_id.clone(),
         replica: s.replica,
@@ -291,5 +344,6 @@ fn journal_entry(s: &StartJob, launched: &Launched, adopt: &AdoptJob) -> Journal
         bundle: launched.bundle.clone(),
         log_dir: launched.log_dir.clone(),
         checkpoint_dir: launched.checkpoint_dir.clone(),
+        owner,
     }
 }

@@ -63,6 +63,7 @@ fn bed(stop_grace: Duration) -> Bed {
         journal: Some(dir.path().join("run/coordinator-jobs.json")),
         supervisor: None,
         criu: None,
+        allow_root_jobs: true,
     });
     Bed {
         dir,
@@ -91,6 +92,7 @@ fn start_job(id: &str, name: &str, script: &str) -> StartJob {
         checkpoint: None,
         attempt: 0,
         carried_checkpoint: false,
+        user: String::new(),
     }
 }
 
@@ -189,6 +191,49 @@ async fn a_started_job_runs_in_its_cgroup_and_reports_its_exit_status() {
     bed.launcher
         .poll(&bed.fs, Instant::now() + Duration::from_secs(61));
     assert_eq!(bed.launcher.jobs().count(), 0);
+}
+
+#[tokio::test]
+async fn a_root_job_is_refused_unless_the_node_allows_it_and_an_unknown_user_is_named() {
+    let mut bed = bed(Duration::from_secs(5));
+    bed.launcher.config.allow_root_jobs = false;
+    for (id, user) in [("j1", ""), ("j2", "root")] {
+        let mut s = start_job(id, "as-root", "true");
+        s.user = user.into();
+        match bed.launcher.start(&bed.fs, s) {
+            StartOutcome::Failed(reason) => assert!(
+                reason.contains("runs as root (root), which this node refuses")
+                    && reason.contains("allow_root_jobs = true"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(bed.state(id).state, RunState::Failed);
+    }
+    let mut s = start_job("j3", "stranger", "true");
+    s.user = "no-such-user-here".into();
+    match bed.launcher.start(&bed.fs, s) {
+        StartOutcome::Failed(reason) => assert!(
+            reason.contains("cannot run it as \"no-such-user-here\": no user"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !bed.fake
+            .root()
+            .join("governor.slice/jobs/as-root-j1")
+            .exists(),
+        "nothing is made for a refused job"
+    );
+    // Allowed, root runs.
+    bed.launcher.config.allow_root_jobs = true;
+    bed.prepare_group("as-root-j4");
+    let s = start_job("j4", "as-root", "true");
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s),
+        StartOutcome::Started(_)
+    ));
 }
 
 #[tokio::test]
@@ -421,6 +466,7 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         bundle: None,
         log_dir: None,
         checkpoint_dir: None,
+        owner: None,
     };
     let journal = Journal {
         version: JOURNAL_VERSION,
@@ -474,6 +520,7 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         bundle: None,
         log_dir: None,
         checkpoint_dir: None,
+        owner: None,
     }
 }
 
