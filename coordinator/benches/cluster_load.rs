@@ -34,7 +34,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 mod common;
-use common::{arg, local_job, node_hello, percentile};
+use common::{Etcd, arg, local_job, node_hello, percentile};
 
 /// (CPU seconds, RSS bytes, peak RSS bytes) of a process.
 fn proc_usage(pid: u32) -> (f64, u64, u64) {
@@ -117,7 +117,7 @@ async fn main() {
     let address = format!("127.0.0.1:{port}");
     let etcd = std::env::args()
         .any(|a| a == "--etcd")
-        .then(|| Etcd::start(dir.path()));
+        .then(|| Etcd::start(dir.path(), 1));
     let mut coordinator = Command::new(env!("CARGO_BIN_EXE_coordinator"));
     coordinator
         .args([
@@ -139,7 +139,7 @@ async fn main() {
             &config,
             format!(
                 "[state]\nbackend = \"etcd\"\n[state.etcd]\nendpoints = [\"{}\"]\n",
-                e.url
+                e.endpoints()[0]
             ),
         )
         .unwrap();
@@ -202,7 +202,7 @@ async fn main() {
 
     // The measured window.
     let before = proc_usage(pid);
-    let etcd0 = etcd.as_ref().map(Etcd::counters);
+    let etcd0 = etcd.as_ref().map(|e| e.counters(proc_usage));
     let stats0 = control
         .get_stats(pb::GetStatsRequest {})
         .await
@@ -228,7 +228,7 @@ async fn main() {
     }
     let elapsed = window.elapsed().as_secs_f64();
     let after = proc_usage(pid);
-    let etcd1 = etcd.as_ref().map(Etcd::counters);
+    let etcd1 = etcd.as_ref().map(|e| e.counters(proc_usage));
     let stats = control
         .get_stats(pb::GetStatsRequest {})
         .await
@@ -270,7 +270,7 @@ async fn main() {
     if let (Some(a), Some(b)) = (etcd0, etcd1) {
         let rate = |i: usize| (b[i] - a[i]) / elapsed;
         println!(
-            "  etcd                      {:.0} puts/s in {:.0} transactions/s ({:.1} puts per node report), {:.0} WAL fsyncs/s; etcd CPU {:.2} cores",
+            "  etcd                      {:.0} puts/s in {:.0} transactions/s ({:.4} puts per node report), {:.0} WAL fsyncs/s; etcd CPU {:.2} cores",
             rate(0),
             rate(1),
             rate(0) / reports_per_s.max(1.0),
@@ -280,80 +280,6 @@ async fn main() {
     }
     let _ = coordinator.kill();
     let _ = coordinator.wait();
-}
-
-/// A one-member etcd on loopback for `--etcd`, killed when dropped.
-struct Etcd {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Etcd {
-    fn start(dir: &std::path::Path) -> Etcd {
-        let free = || {
-            TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let (client, peer) = (free(), free());
-        let url = format!("http://127.0.0.1:{client}");
-        let child = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .arg(format!("--listen-client-urls={url}"))
-            .arg(format!("--advertise-client-urls={url}"))
-            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-            .args(["--logger=zap", "--log-level=error"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start etcd (Debian's etcd-server; `cargo xtask setup` installs it)");
-        let e = Etcd { child, url };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while e.metrics().is_none() {
-            assert!(Instant::now() < deadline, "etcd did not start in 30 s");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        e
-    }
-
-    /// `/metrics` of the member (plain HTTP on its client port).
-    fn metrics(&self) -> Option<String> {
-        use std::io::{Read, Write};
-        let addr = self.url.trim_start_matches("http://");
-        let mut s = std::net::TcpStream::connect(addr).ok()?;
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.contains("etcd_mvcc").then_some(body)
-    }
-
-    /// Puts, transactions, WAL fsyncs and CPU seconds so far.
-    fn counters(&self) -> [f64; 4] {
-        let m = self.metrics().unwrap_or_default();
-        let get = |name: &str| {
-            m.lines()
-                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-                .and_then(|l| l.split_whitespace().last())
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        [
-            get("etcd_mvcc_put_total"),
-            get("etcd_mvcc_txn_total"),
-            get("etcd_disk_wal_fsync_duration_seconds_count"),
-            proc_usage(self.child.id()).0,
-        ]
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Nice 10 for every thread of this process (the coordinator, started before, keeps its own).

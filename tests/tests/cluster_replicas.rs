@@ -21,7 +21,7 @@ use governor::coordinator_client::{
 };
 use governor_integration_tests::etcd::EtcdCluster;
 use governor_proto::control::{JobSpec, JobState};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -46,57 +46,6 @@ fn replica_config(dir: &Path, name: &str, listen: SocketAddr, etcd: EtcdConfig) 
             etcd,
         },
         web: Default::default(),
-    }
-}
-
-/// One coordinator replica in this process: campaigns, serves while it leads, campaigns again
-/// when deposed; `crash` stops it as a crash would (no resignation: its lease runs out).
-struct Replica {
-    leading: watch::Receiver<bool>,
-    crash: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-fn replica(config: ServerConfig) -> Replica {
-    let (leading_tx, leading) = watch::channel(false);
-    let (crash, mut crashed) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        loop {
-            let server = tokio::select! {
-                s = server::start(config.clone()) => s.expect("the replica starts"),
-                _ = &mut crashed => return,
-            };
-            leading_tx.send_replace(true);
-            tokio::select! {
-                _ = &mut crashed => {
-                    server.kill().await;
-                    leading_tx.send_replace(false);
-                    return;
-                }
-                _ = server.deposed() => {
-                    server.kill().await;
-                    leading_tx.send_replace(false);
-                }
-            }
-        }
-    });
-    Replica {
-        leading,
-        crash: Some(crash),
-        task,
-    }
-}
-
-impl Replica {
-    async fn crash(&mut self) {
-        if let Some(c) = self.crash.take() {
-            let _ = c.send(());
-        }
-        (&mut self.task).await.unwrap();
-    }
-
-    fn leads(&self) -> bool {
-        *self.leading.borrow()
     }
 }
 
@@ -254,14 +203,11 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
     runtime().block_on(async {
         let (a, b) = (loopback(), loopback());
         let addresses = format!("{a},{b}");
-        let mut first = replica(replica_config(dir.path(), "a", a, cluster.config()));
-        wait_until(
-            "the first replica leads",
-            Duration::from_secs(10),
-            async || first.leads().then_some(()),
-        )
-        .await;
-        let mut second = replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let mut first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
+        tokio::time::timeout(Duration::from_secs(10), first.elected())
+            .await
+            .expect("the first replica leads");
+        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
         let node = node(dir.path(), &addresses);
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();

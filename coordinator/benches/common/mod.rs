@@ -64,3 +64,107 @@ pub(crate) fn local_job(k: usize, node: usize, t: u64) -> JobReport {
     j.epoch_seconds = Some(30.0);
     j
 }
+
+/// An etcd cluster of `n` members on loopback (Debian's `etcd-server`; `cargo xtask setup`
+/// installs it), killed when dropped.
+pub(crate) struct Etcd {
+    members: Vec<(std::process::Child, String)>,
+}
+
+impl Etcd {
+    pub(crate) fn start(dir: &std::path::Path, n: usize) -> Etcd {
+        use std::process::{Command, Stdio};
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free(), free())).collect();
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let url = format!("http://127.0.0.1:{client}");
+                let child = Command::new("etcd")
+                    .arg(format!("--name=m{i}"))
+                    .arg("--data-dir")
+                    .arg(dir.join(format!("etcd-m{i}")))
+                    .arg(format!("--listen-client-urls={url}"))
+                    .arg(format!("--advertise-client-urls={url}"))
+                    .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                    .arg(format!(
+                        "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+                    ))
+                    .arg(format!("--initial-cluster={}", cluster.join(",")))
+                    .args(["--logger=zap", "--log-level=error"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("start etcd (Debian's etcd-server; `cargo xtask setup` installs it)");
+                (child, url)
+            })
+            .collect();
+        let e = Etcd { members };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !e
+            .metrics()
+            .is_some_and(|m| m.contains("etcd_server_has_leader 1"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd did not elect a leader in 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        e
+    }
+
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|(_, u)| u.clone()).collect()
+    }
+
+    /// `/metrics` of the first member (plain HTTP on its client port).
+    pub(crate) fn metrics(&self) -> Option<String> {
+        use std::io::{Read, Write};
+        let addr = self.members[0].1.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.contains("etcd_mvcc").then_some(body)
+    }
+
+    /// The first member's puts, transactions, WAL fsyncs so far, and its CPU seconds by `cpu`.
+    pub(crate) fn counters(&self, cpu: impl Fn(u32) -> (f64, u64, u64)) -> [f64; 4] {
+        let m = self.metrics().unwrap_or_default();
+        let get = |name: &str| {
+            m.lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        [
+            get("etcd_mvcc_put_total"),
+            get("etcd_mvcc_txn_total"),
+            get("etcd_disk_wal_fsync_duration_seconds_count"),
+            cpu(self.members[0].0.id()).0,
+        ]
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.members {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -331,37 +331,100 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     })
 }
 
+/// A coordinator in this process that campaigns (etcd), serves while it leads and campaigns
+/// again when deposed; with redb it serves at once. [`run`] is one until its shutdown; tests
+/// and the failover benchmark hold several and crash them.
+pub struct Replica {
+    leading: tokio::sync::watch::Receiver<bool>,
+    /// `true`: stop as a crash would (no resignation, no goodbye to the nodes).
+    stop: Option<tokio::sync::oneshot::Sender<bool>>,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+}
+
+/// Start a [`Replica`] on the current runtime.
+pub fn replica(config: ServerConfig) -> Replica {
+    let (leading_tx, leading) = tokio::sync::watch::channel(false);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<bool>();
+    let task = tokio::spawn(async move {
+        loop {
+            let server = tokio::select! {
+                s = start(config.clone()) => match s {
+                    Ok(s) => s,
+                    // Elected, then etcd failed before the state was loaded: campaign again.
+                    Err(e @ ServerError::Store(StoreError::Etcd(_) | StoreError::Deposed)) => {
+                        tracing::warn!(error = %e, "could not take over as leader; campaigning again");
+                        tokio::time::sleep(crate::leader::RETRY).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+                _ = &mut stopped => return Ok(()),
+            };
+            leading_tx.send_replace(true);
+            tokio::select! {
+                how = &mut stopped => {
+                    if how == Ok(false) {
+                        info!("shutting down");
+                        server.stop().await;
+                    } else {
+                        server.kill().await;
+                    }
+                    leading_tx.send_replace(false);
+                    return Ok(());
+                }
+                _ = server.deposed() => {
+                    tracing::warn!("no longer the leader: stopped serving; campaigning again");
+                    server.kill().await;
+                    leading_tx.send_replace(false);
+                }
+            }
+        }
+    });
+    Replica {
+        leading,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Replica {
+    /// It leads (serves) now.
+    pub fn leads(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Wait until it leads.
+    pub async fn elected(&mut self) {
+        let _ = self.leading.wait_for(|l| *l).await;
+    }
+
+    /// Stop cleanly: nodes' sessions closed, the store flushed, the leadership resigned.
+    pub async fn stop(mut self) -> Result<(), ServerError> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(false);
+        }
+        (&mut self.task).await.unwrap_or(Ok(()))
+    }
+
+    /// Stop as a crash would: connections dropped, the lease left to run out.
+    pub async fn crash(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(true);
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
 /// Serve until `shutdown` completes. With etcd: campaign, serve while leading, and campaign
 /// again after losing the leadership.
 pub async fn run(
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    tokio::pin!(shutdown);
-    loop {
-        let server = tokio::select! {
-            s = start(config.clone()) => match s {
-                Ok(s) => s,
-                // Elected, then etcd failed before the state was loaded: campaign again.
-                Err(e @ ServerError::Store(StoreError::Etcd(_) | StoreError::Deposed)) => {
-                    tracing::warn!(error = %e, "could not take over as leader; campaigning again");
-                    tokio::time::sleep(crate::leader::RETRY).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            },
-            _ = &mut shutdown => return Ok(()),
-        };
-        tokio::select! {
-            _ = &mut shutdown => {
-                info!("shutting down");
-                server.stop().await;
-                return Ok(());
-            }
-            _ = server.deposed() => {
-                tracing::warn!("no longer the leader: stopped serving; campaigning again");
-                server.kill().await;
-            }
-        }
+    let mut replica = replica(config);
+    tokio::select! {
+        _ = shutdown => replica.stop().await,
+        // It ended on its own: an error that is not etcd's (a port taken, a bad store).
+        ended = &mut replica.task => ended.unwrap_or(Ok(())),
     }
 }
