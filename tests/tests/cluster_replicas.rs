@@ -463,3 +463,211 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
         drop(second);
     });
 }
+
+/// A stand-in node whose answers to saves and starts can be held back (while `hold` is true),
+/// so that a move waits in a phase; records every start it is sent.
+struct HeldNode {
+    hold: watch::Sender<bool>,
+    starts: watch::Receiver<Vec<(String, u32)>>,
+    agent: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HeldNode {
+    fn drop(&mut self) {
+        self.agent.abort();
+    }
+}
+
+fn held_node(dir: &Path, name: &str, addresses: &str) -> HeldNode {
+    use governor::coordinator_client::{JobReport, RunState};
+    let (report_tx, report_rx) = watch::channel(NodeReport::default());
+    let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
+    let mut config = AgentConfig::new(addresses, name, NodeCapacity::cpu_only(4.0, 8 << 30));
+    config.tls = Some(TlsFiles::in_dir(dir, name));
+    config.backoff = Backoff {
+        initial: Duration::from_millis(100),
+        max: Duration::from_millis(300),
+        reset_after: Duration::from_secs(60),
+    };
+    config.report_interval = Duration::from_millis(200);
+    config.min_report_gap = Duration::from_millis(50);
+    let (agent, _) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
+    let (hold, mut held) = watch::channel(false);
+    let (starts_tx, starts) = watch::channel(Vec::new());
+    tokio::spawn(async move {
+        let mut waiting: Vec<NodeCommand> = Vec::new();
+        loop {
+            tokio::select! {
+                cmd = cmd_rx.recv() => match cmd {
+                    Some(cmd) => waiting.push(cmd),
+                    None => return,
+                },
+                r = held.changed() => if r.is_err() { return },
+            }
+            if *held.borrow() {
+                continue;
+            }
+            for cmd in waiting.drain(..) {
+                match cmd {
+                    NodeCommand::Start(s) => {
+                        starts_tx.send_modify(|v| v.push((s.job_id.clone(), s.attempt)));
+                        report_tx.send_modify(|r| {
+                            r.jobs.retain(|j| j.job_id != s.job_id);
+                            let mut j = JobReport::running(&s.job_id, &s.name);
+                            j.attempt = s.attempt;
+                            r.jobs.push(j);
+                        });
+                    }
+                    NodeCommand::Save(s) => report_tx.send_modify(|r| {
+                        for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
+                            j.state = RunState::Exited;
+                            j.exit_code = Some(0);
+                            j.saved = true;
+                        }
+                    }),
+                    _ => {}
+                }
+            }
+        }
+    });
+    HeldNode {
+        hold,
+        starts,
+        agent,
+    }
+}
+
+#[test]
+fn a_move_resumes_from_its_phase_when_the_leader_dies_in_it_and_each_attempt_runs_on_one_node() {
+    use governor_proto::control::MovePhase;
+    let Some(cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a", "node-b"]);
+    runtime().block_on(async {
+        let (a, b, c) = (loopback(), loopback(), loopback());
+        let addresses = format!("{a},{b},{c}");
+        let config = |listen: SocketAddr| {
+            let mut c = replica_config(dir.path(), &listen.to_string(), listen, cluster.config());
+            c.state.auto_move = false;
+            c
+        };
+        let mut leader = server::replica(config(a));
+        tokio::time::timeout(Duration::from_secs(10), leader.elected())
+            .await
+            .expect("a replica leads");
+        let mut standby = server::replica(config(b));
+        let mut spare = Some(c);
+        let nodes = [
+            held_node(dir.path(), "node-a", &addresses),
+            held_node(dir.path(), "node-b", &addresses),
+        ];
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        let govctl = async || Client::connect(&addresses, Some(&admin)).await.ok();
+        wait_until("both nodes ready", Duration::from_secs(15), async || {
+            let n = govctl().await?.nodes().await.ok()?;
+            (n.len() == 2).then_some(())
+        })
+        .await;
+        let mut spec = JobSpec::new("mover", vec!["x".into()], "/tmp/mover.log");
+        spec.checkpoint = Some(governor_proto::node::Checkpoint {
+            dir: "/shared/mover".into(),
+            save_signal: governor_proto::node::DEFAULT_SAVE_SIGNAL,
+            carry: false,
+            transparent: false,
+        });
+        let id = govctl().await.unwrap().submit(spec).await.unwrap().id;
+        let on_node = async |node: &str| {
+            wait_until(
+                "the job runs where the move left it",
+                Duration::from_secs(30),
+                async || {
+                    let d = govctl().await?.job(&id).await.ok()?;
+                    let last = d.moves.last().map(|m| m.phase);
+                    (d.summary.status == JobState::Running
+                        && d.summary.members.first().is_some_and(|m| m.node == node)
+                        && last.is_none_or(|p| p.is_over()))
+                    .then_some(last)
+                },
+            )
+            .await
+        };
+        on_node("node-a").await;
+
+        // Each phase: hold the node that answers it, ask for the move, wait for the phase,
+        // crash the leader, let the standby take over (a fresh replica becomes the standby),
+        // release the node. The move must end done on its target.
+        for (phase, from, to, held) in [
+            (MovePhase::Saving, "node-a", "node-b", 0),
+            (MovePhase::Restoring, "node-b", "node-a", 0),
+        ] {
+            nodes[held].hold.send_replace(true);
+            govctl()
+                .await
+                .unwrap()
+                .move_job(&id, Some(to))
+                .await
+                .unwrap();
+            wait_until(
+                "the move reaches the phase",
+                Duration::from_secs(15),
+                async || {
+                    let d = govctl().await?.job(&id).await.ok()?;
+                    (d.moves.last()?.phase == phase).then_some(())
+                },
+            )
+            .await;
+            leader.crash().await;
+            tokio::time::timeout(Duration::from_secs(10), standby.elected())
+                .await
+                .unwrap_or_else(|_| panic!("no replica took over in {phase:?}"));
+            leader = standby;
+            let next = spare.take().unwrap();
+            standby = server::replica(config(next));
+            spare = Some(if next == a {
+                b
+            } else if next == b {
+                c
+            } else {
+                a
+            });
+            nodes[held].hold.send_replace(false);
+            let last = on_node(to).await;
+            assert_eq!(
+                last,
+                Some(MovePhase::Done),
+                "the move from {from} in {phase:?}"
+            );
+        }
+
+        // Every attempt of the job was started on one node only (a resent start of the same
+        // attempt to the same node is idempotent on a real node).
+        let mut where_started: std::collections::BTreeMap<u32, Vec<&str>> = Default::default();
+        let starts: Vec<(usize, Vec<(String, u32)>)> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.starts.borrow().clone()))
+            .collect();
+        for (i, list) in &starts {
+            for (_, attempt) in list.iter().filter(|(j, _)| j == &id) {
+                let name = ["node-a", "node-b"][*i];
+                let v = where_started.entry(*attempt).or_default();
+                if !v.contains(&name) {
+                    v.push(name);
+                }
+            }
+        }
+        assert_eq!(
+            where_started.len(),
+            3,
+            "attempts 0, 1, 2: {where_started:?}"
+        );
+        assert!(
+            where_started.values().all(|v| v.len() == 1),
+            "an attempt started on two nodes: {where_started:?}"
+        );
+        leader.crash().await;
+        standby.crash().await;
+    });
+}
