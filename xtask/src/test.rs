@@ -443,6 +443,7 @@ mod tests {
             [
                 "GOVERNOR_SKIP_ROOT_HOST_EBPF",
                 "GOVERNOR_SKIP_ROOT_HOST_PROC",
+                "GOVERNOR_SKIP_ROOT_HOST_USER",
                 "GOVERNOR_SKIP_ROOT_HOST_V1"
             ]
         );
