@@ -132,6 +132,20 @@ impl EtcdCluster {
         }
     }
 
+    /// [`EtcdCluster::wait_serving`] from inside a runtime.
+    pub async fn serving(&self) {
+        let etcd = self.client();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while etcd.txn(Default::default()).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd does not serve writes 30 s after its restart (logs in {})",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Wait until a write through the members succeeds (a leader is elected). Not from inside
     /// a runtime: it runs one of its own.
     fn wait_serving(&self) {

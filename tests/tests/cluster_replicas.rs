@@ -671,3 +671,79 @@ fn a_move_resumes_from_its_phase_when_the_leader_dies_in_it_and_each_attempt_run
         standby.crash().await;
     });
 }
+
+#[test]
+fn the_whole_cluster_restarted_keeps_its_jobs_and_starts_none_of_them_again() {
+    let Some(mut cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
+    runtime().block_on(async {
+        let (a, b) = (loopback(), loopback());
+        let addresses = format!("{a},{b}");
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        let mut first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
+        tokio::time::timeout(Duration::from_secs(10), first.elected())
+            .await
+            .expect("a replica leads");
+        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let node = node(dir.path(), &addresses);
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let id = govctl
+            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
+            .await
+            .unwrap()
+            .id;
+        wait_until("the job runs", Duration::from_secs(10), async || {
+            job_state(&addresses, dir.path(), &id)
+                .await
+                .filter(|(s, _)| *s == JobState::Running)
+        })
+        .await;
+
+        // Every coordinator and every etcd member down (a power cut), then all back.
+        first.crash().await;
+        second.crash().await;
+        for m in 0..3 {
+            cluster.kill(m);
+        }
+        for m in 0..3 {
+            cluster.restart(m);
+        }
+        cluster.serving().await;
+        let first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
+        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        wait_until(
+            "the job runs on its node under the restarted cluster",
+            Duration::from_secs(30),
+            async || {
+                job_state(&addresses, dir.path(), &id)
+                    .await
+                    .filter(|(s, n)| *s == JobState::Running && n == &["node-a".to_string()])
+            },
+        )
+        .await;
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let id2 = govctl
+            .submit(JobSpec::new("after", vec!["x".into()], "/tmp/after.log"))
+            .await
+            .unwrap()
+            .id;
+        assert_ne!(id2, id, "a job id was reused after the restart");
+        wait_until("a new job runs", Duration::from_secs(10), async || {
+            job_state(&addresses, dir.path(), &id2)
+                .await
+                .filter(|(s, _)| *s == JobState::Running)
+        })
+        .await;
+        let starts = node.starts.borrow().clone();
+        assert_eq!(
+            starts.iter().filter(|(j, _)| j == &id).count(),
+            1,
+            "the job was started again after the restart: {starts:?}"
+        );
+        first.crash().await;
+        second.crash().await;
+    });
+}
