@@ -47,6 +47,33 @@ fn job(
         .unwrap_or_else(|| panic!("the coordinator does not list {id}"))
 }
 
+/// A plain-text coordinator (first-fit, default timeouts) on loopback with its store in `dir`,
+/// its runtime, address and a govctl client.
+fn plain_coordinator(
+    dir: &std::path::Path,
+) -> (tokio::runtime::Runtime, RunningServer, String, Client) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server: RunningServer = rt
+        .block_on(server::start(ServerConfig {
+            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            store: dir.join("coordinator.redb"),
+            tls: None,
+            policy: "first-fit".into(),
+            state: Default::default(),
+            web: Default::default(),
+        }))
+        .expect("the coordinator starts");
+    let address = server.addr.to_string();
+    let govctl = rt
+        .block_on(Client::connect(&address, None))
+        .expect("govctl connects");
+    (rt, server, address, govctl)
+}
+
 fn coordinator_line(d: &Daemon) -> String {
     d.status_json()
         .and_then(|s| s["coordinator"].as_str().map(str::to_owned))
@@ -542,25 +569,7 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
     use governor_integration_tests::daemon::KerasLog;
 
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server: RunningServer = rt
-        .block_on(server::start(ServerConfig {
-            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-            store: dir.path().join("coordinator.redb"),
-            tls: None,
-            policy: "first-fit".into(),
-            state: Default::default(),
-            web: Default::default(),
-        }))
-        .expect("the coordinator starts");
-    let address = server.addr.to_string();
-    let mut govctl = rt
-        .block_on(Client::connect(&address, None))
-        .expect("govctl connects");
+    let (rt, server, address, mut govctl) = plain_coordinator(dir.path());
 
     let root = dir.path().join("cgroup");
     std::fs::create_dir(&root).unwrap();
@@ -833,25 +842,7 @@ fn root_host_user_a_cluster_job_runs_as_its_user_and_root_only_where_the_node_al
         .tempdir_in("/tmp")
         .unwrap();
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server: RunningServer = rt
-        .block_on(server::start(ServerConfig {
-            listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-            store: dir.path().join("coordinator.redb"),
-            tls: None,
-            policy: "first-fit".into(),
-            state: Default::default(),
-            web: Default::default(),
-        }))
-        .expect("the coordinator starts");
-    let address = server.addr.to_string();
-    let mut govctl = rt
-        .block_on(Client::connect(&address, None))
-        .expect("govctl connects");
+    let (rt, server, address, mut govctl) = plain_coordinator(dir.path());
     let root = dir.path().join("cgroup");
     std::fs::create_dir(&root).unwrap();
     let fake = FakeCgroupRoot::unified(&root);

@@ -53,10 +53,13 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], governor_integration_tests::free_port()))
 }
 
-/// A stand-in node connected to every replica's address; counts the starts it is sent.
+/// A stand-in node connected to every replica's address: it records every start it is sent and
+/// answers starts and saves at once, or holds them back while `hold` is true (a move then
+/// waits in its phase).
 struct Node {
     status: watch::Receiver<AgentStatus>,
     starts: watch::Receiver<Vec<(String, u32)>>,
+    hold: watch::Sender<bool>,
     agent: tokio::task::JoinHandle<()>,
 }
 
@@ -67,10 +70,14 @@ impl Drop for Node {
 }
 
 fn node(dir: &Path, addresses: &str) -> Node {
+    named_node(dir, "node-a", addresses)
+}
+
+fn named_node(dir: &Path, name: &str, addresses: &str) -> Node {
     let (report_tx, report_rx) = watch::channel(NodeReport::default());
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
-    let mut config = AgentConfig::new(addresses, "node-a", NodeCapacity::cpu_only(4.0, 8 << 30));
-    config.tls = Some(TlsFiles::in_dir(dir, "node-a"));
+    let mut config = AgentConfig::new(addresses, name, NodeCapacity::cpu_only(4.0, 8 << 30));
+    config.tls = Some(TlsFiles::in_dir(dir, name));
     config.backoff = Backoff {
         initial: Duration::from_millis(100),
         max: Duration::from_millis(300),
@@ -80,14 +87,28 @@ fn node(dir: &Path, addresses: &str) -> Node {
     config.min_report_gap = Duration::from_millis(50);
     let (agent, status) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
     let (starts_tx, starts) = watch::channel(Vec::new());
+    let (hold, mut held) = watch::channel(false);
     let (fwd_tx, fwd_rx) = mpsc::channel(16);
     tokio::spawn(async move {
-        while let Some(cmd) = cmd_rx.recv().await {
-            if let NodeCommand::Start(s) = &cmd {
-                starts_tx.send_modify(|v| v.push((s.job_id.clone(), s.attempt)));
+        let mut waiting: Vec<NodeCommand> = Vec::new();
+        loop {
+            tokio::select! {
+                cmd = cmd_rx.recv() => match cmd {
+                    Some(cmd) => waiting.push(cmd),
+                    None => return,
+                },
+                r = held.changed() => if r.is_err() { return },
             }
-            if fwd_tx.send(cmd).await.is_err() {
-                break;
+            if *held.borrow() {
+                continue;
+            }
+            for cmd in waiting.drain(..) {
+                if let NodeCommand::Start(s) = &cmd {
+                    starts_tx.send_modify(|v| v.push((s.job_id.clone(), s.attempt)));
+                }
+                if fwd_tx.send(cmd).await.is_err() {
+                    return;
+                }
             }
         }
     });
@@ -97,6 +118,7 @@ fn node(dir: &Path, addresses: &str) -> Node {
     Node {
         status,
         starts,
+        hold,
         agent,
     }
 }
@@ -464,79 +486,6 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
     });
 }
 
-/// A stand-in node whose answers to saves and starts can be held back (while `hold` is true),
-/// so that a move waits in a phase; records every start it is sent.
-struct HeldNode {
-    hold: watch::Sender<bool>,
-    starts: watch::Receiver<Vec<(String, u32)>>,
-    agent: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for HeldNode {
-    fn drop(&mut self) {
-        self.agent.abort();
-    }
-}
-
-fn held_node(dir: &Path, name: &str, addresses: &str) -> HeldNode {
-    use governor::coordinator_client::{JobReport, RunState};
-    let (report_tx, report_rx) = watch::channel(NodeReport::default());
-    let (cmd_tx, mut cmd_rx) = mpsc::channel::<NodeCommand>(16);
-    let mut config = AgentConfig::new(addresses, name, NodeCapacity::cpu_only(4.0, 8 << 30));
-    config.tls = Some(TlsFiles::in_dir(dir, name));
-    config.backoff = Backoff {
-        initial: Duration::from_millis(100),
-        max: Duration::from_millis(300),
-        reset_after: Duration::from_secs(60),
-    };
-    config.report_interval = Duration::from_millis(200);
-    config.min_report_gap = Duration::from_millis(50);
-    let (agent, _) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
-    let (hold, mut held) = watch::channel(false);
-    let (starts_tx, starts) = watch::channel(Vec::new());
-    tokio::spawn(async move {
-        let mut waiting: Vec<NodeCommand> = Vec::new();
-        loop {
-            tokio::select! {
-                cmd = cmd_rx.recv() => match cmd {
-                    Some(cmd) => waiting.push(cmd),
-                    None => return,
-                },
-                r = held.changed() => if r.is_err() { return },
-            }
-            if *held.borrow() {
-                continue;
-            }
-            for cmd in waiting.drain(..) {
-                match cmd {
-                    NodeCommand::Start(s) => {
-                        starts_tx.send_modify(|v| v.push((s.job_id.clone(), s.attempt)));
-                        report_tx.send_modify(|r| {
-                            r.jobs.retain(|j| j.job_id != s.job_id);
-                            let mut j = JobReport::running(&s.job_id, &s.name);
-                            j.attempt = s.attempt;
-                            r.jobs.push(j);
-                        });
-                    }
-                    NodeCommand::Save(s) => report_tx.send_modify(|r| {
-                        for j in r.jobs.iter_mut().filter(|j| j.job_id == s.job_id) {
-                            j.state = RunState::Exited;
-                            j.exit_code = Some(0);
-                            j.saved = true;
-                        }
-                    }),
-                    _ => {}
-                }
-            }
-        }
-    });
-    HeldNode {
-        hold,
-        starts,
-        agent,
-    }
-}
-
 #[test]
 fn a_move_resumes_from_its_phase_when_the_leader_dies_in_it_and_each_attempt_runs_on_one_node() {
     use governor_proto::control::MovePhase;
@@ -560,8 +509,8 @@ fn a_move_resumes_from_its_phase_when_the_leader_dies_in_it_and_each_attempt_run
         let mut standby = server::replica(config(b));
         let mut spare = Some(c);
         let nodes = [
-            held_node(dir.path(), "node-a", &addresses),
-            held_node(dir.path(), "node-b", &addresses),
+            named_node(dir.path(), "node-a", &addresses),
+            named_node(dir.path(), "node-b", &addresses),
         ];
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let govctl = async || Client::connect(&addresses, Some(&admin)).await.ok();
