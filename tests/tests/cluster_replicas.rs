@@ -145,6 +145,28 @@ async fn job_state(addresses: &str, dir: &Path, id: &str) -> Option<(JobState, V
     Some((j.summary.status, nodes))
 }
 
+/// Submit a job named `name` and wait until it runs: its id.
+async fn submit_and_wait_running(
+    govctl: &mut Client,
+    addresses: &str,
+    dir: &Path,
+    name: &str,
+) -> String {
+    let log = format!("/tmp/{name}.log");
+    let id = govctl
+        .submit(JobSpec::new(name, vec!["x".into()], log))
+        .await
+        .unwrap()
+        .id;
+    wait_until("the job runs", Duration::from_secs(10), async || {
+        job_state(addresses, dir, &id)
+            .await
+            .filter(|(s, _)| *s == JobState::Running)
+    })
+    .await;
+    id
+}
+
 #[test]
 fn a_leader_whose_lease_ran_out_has_its_writes_refused_by_etcd() {
     let Some(cluster) = EtcdCluster::start(3) else {
@@ -233,36 +255,12 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
         let node = node(dir.path(), &addresses);
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
-        let id = govctl
-            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
-            .await
-            .unwrap()
-            .id;
-        wait_until("the job runs", Duration::from_secs(10), async || {
-            job_state(&addresses, dir.path(), &id)
-                .await
-                .filter(|(s, _)| *s == JobState::Running)
-        })
-        .await;
+        let id = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "train").await;
         assert!(!second.leads(), "two replicas lead at once");
 
         // The loss of one etcd member changes nothing: the leader keeps its lease and writes.
         cluster.kill(0);
-        let id2 = govctl
-            .submit(JobSpec::new("second", vec!["x".into()], "/tmp/second.log"))
-            .await
-            .unwrap()
-            .id;
-        wait_until(
-            "a job submitted with an etcd member down runs",
-            Duration::from_secs(10),
-            async || {
-                job_state(&addresses, dir.path(), &id2)
-                    .await
-                    .filter(|(s, _)| *s == JobState::Running)
-            },
-        )
-        .await;
+        let id2 = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "second").await;
         assert!(first.leads() && !second.leads());
         cluster.restart(0);
 
@@ -395,17 +393,7 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
         let second = Process::start(dir.path(), "b", b, &cluster.config());
         let node = node(dir.path(), &addresses);
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
-        let id = govctl
-            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
-            .await
-            .unwrap()
-            .id;
-        wait_until("the job runs", Duration::from_secs(10), async || {
-            job_state(&addresses, dir.path(), &id)
-                .await
-                .filter(|(s, _)| *s == JobState::Running)
-        })
-        .await;
+        let id = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "train").await;
 
         // Pause the leader past its lease (2 s): the other replica is elected and serves.
         first.signal(Signal::SIGSTOP);
@@ -639,17 +627,7 @@ fn the_whole_cluster_restarted_keeps_its_jobs_and_starts_none_of_them_again() {
         let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
         let node = node(dir.path(), &addresses);
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
-        let id = govctl
-            .submit(JobSpec::new("train", vec!["x".into()], "/tmp/train.log"))
-            .await
-            .unwrap()
-            .id;
-        wait_until("the job runs", Duration::from_secs(10), async || {
-            job_state(&addresses, dir.path(), &id)
-                .await
-                .filter(|(s, _)| *s == JobState::Running)
-        })
-        .await;
+        let id = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "train").await;
 
         // Every coordinator and every etcd member down (a power cut), then all back.
         first.crash().await;
@@ -674,18 +652,8 @@ fn the_whole_cluster_restarted_keeps_its_jobs_and_starts_none_of_them_again() {
         )
         .await;
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
-        let id2 = govctl
-            .submit(JobSpec::new("after", vec!["x".into()], "/tmp/after.log"))
-            .await
-            .unwrap()
-            .id;
+        let id2 = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "after").await;
         assert_ne!(id2, id, "a job id was reused after the restart");
-        wait_until("a new job runs", Duration::from_secs(10), async || {
-            job_state(&addresses, dir.path(), &id2)
-                .await
-                .filter(|(s, _)| *s == JobState::Running)
-        })
-        .await;
         let starts = node.starts.borrow().clone();
         assert_eq!(
             starts.iter().filter(|(j, _)| j == &id).count(),
