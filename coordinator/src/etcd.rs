@@ -124,7 +124,6 @@ impl Etcd {
             let mut ep = Endpoint::from_shared(url)
                 .map_err(|e| bad(e.to_string()))?
                 .connect_timeout(timeout)
-                .timeout(timeout)
                 .tcp_nodelay(true);
             if let Some(tls) = &tls
                 && (name.starts_with("https://") || !name.contains("://"))

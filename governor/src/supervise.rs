@@ -28,6 +28,7 @@
 //! init was killed (CRIU's dump kills the tree once it is saved; an OOM kill): recorded as
 //! SIGKILL, and the daemon, which knows whether it dumped the job, tells the two apart.
 
+use crate::discovery::procfs::Credentials;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -107,14 +108,14 @@ pub struct SuperviseArgs {
     /// Run the job (not the supervisor, which keeps its rights for the namespace and CRIU) as
     /// `UID:GID` with the supplementary groups `G1,G2,...` after a second colon.
     #[arg(long, value_name = "UID:GID[:GROUPS]", value_parser = parse_credentials)]
-    pub user: Option<crate::sys::Credentials>,
+    pub user: Option<Credentials>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
 }
 
 /// `UID:GID` or `UID:GID:G1,G2,...`.
-pub fn parse_credentials(s: &str) -> Result<crate::sys::Credentials, String> {
+pub fn parse_credentials(s: &str) -> Result<Credentials, String> {
     let bad = || format!("{s:?} is not UID:GID[:G1,G2,...]");
     let mut parts = s.splitn(3, ':');
     let uid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
@@ -126,11 +127,11 @@ pub fn parse_credentials(s: &str) -> Result<crate::sys::Credentials, String> {
             .map(|g| g.parse().map_err(|_| bad()))
             .collect::<Result<_, _>>()?,
     };
-    Ok(crate::sys::Credentials { uid, gid, groups })
+    Ok(Credentials { uid, gid, groups })
 }
 
 /// The `--user` argument for `creds` ([`parse_credentials`] reads it back).
-pub fn credentials_arg(creds: &crate::sys::Credentials) -> String {
+pub fn credentials_arg(creds: &Credentials) -> String {
     let groups: Vec<String> = creds.groups.iter().map(u32::to_string).collect();
     format!("{}:{}:{}", creds.uid, creds.gid, groups.join(","))
 }
@@ -367,6 +368,21 @@ fn write_or_say(record: &ExitRecord, path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_users_credentials_pass_to_the_supervisor_and_back() {
+        let c = Credentials {
+            uid: 1000,
+            gid: 100,
+            groups: vec![100, 27, 44],
+        };
+        assert_eq!(parse_credentials(&credentials_arg(&c)).unwrap(), c);
+        let bare = parse_credentials("65534:65534").unwrap();
+        assert_eq!((bare.uid, bare.gid, bare.groups.len()), (65534, 65534, 0));
+        for bad in ["", "1000", "x:1", "1:2:a,b", "-1:0"] {
+            assert!(parse_credentials(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_record_gives_back_the_status_it_was_made_from() {

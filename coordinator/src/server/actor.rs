@@ -664,12 +664,11 @@ impl Actor {
         false
     }
 
-    /// Persist what changed, then send the commands the state produced: a command never goes
-    /// out for a state the store does not hold (a save for a move a crash would forget would
-    /// read, after the restart, as the job's completion).
-    /// Persist what changed, then send the commands it produced. Commands wait while the store
-    /// fails: a node must never act on a decision a restarted (or the next) coordinator does not
-    /// know of, or a job could be started twice.
+    /// Persist what changed, then send the commands it produced. A command never goes out for
+    /// a state the store does not hold, so commands wait while the store fails: a node must
+    /// never act on a decision a restarted (or the next) coordinator does not know of (a save
+    /// for a move a crash would forget would read, after the restart, as the job's completion;
+    /// a start could run a job twice).
     async fn flush(&mut self) {
         if !self.persist().await || !self.clock.valid() {
             return;

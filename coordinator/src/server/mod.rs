@@ -195,10 +195,7 @@ impl RunningServer {
 
 /// Open the configured store; with etcd, first win the leadership (waits while another replica
 /// leads).
-async fn open_store(
-    config: &ServerConfig,
-    addr: SocketAddr,
-) -> Result<(Store, Option<Leadership>), ServerError> {
+async fn open_store(config: &ServerConfig) -> Result<(Store, Option<Leadership>), ServerError> {
     match config.state.backend {
         Backend::Redb => Ok((
             Store::Redb(crate::store::redb::RedbStore::open(&config.store)?),
@@ -207,7 +204,7 @@ async fn open_store(
         Backend::Etcd => {
             let etcd = &config.state.etcd;
             let key = crate::store::etcd::leader_key(&etcd.prefix);
-            let name = format!("{} {addr}", hostname());
+            let name = format!("{} {}", hostname(), config.listen);
             // The lease's renewals on a connection of their own, never behind a large write.
             let leadership =
                 crate::leader::campaign(Etcd::new(etcd)?, key, &name, etcd.lease_ttl_s).await?;
@@ -232,7 +229,7 @@ fn hostname() -> String {
 /// Open the store, restore the state and start serving on `config.listen`. With etcd this
 /// waits until this replica is elected leader; it listens only from then on.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
-    let (store, leadership) = open_store(&config, config.listen).await?;
+    let (store, leadership) = open_store(&config).await?;
     let clock = leadership
         .as_ref()
         .map_or_else(LeaseClock::forever, |l| l.clock());
@@ -336,8 +333,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 /// and the failover benchmark hold several and crash them.
 pub struct Replica {
     leading: tokio::sync::watch::Receiver<bool>,
-    /// `true`: stop as a crash would (no resignation, no goodbye to the nodes).
-    stop: Option<tokio::sync::oneshot::Sender<bool>>,
+    /// `true`: stop as a crash would (no resignation, no goodbye to the nodes); dropped: the
+    /// same.
+    stop: tokio::sync::oneshot::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
 
@@ -382,7 +380,7 @@ pub fn replica(config: ServerConfig) -> Replica {
     });
     Replica {
         leading,
-        stop: Some(stop),
+        stop,
         task,
     }
 }
@@ -399,19 +397,15 @@ impl Replica {
     }
 
     /// Stop cleanly: nodes' sessions closed, the store flushed, the leadership resigned.
-    pub async fn stop(mut self) -> Result<(), ServerError> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(false);
-        }
-        (&mut self.task).await.unwrap_or(Ok(()))
+    pub async fn stop(self) -> Result<(), ServerError> {
+        let _ = self.stop.send(false);
+        self.task.await.unwrap_or(Ok(()))
     }
 
     /// Stop as a crash would: connections dropped, the lease left to run out.
-    pub async fn crash(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(true);
-        }
-        let _ = (&mut self.task).await;
+    pub async fn crash(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
     }
 }
 
@@ -423,8 +417,9 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let mut replica = replica(config);
     tokio::select! {
-        _ = shutdown => replica.stop().await,
+        _ = shutdown => {}
         // It ended on its own: an error that is not etcd's (a port taken, a bad store).
-        ended = &mut replica.task => ended.unwrap_or(Ok(())),
+        ended = &mut replica.task => return ended.unwrap_or(Ok(())),
     }
+    replica.stop().await
 }

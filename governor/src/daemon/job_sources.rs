@@ -497,11 +497,7 @@ impl Discovery {
                 custom: None,
                 // The paths come from the job: read them with its owner's rights (an owner we
                 // cannot tell gets nobody's).
-                owner: Some(creds.map_or_else(nobody, |c| FileOwner {
-                    uid: c.uid,
-                    gid: c.gid,
-                    groups: c.groups,
-                })),
+                owner: Some(creds.map_or_else(nobody, |c| c.file_owner())),
             },
         })
     }
@@ -694,11 +690,7 @@ impl Discovery {
         // Its log paths come from the request: read them with the rights of the process's
         // owner (whom the control socket checked the caller against).
         let creds = self.proc.credentials(job.pid);
-        let owner = creds.as_ref().map_or_else(nobody, |c| FileOwner {
-            uid: c.uid,
-            gid: c.gid,
-            groups: c.groups.clone(),
-        });
+        let owner = creds.as_ref().map_or_else(nobody, Credentials::file_owner);
         let found = launched_job(job, Some(owner))?;
         let cgroup = found.job.cgroup.clone();
         let entry = self.process_jobs.entry(cgroup.clone()).or_default();

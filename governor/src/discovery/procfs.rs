@@ -105,6 +105,15 @@ impl Credentials {
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
+
+    /// The watcher's owner with these rights (the files of a job are read with them).
+    pub fn file_owner(&self) -> crate::watch::FileOwner {
+        crate::watch::FileOwner {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
+    }
 }
 
 /// Which line of `/proc/<pid>/cgroup` names the group to govern.

@@ -485,33 +485,10 @@ pub fn open_as_user(
     result
 }
 
-/// The identity a job runs as: a user's uid, primary gid and supplementary groups on this node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-}
-
-/// `user`'s credentials from this node's user database (`getpwnam`, `getgrouplist`).
-pub fn credentials_of(user: &str) -> Result<Credentials, String> {
-    let name = std::ffi::CString::new(user).map_err(|_| format!("{user:?} has a NUL byte"))?;
-    let found = nix::unistd::User::from_name(user)
-        .map_err(|e| format!("cannot look user {user:?} up: {e}"))?
-        .ok_or_else(|| format!("no user {user:?} on this node"))?;
-    let groups = nix::unistd::getgrouplist(&name, found.gid)
-        .map_err(|e| format!("cannot list the groups of {user:?}: {e}"))?;
-    Ok(Credentials {
-        uid: found.uid.as_raw(),
-        gid: found.gid.as_raw(),
-        groups: groups.into_iter().map(|g| g.as_raw()).collect(),
-    })
-}
-
 /// Start `command` with `creds`: its groups, then its gid, then its uid, set in the child after
 /// the fork and before the exec (std's `Command::uid` drops every supplementary group; its
 /// `groups` is unstable). Fails the spawn if any of the three does not take.
-pub fn run_as(command: &mut std::process::Command, creds: &Credentials) {
+pub fn run_as(command: &mut std::process::Command, creds: &crate::discovery::procfs::Credentials) {
     use std::os::unix::process::CommandExt;
     let groups: Vec<libc::gid_t> = creds.groups.clone();
     let (uid, gid) = (creds.uid, creds.gid);

@@ -2,6 +2,7 @@
 //! file, its command (under `governor supervise`, restored from a CRIU dump for a transparent
 //! move), its journal entry and the task that waits for its end.
 
+use crate::discovery::procfs::Credentials;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -281,14 +282,25 @@ impl Launcher {
         })
     }
 
-    /// Who a job runs as: its user's credentials on this node (an empty user is root), root
-    /// only where the node allows it.
-    fn credentials(&self, user: &str) -> Result<crate::sys::Credentials, LaunchError> {
+    /// Who a job runs as: its user's credentials from this node's user database (`getpwnam`,
+    /// `getgrouplist`; an empty user is root), root only where the node allows it.
+    fn credentials(&self, user: &str) -> Result<Credentials, LaunchError> {
         let name = if user.is_empty() { "root" } else { user };
-        let creds = crate::sys::credentials_of(name).map_err(|reason| LaunchError::User {
+        let refused = |reason: String| LaunchError::User {
             user: name.to_owned(),
             reason,
-        })?;
+        };
+        let found = nix::unistd::User::from_name(name)
+            .map_err(|e| refused(format!("cannot look the user up: {e}")))?
+            .ok_or_else(|| refused(format!("no user {name:?} on this node")))?;
+        let c_name = std::ffi::CString::new(name).map_err(|_| refused("a NUL byte".into()))?;
+        let groups = nix::unistd::getgrouplist(&c_name, found.gid)
+            .map_err(|e| refused(format!("cannot list its groups: {e}")))?;
+        let creds = Credentials {
+            uid: found.uid.as_raw(),
+            gid: found.gid.as_raw(),
+            groups: groups.into_iter().map(|g| g.as_raw()).collect(),
+        };
         if creds.uid == 0 && !self.config.allow_root_jobs {
             return Err(LaunchError::Root {
                 user: name.to_owned(),
@@ -299,12 +311,8 @@ impl Launcher {
 }
 
 /// The rights a job's logs are read with: its user's (`None`: root's, the daemon's own).
-fn owner_of(creds: &crate::sys::Credentials) -> Option<crate::watch::FileOwner> {
-    (creds.uid != 0).then(|| crate::watch::FileOwner {
-        uid: creds.uid,
-        gid: creds.gid,
-        groups: creds.groups.clone(),
-    })
+fn owner_of(creds: &Credentials) -> Option<crate::watch::FileOwner> {
+    (creds.uid != 0).then(|| creds.file_owner())
 }
 
 /// Total epochs a coordinator job declared through `GOVERNOR_EPOCHS` in its environment (the
