@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use crate::poll_until;
 
 /// `govctl` (the real binary) talking to the coordinator at `address` with the certificates in
-/// `certs` (as their `admin`).
+/// `certs` (as their `admin`). Its jobs are root's (`USER=root`, whoever runs the tests): the
+/// tests' nodes allow root jobs, and no other user need exist on them.
 pub fn govctl_command(address: &str, certs: &Path) -> Command {
     let mut c = Command::new(bin("govctl"));
+    c.env("USER", "root");
     c.arg("--coordinator")
         .arg(address)
         .arg("--certs")
