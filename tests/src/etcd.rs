@@ -21,12 +21,26 @@ pub struct EtcdCluster {
     etcd: PathBuf,
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// Clients over mutual TLS: the certificates of [`crate::loopback_certs`] in this directory
+    /// (the members serve with the coordinator's, for 127.0.0.1, and ask every client for one
+    /// signed by its CA; peers talk plain http).
+    tls: Option<PathBuf>,
 }
 
 impl EtcdCluster {
     /// Start `n` members and wait until the cluster serves writes. `None` (the test skips) when
     /// etcd is not installed, unless `GOVERNOR_REQUIRE_TOOLS` is set (`cargo xtask test`).
     pub fn start(n: usize) -> Option<EtcdCluster> {
+        EtcdCluster::start_with(n, None)
+    }
+
+    /// [`EtcdCluster::start`] with clients over mutual TLS, the certificates in `certs`
+    /// ([`crate::loopback_certs`]); [`EtcdCluster::config`] presents the `admin` certificate.
+    pub fn start_tls(n: usize, certs: &Path) -> Option<EtcdCluster> {
+        EtcdCluster::start_with(n, Some(certs.to_owned()))
+    }
+
+    fn start_with(n: usize, tls: Option<PathBuf>) -> Option<EtcdCluster> {
         let etcd = crate::tool(&["etcd"])?;
         let members = (0..n)
             .map(|i| Member {
@@ -40,6 +54,7 @@ impl EtcdCluster {
             etcd,
             dir: tempfile::tempdir().expect("a directory for etcd's data"),
             members,
+            tls,
         };
         for i in 0..n {
             cluster.spawn(i);
@@ -58,17 +73,29 @@ impl EtcdCluster {
         let data = self.dir.path().join(&m.name);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name)))
             .expect("etcd's log file");
-        let child = Command::new(&self.etcd)
+        let scheme = self.scheme();
+        let mut command = Command::new(&self.etcd);
+        if let Some(certs) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(certs.join("coordinator.pem"))
+                .arg("--key-file")
+                .arg(certs.join("coordinator-key.pem"))
+                .arg("--trusted-ca-file")
+                .arg(certs.join("ca.pem"))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
             .arg(&data)
             .arg(format!(
-                "--listen-client-urls=http://127.0.0.1:{}",
+                "--listen-client-urls={scheme}://127.0.0.1:{}",
                 m.client
             ))
             .arg(format!(
-                "--advertise-client-urls=http://127.0.0.1:{}",
+                "--advertise-client-urls={scheme}://127.0.0.1:{}",
                 m.client
             ))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer))
@@ -90,11 +117,15 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
     /// The members' client URLs.
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
             .collect()
     }
 
@@ -128,6 +159,10 @@ impl EtcdCluster {
             endpoints: self.endpoints(),
             request_timeout_ms: 500,
             lease_ttl_s: 2,
+            tls: self
+                .tls
+                .as_ref()
+                .map(|d| governor_proto::tls::TlsFiles::in_dir(d, "admin")),
             ..Default::default()
         }
     }

@@ -316,6 +316,8 @@ pub fn enable_controllers(group: &Path, controllers: &[&str]) {
 }
 pub mod daemon;
 pub mod etcd;
+pub mod proxy;
+pub mod replica;
 
 /// A tool from Debian's packages (the first of `names` found), or `None`: the test skips, saying
 /// so, unless `GOVERNOR_REQUIRE_TOOLS` is set (`cargo xtask test`, after its set-up installed

@@ -20,6 +20,7 @@ use governor::coordinator_client::{
     AgentConfig, AgentStatus, Backoff, NodeAgent, NodeCapacity, NodeCommand, NodeReport, TlsFiles,
 };
 use governor_integration_tests::etcd::EtcdCluster;
+use governor_integration_tests::replica::Replica;
 use governor_proto::control::{JobSpec, JobState};
 use tokio::sync::{mpsc, watch};
 
@@ -316,61 +317,6 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
     });
 }
 
-/// A coordinator replica as its own process (`coordinator --config`), so that it can be paused.
-struct Process {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-}
-
-impl Process {
-    fn start(dir: &Path, name: &str, listen: SocketAddr, etcd: &EtcdConfig) -> Process {
-        let config = dir.join(format!("{name}.toml"));
-        let endpoints: Vec<String> = etcd.endpoints.iter().map(|e| format!("{e:?}")).collect();
-        std::fs::write(
-            &config,
-            format!(
-                "listen = \"{listen}\"\nstore = \"{store}\"\npolicy = \"first-fit\"\n\
-                 [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/coordinator.pem\"\nkey = \"{d}/coordinator-key.pem\"\n\
-                 [state]\nlost_after_s = 5.0\nbackend = \"etcd\"\n\
-                 [state.etcd]\nendpoints = [{e}]\nlease_ttl_s = {ttl}\nrequest_timeout_ms = 500\n",
-                store = dir.join(format!("{name}.redb")).display(),
-                d = dir.display(),
-                e = endpoints.join(", "),
-                ttl = etcd.lease_ttl_s,
-            ),
-        )
-        .unwrap();
-        let log = dir.join(format!("{name}.log"));
-        let child =
-            std::process::Command::new(governor_integration_tests::daemon::bin("coordinator"))
-                .arg("--config")
-                .arg(&config)
-                .env("RUST_LOG", "info")
-                .stdout(std::fs::File::create(&log).unwrap())
-                .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
-                .spawn()
-                .expect("the coordinator binary starts");
-        Process { child, log }
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    fn log(&self) -> String {
-        let mut s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        s.push_str(&std::fs::read_to_string(self.log.with_extension("err")).unwrap_or_default());
-        s
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_twice() {
     use nix::sys::signal::Signal;
@@ -381,7 +327,7 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
     governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     let (a, b) = (loopback(), loopback());
     let addresses = format!("{a},{b}");
-    let first = Process::start(dir.path(), "a", a, &cluster.config());
+    let first = Replica::start(dir.path(), "a", a, &cluster.config(), "lost_after_s = 5.0");
     runtime().block_on(async {
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         wait_until(
@@ -390,7 +336,7 @@ fn a_leader_paused_past_its_lease_acts_no_more_when_it_resumes_and_no_job_runs_t
             async || Client::connect(&a.to_string(), Some(&admin)).await.ok(),
         )
         .await;
-        let second = Process::start(dir.path(), "b", b, &cluster.config());
+        let second = Replica::start(dir.path(), "b", b, &cluster.config(), "lost_after_s = 5.0");
         let node = node(dir.path(), &addresses);
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
         let id = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "train").await;
@@ -662,5 +608,62 @@ fn the_whole_cluster_restarted_keeps_its_jobs_and_starts_none_of_them_again() {
         );
         first.crash().await;
         second.crash().await;
+    });
+}
+
+/// `[state.etcd] tls`: the members ask every client for a certificate signed by the cluster's
+/// CA. A replica given its files is elected, stores what it places and serves; a client with no
+/// certificate, or with one another CA signed, is refused.
+#[test]
+fn a_replica_reaches_etcd_over_mutual_tls_and_a_client_without_a_certificate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
+    let Some(cluster) = EtcdCluster::start_tls(3, dir.path()) else {
+        return;
+    };
+    let config = cluster.config();
+    assert!(config.endpoints.iter().all(|e| e.starts_with("https://")));
+    runtime().block_on(async {
+        let a = loopback();
+        let mut replica = server::replica(replica_config(dir.path(), "a", a, config.clone()));
+        tokio::time::timeout(Duration::from_secs(10), replica.elected())
+            .await
+            .expect("the replica leads over TLS");
+        let _node = node(dir.path(), &a.to_string());
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        let mut govctl = Client::connect(&a.to_string(), Some(&admin)).await.unwrap();
+        let id = submit_and_wait_running(&mut govctl, &a.to_string(), dir.path(), "train").await;
+        let etcd = cluster.client();
+        let stored = etcd
+            .get(format!("/governor/jobs/{id}").as_bytes())
+            .await
+            .expect("a client with the cluster's certificate reads");
+        assert!(stored.is_some(), "the job's record is not in etcd");
+
+        // Without a certificate: refused in the handshake.
+        let plain = Etcd::new(&EtcdConfig {
+            endpoints: config.endpoints.clone(),
+            tls: None,
+            ..config.clone()
+        });
+        match plain {
+            Err(e) => assert!(e.to_string().contains("https needs"), "{e}"),
+            Ok(c) => assert!(c.get(b"/governor/leader").await.is_err()),
+        }
+        // Trusting the cluster's CA but presenting a certificate another CA signed: etcd
+        // refuses it.
+        let stranger = tempfile::tempdir().unwrap();
+        governor_integration_tests::loopback_certs(stranger.path(), &[]);
+        let foreign_identity = TlsFiles::in_dir(stranger.path(), "admin");
+        let foreign = Etcd::new(&EtcdConfig {
+            tls: Some(TlsFiles {
+                ca: admin.ca.clone(),
+                ..foreign_identity
+            }),
+            ..config.clone()
+        })
+        .unwrap();
+        assert!(foreign.get(b"/governor/leader").await.is_err());
+        replica.crash().await;
     });
 }

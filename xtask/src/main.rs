@@ -12,6 +12,7 @@
 mod demo;
 mod fuzz;
 mod purity;
+mod soak;
 mod test;
 mod vm;
 mod writers;
@@ -38,6 +39,9 @@ enum Command {
     /// Every fuzz target (libFuzzer, built with nightly) for a bounded time on its committed corpus; a crash
     /// fails, naming the target and the input.
     Fuzz(fuzz::FuzzArgs),
+    /// The replicated control plane (three coordinator replicas on etcd, three daemons) under a
+    /// few dozen random faults; checks that every job completed once, unharmed, on one node.
+    Soak(soak::SoakArgs),
     /// Run the integration tests inside the VM (real cgroup v2 kernel), or a multi-node scenario.
     VmTest(vm::VmTestArgs),
     /// The main job: real training jobs on this machine's cores, sized to it, under fair and
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Setup => governor_testbed::setup::run().map(|_| ()),
         Command::Test(args) => test::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
+        Command::Soak(args) => soak::run(&args),
         Command::VmTest(args) => vm::run_vm_test(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Eval(command) => governor_eval::run(&command),

@@ -82,6 +82,17 @@ impl CgroupFs {
         }
         for dir in self.job_dirs(&job) {
             match std::fs::create_dir(&dir) {
+                // A fake root (a dry run's, a test's) holds the interface files as plain files:
+                // make the one a start writes to, as the kernel would (and as
+                // `remove_group_dir` removes them).
+                Ok(()) if !self.hierarchy().on_cgroupfs() => {
+                    std::fs::write(dir.join("cgroup.procs"), "").map_err(|source| {
+                        CgroupError::CreateFailed {
+                            path: dir.clone(),
+                            error: source,
+                        }
+                    })?;
+                }
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     if !read_procs(&dir).is_empty() {

@@ -1304,6 +1304,17 @@ fn the_actuator_creates_job_groups_under_its_subtree() {
     let job = act.create_job_group("train-1").unwrap();
     assert_eq!(job.to_string(), "/governor.slice/jobs/train-1");
     assert!(bed.fake.root().join("governor.slice/jobs/train-1").is_dir());
+    // On a fake root the group has the file a start writes its process to, as the kernel
+    // would make it; removing the group removes it.
+    let procs = bed
+        .fake
+        .root()
+        .join("governor.slice/jobs/train-1/cgroup.procs");
+    assert!(procs.is_file());
+    act.fs().remove_job_group(&job).unwrap();
+    assert!(!procs.exists());
+    act.create_job_group("train-1").unwrap();
+    assert!(procs.is_file(), "made again for the next start");
     let err = act.create_job_group("../x").unwrap_err();
     assert!(matches!(err, CgroupError::InvalidJobName { .. }), "{err}");
 }

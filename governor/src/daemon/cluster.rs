@@ -240,6 +240,7 @@ impl Shell {
         };
         let due = c.contact.borrow().due(now).to_vec();
         if !due.is_empty() {
+            let bound = c.contact.borrow().fence_after.unwrap_or_default();
             let why = {
                 let contact = c.contact.borrow();
                 format!(
@@ -254,7 +255,7 @@ impl Shell {
             let fs = self.core.actuator().fs();
             for job in due {
                 if let Some(launcher::SaveAction::Dump(request)) =
-                    c.launcher.fence(fs, &job, now, &why)
+                    c.launcher.fence(fs, &job, now, bound, &why)
                 {
                     c.spawn_dump(request);
                 }

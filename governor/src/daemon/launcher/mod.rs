@@ -14,6 +14,7 @@
 //! ones.
 
 mod checkpoint;
+mod completion;
 mod fence;
 mod journal;
 pub mod output;
@@ -118,6 +119,9 @@ pub enum StartOutcome {
     Failed(String),
     /// Started: govern it like a `governor run-job` job.
     Started(Box<StartedJob>),
+    /// Not run: an earlier attempt ended on its own on a node the coordinator had lost
+    /// ([`completion`]); it is reported exited 0.
+    AlreadyCompleted,
 }
 
 /// A job the launcher started, for the daemon to govern.
@@ -199,6 +203,9 @@ struct Launched {
     saving: bool,
     /// Its declared checkpoint directory, if it declared one.
     checkpoint_dir: Option<PathBuf>,
+    /// Where to record that it ended on its own ([`completion`]): its shared checkpoint
+    /// directory, for a job moved here (attempt > 0) that runs as root.
+    completion_witness: Option<PathBuf>,
     /// That directory when the save signal was sent (an end that did not change it is no save).
     checkpoint_at_signal: Option<Result<checkpoint::CheckpointLook, String>>,
     /// Runs in a PID namespace of its own: CRIU can dump it into `bundle`.
@@ -213,14 +220,14 @@ struct Launched {
     /// The daemon is stopping it as it asked: why ("stopped: converged ...", "stopped:
     /// outranked in its sweep ...").
     converging: Option<String>,
-    /// Fenced (the coordinator out of reach too long, [`Launcher::fence`]): stopped then if it
-    /// has not ended after its save.
-    fence_stop_at: Option<Instant>,
+    /// Fenced (the coordinator out of reach too long, [`Launcher::fence`]): stopped then, with
+    /// that grace, if it has not ended after its save.
+    fence_stop_at: Option<(Instant, Duration)>,
 }
 
 impl Launched {
     /// When the fence stops it, if it still runs then and nothing else is stopping it.
-    fn fence_stop_due(&self) -> Option<Instant> {
+    fn fence_stop_due(&self) -> Option<(Instant, Duration)> {
         self.fence_stop_at
             .filter(|_| self.stop_reason.is_none() && !self.info.state.is_finished())
     }
@@ -254,6 +261,7 @@ impl Launched {
             save_signal: declared.map(|c| c.save_signal),
             saving: false,
             checkpoint_dir: declared.map(|c| PathBuf::from(&c.dir)),
+            completion_witness: None,
             checkpoint_at_signal: None,
             bundle: None,
             log_dir: Path::new(&s.log_path).parent().map(Path::to_owned),

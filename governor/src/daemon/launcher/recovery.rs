@@ -108,6 +108,7 @@ impl Launcher {
                 held_exit: None,
                 converging: None,
                 fence_stop_at: None,
+                completion_witness: None,
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {

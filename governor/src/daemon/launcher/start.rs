@@ -19,7 +19,17 @@ use crate::control::AdoptJob;
 use crate::coordinator_client::{RunState, StartJob};
 
 use super::journal::JournalEntry;
-use super::{JobExit, LaunchError, Launched, Launcher, StartOutcome, StartedJob, group_name};
+use super::{
+    JobExit, LaunchError, Launched, Launcher, StartOutcome, StartedJob, completion, group_name,
+};
+
+/// The checkpoint directory `s` declared, when the nodes share it (not carried, not CRIU's).
+fn shared_checkpoint(s: &StartJob) -> Option<&Path> {
+    s.checkpoint
+        .as_ref()
+        .filter(|c| !c.transparent && !c.carry && !c.dir.is_empty())
+        .map(|c| Path::new(&c.dir))
+}
 
 impl Launcher {
     /// Record a start this node refuses before trying it (its carried checkpoint did not
@@ -50,6 +60,21 @@ impl Launcher {
                 .retain(|t| !t.group.to_string().ends_with(&group));
         }
         let mut launched = Launched::starting(&s);
+        if let Some(dir) = shared_checkpoint(&s)
+            && let Some(ended) = completion::recorded(dir, &s.job_id)
+            && ended < s.attempt
+        {
+            info!(job = %s.job_id, attempt = s.attempt, ended_at_attempt = ended, "not running a job again: it ended on its own on the node it was moved to, which the coordinator had lost");
+            launched.info.state = RunState::Exited;
+            launched.info.exit_code = Some(0);
+            launched.info.message = format!(
+                "not run again: its attempt {ended} ended on its own on a node the coordinator had lost (recorded beside its checkpoint)"
+            );
+            launched.finished_at = Some(Instant::now());
+            self.jobs.insert(key, launched);
+            self.persist();
+            return StartOutcome::AlreadyCompleted;
+        }
         if self.config.criu.is_some() && self.config.supervisor.is_some() {
             launched.bundle = Some(self.bundle_for(&s));
         }
@@ -115,6 +140,9 @@ impl Launcher {
             });
         }
         let creds = self.credentials(&s.user)?;
+        if creds.uid == 0 && s.attempt > 0 {
+            launched.completion_witness = shared_checkpoint(s).map(Path::to_path_buf);
+        }
         // A job run as a user is not moved by CRIU: a transparent move packs and unpacks the
         // files below its log directory as root, at paths the user names.
         if creds.uid != 0 {

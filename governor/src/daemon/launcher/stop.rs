@@ -2,7 +2,7 @@
 //! after the grace period), a main process's exit turned into what is reported (exit status,
 //! save, convergence), and the teardown of ended jobs' cgroups.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
@@ -11,13 +11,23 @@ use crate::cgroup::{CgroupFs, JobCgroup};
 use crate::coordinator_client::{RunState, StopJob};
 
 use super::recovery::take_exit_record;
-use super::{Dump, JobExit, Launched, Launcher, Teardown, checkpoint};
+use super::{Dump, JobExit, Launched, Launcher, Teardown, checkpoint, completion};
 
 impl Launcher {
     /// Stop every replica of a job: SIGTERM to its cgroup and main process now, SIGKILL after
     /// the grace period. An unknown or finished job is logged (once) and ignored.
     pub fn stop(&mut self, fs: &CgroupFs, s: &StopJob, now: Instant) -> usize {
-        let grace = self.config.stop_grace;
+        self.stop_within(fs, s, now, self.config.stop_grace)
+    }
+
+    /// [`Launcher::stop`] with SIGKILL `grace` after SIGTERM (the fence's may be shorter).
+    pub(super) fn stop_within(
+        &mut self,
+        fs: &CgroupFs,
+        s: &StopJob,
+        now: Instant,
+        grace: Duration,
+    ) -> usize {
         let mut stopped = 0;
         for ((id, _), l) in self.jobs.iter_mut() {
             if *id != s.job_id || l.info.state.is_finished() || l.stop_reason.is_some() {
@@ -146,6 +156,14 @@ impl Launcher {
                 l.info.message = "saved for a move; the same command resumes it".into();
             }
         }
+        if l.info.state == RunState::Exited
+            && l.info.exit_code == Some(0)
+            && !l.info.saved
+            && l.stop_reason.is_none()
+            && let Some(dir) = &l.completion_witness
+        {
+            completion::record(dir, &exit.job_id, l.info.attempt);
+        }
         l.checkpoint_at_signal = None;
         l.saving = false;
         l.dump = Dump::None;
@@ -206,7 +224,7 @@ impl Launcher {
         let kills = self
             .jobs
             .values()
-            .flat_map(|l| [l.kill_at, l.fence_stop_due()])
+            .flat_map(|l| [l.kill_at, l.fence_stop_due().map(|(at, _)| at)])
             .flatten();
         let teardowns = self
             .teardowns

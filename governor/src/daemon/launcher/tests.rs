@@ -989,6 +989,8 @@ fn the_dump_of_a_job_ended_before_a_restart_is_still_found_for_its_upload() {
 /// is stopped at once. Each is fenced once.
 #[tokio::test]
 async fn a_fenced_job_saves_and_one_that_does_not_save_in_time_is_stopped() {
+    // The default bound (155 s): the full save wait.
+    const BOUND: Duration = Duration::from_secs(155);
     let mut bed = bed(Duration::from_millis(300));
     let ckpt = bed.dir.path().join("ckpt");
     // j8 saves on SIGUSR1; j9 traps it and runs on; j10 declared no checkpoint.
@@ -1024,23 +1026,23 @@ async fn a_fenced_job_saves_and_one_that_does_not_save_in_time_is_stopped() {
     let now = Instant::now();
     let why = "fenced: test";
     assert_eq!(
-        bed.launcher.fence(&bed.fs, "j8", now, why),
+        bed.launcher.fence(&bed.fs, "j8", now, BOUND, why),
         Some(SaveAction::Signalled)
     );
     assert_eq!(
-        bed.launcher.fence(&bed.fs, "j8", now, why),
+        bed.launcher.fence(&bed.fs, "j8", now, BOUND, why),
         None,
         "fenced once"
     );
     assert_eq!(
-        bed.launcher.fence(&bed.fs, "j9", now, why),
+        bed.launcher.fence(&bed.fs, "j9", now, BOUND, why),
         Some(SaveAction::Signalled)
     );
     assert_eq!(
-        bed.launcher.fence(&bed.fs, "j10", now, why),
+        bed.launcher.fence(&bed.fs, "j10", now, BOUND, why),
         Some(SaveAction::Nothing)
     );
-    assert_eq!(bed.launcher.fence(&bed.fs, "j404", now, why), None);
+    assert_eq!(bed.launcher.fence(&bed.fs, "j404", now, BOUND, why), None);
     // j8 saves and exits; j10 was stopped at once (SIGTERM).
     for _ in 0..2 {
         let exit = bed.next_exit().await;
@@ -1067,4 +1069,149 @@ async fn a_fenced_job_saves_and_one_that_does_not_save_in_time_is_stopped() {
     bed.launcher.on_exit(&bed.fs, exit, Instant::now());
     let j9 = bed.state("j9");
     assert!(j9.state.is_finished() && !j9.saved, "{j9:?}");
+}
+
+/// A short bound (a coordinator with short timeouts) shortens the fence's save wait and its
+/// stop's grace, so that a job that ignores its save is killed before the coordinator may start
+/// it elsewhere (twice the bound), whatever the node's `stop_grace`.
+#[tokio::test]
+async fn a_job_fenced_after_a_short_bound_is_gone_before_twice_the_bound() {
+    let bound = Duration::from_secs(4);
+    // A node whose stop grace alone is longer than the bound.
+    let mut bed = bed(Duration::from_secs(30));
+    let ckpt = bed.dir.path().join("ckpt");
+    bed.prepare_group("moved-j9");
+    let mut s = start_job(
+        "j9",
+        "moved",
+        "trap 'echo ignored' USR1 TERM; while :; do sleep 0.05; done",
+    );
+    s.attempt = 1;
+    s.checkpoint = Some(saves_to(&ckpt));
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s),
+        StartOutcome::Started(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fenced = Instant::now();
+    assert_eq!(
+        bed.launcher
+            .fence(&bed.fs, "j9", fenced, bound, "fenced: test"),
+        Some(SaveAction::Signalled)
+    );
+    // Stopped (SIGTERM) half the bound after the fence, not a minute later.
+    let stop_at = bed.launcher.next_deadline().expect("its stop is due");
+    assert_eq!(stop_at, fenced + bound / 2);
+    bed.launcher.poll(&bed.fs, stop_at);
+    // It ignores SIGTERM: SIGKILL a quarter of the bound later, not after the 30 s grace.
+    let kill_at = bed.launcher.next_deadline().expect("its kill is due");
+    assert_eq!(kill_at, stop_at + bound / 4);
+    assert!(kill_at < fenced + bound);
+    bed.launcher.poll(&bed.fs, kill_at);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j9 = bed.state("j9");
+    assert!(j9.state.is_finished() && !j9.saved, "{j9:?}");
+}
+
+/// The completion witness: a job moved here (attempt 1) that ends on its own records it beside
+/// its shared checkpoint; a later start of it (the coordinator lost this node and started it on
+/// its source) is not run and is reported exited 0. One that saved, and one at its first
+/// attempt, leave no record: their later starts run.
+#[tokio::test]
+async fn a_moved_job_that_ended_on_its_own_is_not_run_again_by_a_later_attempt() {
+    let mut target = bed(Duration::from_millis(300));
+    let ckpt = target.dir.path().join("ckpt");
+    let saved_ckpt = target.dir.path().join("saved-ckpt");
+    let first_ckpt = target.dir.path().join("first-ckpt");
+    let runs = target.dir.path().join("runs");
+    let script = format!("echo run >> {}; exit 0", runs.display());
+    // A moved job's directory holds the checkpoint its move saved.
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::create_dir_all(&first_ckpt).unwrap();
+    // j5: moved here, ends on its own.
+    target.prepare_group("moved-j5");
+    let mut s = start_job("j5", "moved", &script);
+    s.attempt = 1;
+    s.checkpoint = Some(saves_to(&ckpt));
+    assert!(matches!(
+        target.launcher.start(&target.fs, s.clone()),
+        StartOutcome::Started(_)
+    ));
+    let exit = target.next_exit().await;
+    target.launcher.on_exit(&target.fs, exit, Instant::now());
+    assert_eq!(
+        completion::recorded(&ckpt, "j5"),
+        Some(1),
+        "no record of the end"
+    );
+    // j6: moved here, saves when asked (no record); j7: its first attempt ends (no record).
+    target.prepare_group("moved-j6");
+    let mut saver = start_job(
+        "j6",
+        "moved",
+        &format!(
+            "trap 'mkdir -p {d}; echo 1 > {d}/step; exit 0' USR1; while :; do sleep 0.05; done",
+            d = saved_ckpt.display()
+        ),
+    );
+    saver.attempt = 1;
+    saver.checkpoint = Some(saves_to(&saved_ckpt));
+    assert!(matches!(
+        target.launcher.start(&target.fs, saver.clone()),
+        StartOutcome::Started(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let save = SaveJob {
+        job_id: "j6".into(),
+        reason: "fenced: test".into(),
+    };
+    assert_eq!(
+        target.launcher.save(&target.fs, &save),
+        SaveAction::Signalled
+    );
+    let exit = target.next_exit().await;
+    target.launcher.on_exit(&target.fs, exit, Instant::now());
+    assert!(target.state("j6").saved);
+    assert_eq!(completion::recorded(&saved_ckpt, "j6"), None);
+    target.prepare_group("first-j7");
+    let mut first = start_job("j7", "first", &script);
+    first.checkpoint = Some(saves_to(&first_ckpt));
+    assert!(matches!(
+        target.launcher.start(&target.fs, first.clone()),
+        StartOutcome::Started(_)
+    ));
+    let exit = target.next_exit().await;
+    target.launcher.on_exit(&target.fs, exit, Instant::now());
+    assert_eq!(completion::recorded(&first_ckpt, "j7"), None);
+
+    // The source, starting each again at a later attempt.
+    let mut source = bed(Duration::from_millis(300));
+    s.attempt = 2;
+    assert!(matches!(
+        source.launcher.start(&source.fs, s),
+        StartOutcome::AlreadyCompleted
+    ));
+    let j5 = source.state("j5");
+    assert_eq!(
+        (j5.state, j5.exit_code, j5.saved),
+        (RunState::Exited, Some(0), false)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap().lines().count(),
+        2,
+        "j5 ran again (one run of j5 and one of j7 expected)"
+    );
+    source.prepare_group("moved-j6");
+    saver.attempt = 2;
+    assert!(matches!(
+        source.launcher.start(&source.fs, saver),
+        StartOutcome::Started(_)
+    ));
+    source.prepare_group("first-j7");
+    first.attempt = 1;
+    assert!(matches!(
+        source.launcher.start(&source.fs, first),
+        StartOutcome::Started(_)
+    ));
 }
