@@ -521,3 +521,53 @@ async fn a_node_cut_off_from_the_coordinator_fences_the_job_moved_to_it_after_th
         commands.abort();
     }
 }
+
+/// A node whose healthy session ended (its coordinator died, or a leader was replaced) retries
+/// at its first back-off step, not doubling, for a while: a coordinator back on its address
+/// 10 s later has the node again within a second and a half. With the doubling back-off alone
+/// (0.5, 1, 2, 4, 8 s) the node's next try after 10 s came 12.4-18.6 s after the death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_session_ended_reconnects_at_once_when_its_coordinator_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let addr: SocketAddr = format!("127.0.0.1:{}", governor_integration_tests::free_port())
+        .parse()
+        .unwrap();
+    let server = start(dir.path(), addr).await;
+    let (_report_tx, report_rx) = watch::channel(NodeReport::default());
+    let (cmd_tx, _cmd_rx) = mpsc::channel::<NodeCommand>(16);
+    let mut config = AgentConfig::new(
+        addr.to_string(),
+        "node-a",
+        NodeCapacity::cpu_only(4.0, 8 << 30),
+    );
+    config.tls = Some(TlsFiles::in_dir(dir.path(), "node-a"));
+    // The daemon's default back-off.
+    assert_eq!(config.backoff, Backoff::default());
+    let (_agent, mut status) = NodeAgent::spawn_with_status(config, report_rx, cmd_tx);
+    let connected = |s: &AgentStatus| matches!(s, AgentStatus::Connected { .. });
+    eventually("the node connected", async || {
+        connected(&status.borrow()).then_some(())
+    })
+    .await;
+    // A healthy session: longer than `HEALTHY_SESSION`.
+    tokio::time::sleep(governor::coordinator_client::HEALTHY_SESSION + Duration::from_secs(1))
+        .await;
+    server.kill().await;
+    eventually("the node noticed", async || {
+        (!connected(&status.borrow())).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let _server = start(dir.path(), addr).await;
+    let back = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), status.wait_for(connected))
+        .await
+        .expect("the node reconnects")
+        .unwrap();
+    let took = back.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the node came back {took:?} after its coordinator"
+    );
+}

@@ -48,6 +48,18 @@ pub struct Backoff {
     pub reset_after: Duration,
 }
 
+/// After a session that had been welcomed and lasted [`HEALTHY_SESSION`] ends, the agent
+/// retries every `initial` (not doubling) for this long: the coordinator that ended it is
+/// restarting, or a replica is being elected in its place (a lease of a few seconds, then it
+/// listens), and a node that doubled its wait meanwhile would come back many seconds after
+/// the new leader serves (measured 2026-11-29: 4-30 s against the leader's 2-5 s). A session
+/// that failed before its welcome, or a coordinator that ends sessions at once, gets the
+/// doubling back-off: nothing is retried in a tight loop.
+pub const FAST_RETRY_WINDOW: Duration = Duration::from_secs(15);
+
+/// A session at least this long, welcomed, counts as healthy for [`FAST_RETRY_WINDOW`].
+pub const HEALTHY_SESSION: Duration = Duration::from_secs(3);
+
 impl Default for Backoff {
     /// 0.5 s, doubling, at most 30 s; reset after a session of a minute.
     fn default() -> Self {
@@ -361,6 +373,8 @@ async fn run(
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
         });
     let mut failures = 0u32;
+    // Retry at the initial pace until then (a healthy session just ended).
+    let mut fast_until: Option<Instant> = None;
     let mut last_error = String::new();
     let mut daemon_gone_logged = false;
     let mut preferred = 0usize;
@@ -394,10 +408,16 @@ async fn run(
                 }
             }
         }
+        let welcomed = matches!(*status.borrow(), AgentStatus::Connected { .. });
         if started.elapsed() >= config.backoff.reset_after {
             failures = 0;
         }
-        failures = failures.saturating_add(1);
+        if welcomed && started.elapsed() >= HEALTHY_SESSION {
+            failures = 0;
+            fast_until = Some(Instant::now() + FAST_RETRY_WINDOW);
+        }
+        let fast = fast_until.is_some_and(|t| Instant::now() < t);
+        failures = if fast { 1 } else { failures.saturating_add(1) };
         let wait = config.backoff.delay(failures, seed);
         status.send_replace(AgentStatus::Waiting {
             error: last_error.clone(),
