@@ -42,6 +42,10 @@ pub(super) struct JournalEntry {
     /// The user it runs as, whose rights its logs are read with (`None`: root).
     #[serde(default)]
     pub(super) owner: Option<crate::watch::FileOwner>,
+    /// Where an end on its own is recorded ([`super::completion`]): a moved job's shared
+    /// checkpoint directory, so that a daemon restarted during the move still records it.
+    #[serde(default)]
+    pub(super) completion_witness: Option<PathBuf>,
 }
 
 /// The journal file's content.

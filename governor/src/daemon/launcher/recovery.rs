@@ -108,7 +108,7 @@ impl Launcher {
                 held_exit: None,
                 converging: None,
                 fence_stop_at: None,
-                completion_witness: None,
+                completion_witness: entry.completion_witness.clone(),
             };
             match follow_running(&entry, self.exits.clone()) {
                 Some(signals) => {

@@ -381,5 +381,6 @@ fn journal_entry(
         log_dir: launched.log_dir.clone(),
         checkpoint_dir: launched.checkpoint_dir.clone(),
         owner,
+        completion_witness: launched.completion_witness.clone(),
     }
 }

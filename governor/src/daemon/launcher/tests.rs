@@ -467,6 +467,7 @@ async fn a_journal_that_names_a_reused_pid_or_is_garbage_starts_nothing_and_keep
         log_dir: None,
         checkpoint_dir: None,
         owner: None,
+        completion_witness: None,
     };
     let journal = Journal {
         version: JOURNAL_VERSION,
@@ -521,6 +522,7 @@ fn journal_entry(id: &str, pid: u32, start_ticks: Option<u64>, exit_file: &Path)
         log_dir: None,
         checkpoint_dir: None,
         owner: None,
+        completion_witness: None,
     }
 }
 
@@ -1214,4 +1216,56 @@ async fn a_moved_job_that_ended_on_its_own_is_not_run_again_by_a_later_attempt()
         source.launcher.start(&source.fs, first),
         StartOutcome::Started(_)
     ));
+}
+
+/// The completion witness survives a restart of the daemon: a moved job taken back from the
+/// journal that then ends on its own (exit 0, as its supervisor records) still leaves the
+/// record beside its checkpoint.
+#[tokio::test]
+async fn a_moved_job_taken_back_after_a_restart_still_records_its_end() {
+    use crate::supervise::ExitRecord;
+    let mut bed = bed(Duration::from_secs(5));
+    let out = bed.dir.path().join("out");
+    let ckpt = bed.dir.path().join("ckpt");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let exit_file = out.join("job-j5.exit");
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let mut entry = journal_entry(
+        "j5",
+        sleeper.id(),
+        crate::sys::process_start_ticks(sleeper.id()),
+        &exit_file,
+    );
+    entry.attempt = 1;
+    entry.completion_witness = Some(ckpt.clone());
+    let journal = Journal {
+        version: JOURNAL_VERSION,
+        jobs: vec![entry],
+    };
+    let path = bed.dir.path().join("run/coordinator-jobs.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+    assert_eq!(bed.launcher.recover(&bed.fs, Instant::now()).len(), 1);
+    // It ends on its own; its supervisor records exit 0.
+    ExitRecord {
+        code: Some(0),
+        ..ExitRecord::default()
+    }
+    .write(&exit_file)
+    .unwrap();
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let j5 = bed.state("j5");
+    assert_eq!(
+        (j5.state, j5.exit_code),
+        (RunState::Exited, Some(0)),
+        "{j5:?}"
+    );
+    assert_eq!(completion::recorded(&ckpt, "j5"), Some(1));
 }
