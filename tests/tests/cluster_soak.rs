@@ -30,6 +30,7 @@ use governor::cgroup::fake::FakeCgroupRoot;
 use governor::coordinator_client::TlsFiles;
 use governor_integration_tests::daemon::Daemon;
 use governor_integration_tests::etcd::EtcdCluster;
+use governor_integration_tests::poll_until;
 use governor_integration_tests::proxy::CutProxy;
 use governor_integration_tests::replica::Replica;
 use governor_proto::control::{JobSpec, JobState, MovePhase, NodeState};
@@ -279,7 +280,7 @@ impl Soak {
             .enable_all()
             .build()
             .unwrap();
-        let mut soak = Soak {
+        let soak = Soak {
             rt,
             dir,
             etcd,
@@ -339,26 +340,25 @@ impl Soak {
         })
     }
 
-    /// Poll `f` every 200 ms until it answers; past `within`, fail with the soak's record.
-    fn wait<T>(
-        &mut self,
-        what: &str,
-        within: Duration,
-        mut f: impl FnMut(&mut Soak) -> Option<T>,
-    ) -> T {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(v) = f(self) {
-                return v;
-            }
-            if Instant::now() > deadline {
-                self.fail(&format!("timed out after {within:?}: {what}"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    /// Poll `f` every 200 ms until it answers ([`poll_until`]); past `within`, fail showing
+    /// the soak's record and logs.
+    fn wait<T>(&self, what: &str, within: Duration, mut f: impl FnMut(&Soak) -> Option<T>) -> T {
+        poll_until(
+            what,
+            within,
+            Duration::from_millis(200),
+            || f(self),
+            || self.context(),
+        )
     }
 
     fn fail(&self, why: &str) -> ! {
+        panic!("{why}\n{}", self.context());
+    }
+
+    /// What a failure shows: the soak's record, each replica's decisions and warnings, each
+    /// daemon's log tail.
+    fn context(&self) -> String {
         let mut logs = String::new();
         for r in &self.replicas {
             // Its decisions about jobs and moves, and its warnings, all of them.
@@ -376,11 +376,11 @@ impl Soak {
         for n in &self.nodes {
             logs.push_str(&format!("--- {}\n{}\n", n.name, n.daemon.log_tail()));
         }
-        panic!(
-            "{why}\nthe soak so far:\n{}\n{logs}(etcd's logs in {})",
+        format!(
+            "the soak so far:\n{}\n{logs}(etcd's logs in {})",
             self.record.join("\n"),
             self.etcd.log_dir().display()
-        );
+        )
     }
 
     /// The replica that holds the leader key now.
