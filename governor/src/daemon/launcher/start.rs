@@ -60,7 +60,11 @@ impl Launcher {
                 .retain(|t| !t.group.to_string().ends_with(&group));
         }
         let mut launched = Launched::starting(&s);
-        if let Some(dir) = shared_checkpoint(&s)
+        // Only a root job's record is written (and read): the daemon reads it as root, at a
+        // path the submission names.
+        if s.attempt > 0
+            && let Some(dir) = shared_checkpoint(&s)
+            && self.credentials(&s.user).is_ok_and(|c| c.uid == 0)
             && let Some(ended) = completion::recorded(dir, &s.job_id)
             && ended < s.attempt
         {

@@ -1204,6 +1204,19 @@ async fn a_moved_job_that_ended_on_its_own_is_not_run_again_by_a_later_attempt()
         2,
         "j5 ran again (one run of j5 and one of j7 expected)"
     );
+    // A job run as a user does not have its record read (the daemon would read it as root at
+    // a path the user names): it is tried (here, not root, it cannot switch users), never
+    // skipped.
+    let mut as_user = start_job("j55", "moved", &script);
+    as_user.attempt = 2;
+    as_user.user = "nobody".into();
+    as_user.checkpoint = Some(saves_to(&ckpt));
+    completion::record(&ckpt, "j55", 1);
+    source.prepare_group("moved-j55");
+    assert!(!matches!(
+        source.launcher.start(&source.fs, as_user),
+        StartOutcome::AlreadyCompleted
+    ));
     source.prepare_group("moved-j6");
     saver.attempt = 2;
     assert!(matches!(
