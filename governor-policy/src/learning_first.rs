@@ -40,7 +40,7 @@
 //!
 //! **Weights**: every job `cpu.weight` 100 (the kernel's default: the daemon writes nothing),
 //! except a learnt job while another job on the node is still learning: weight `yield` × 100, and
-//! a held job (a sweep's trial waiting at its rung, a job being stopped): `floor` × 100. Weights
+//! a held job (a sweep's trial waiting at its rung): `floor` × 100. Weights
 //! are work-conserving: a core nobody else uses still goes to the yielding job.
 //!
 //! **Pace bound** (the guard): while a job yields, its fair twin advances at the share the
@@ -474,7 +474,7 @@ impl NodePolicy for LearningFirst {
                 (
                     scaled(params.floor),
                     job.tracker.category(),
-                    "served after the others: at its sweep's rung, or being stopped".to_owned(),
+                    "served after the others: at its sweep's rung".to_owned(),
                 )
             } else {
                 match verdict {

@@ -285,9 +285,8 @@ pub trait NodePolicy: Send {
     fn quality(&mut self, _now: Seconds, _id: &JobId, _point: ProgressPoint) {}
     /// Serve a job after the others (`held`), or no longer: a trial of a sweep that reached a
     /// rung waiting for the sweep's other trials (so that the rung is judged sooner and less of
-    /// a trial that may be cut is run), or a job being stopped (converged or cut from its
-    /// sweep: its work is done, only its exit is awaited). Its floor stays. A policy that
-    /// orders jobs serves it last; the default ignores it.
+    /// a trial that may be cut is run). Its floor stays. A policy that orders jobs serves it
+    /// last; the default ignores it. (A job being stopped is not held: its exit needs CPU.)
     fn hold(&mut self, _now: Seconds, _id: &JobId, _held: bool) {}
     /// Whether a new progress value can change the plan, so the daemon should decide as soon
     /// as one arrives. `fair` ignores progress: deciding after each log row would only cost CPU.

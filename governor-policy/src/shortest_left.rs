@@ -739,7 +739,7 @@ impl NodePolicy for ShortestLeft {
                 None => format!("size unknown, {:.0} CPU-s so far", job.cpu_seconds),
             };
             let why = if job.held {
-                "served after the others: at its sweep's rung, or being stopped".to_owned()
+                "served after the others: at its sweep's rung".to_owned()
             } else if job.urgent {
                 "promoted: behind its fair-share pace".to_owned()
             } else {

@@ -69,7 +69,7 @@ pub(super) struct Job {
     /// (a converged job that merely wavers into "watching" stays behind: hysteresis).
     pub(super) behind: bool,
     /// Served after the others ([`NodePolicy::hold`](crate::NodePolicy::hold)): a trial waiting
-    /// at its sweep's rung for the other trials, or a job being stopped.
+    /// at its sweep's rung for the other trials.
     pub(super) held: bool,
 }
 

@@ -150,7 +150,7 @@ pub struct JobEntry {
     /// The rung (epochs) it waits at for its sweep's other trials.
     waiting_at_rung: Option<f64>,
     /// Served after the others, as the policy was last told ([`NodePolicy::hold`]): it waits at
-    /// its sweep's rung, or it is being stopped (its work is done; only its exit is awaited).
+    /// its sweep's rung (and is not being stopped).
     held: bool,
 }
 

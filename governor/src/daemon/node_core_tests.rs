@@ -312,9 +312,10 @@ pub(super) fn keras_record(epoch: f64, val_loss: f64) -> Record {
     }
 }
 
-/// A job stopped at convergence is served after the others until it exits.
+/// A job stopped at convergence keeps its share until it exits: ending takes CPU, and held at
+/// its floor it could miss the grace before SIGTERM.
 #[test]
-fn a_job_stopped_at_convergence_is_served_last_until_it_exits() {
+fn a_job_stopped_at_convergence_keeps_its_share_until_it_exits() {
     let mut bed = bed_full(
         id,
         None,
@@ -339,8 +340,8 @@ fn a_job_stopped_at_convergence_is_served_last_until_it_exits() {
     bed.core.on_record(now, &a, &keras_record(3.0, 0.5));
     assert_eq!(
         held(&mut bed, "a"),
-        (true, true),
-        "converged: stopped, served last"
+        (true, false),
+        "converged: stopped, and served as before until it exits (ending takes CPU)"
     );
     assert_eq!(held(&mut bed, "b"), (false, false));
 }
@@ -395,8 +396,12 @@ fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
     assert!(finish(&bed.core, "a").is_some(), "a is cut too");
     assert_eq!(finish(&bed.core, "b"), None, "the best goes on");
     assert_eq!(sweep_of(&bed.core, "b").as_deref(), Some("lr"));
-    // The cut trials stay served last until they exit; the best one is served as before.
-    assert!(held(&mut bed, "c") && held(&mut bed, "a"), "being stopped");
+    // The cut trials (c held at the rung until now) are served as before until they exit:
+    // held at their floor they could not end before SIGTERM on a busy slow machine.
+    assert!(
+        !held(&mut bed, "c") && !held(&mut bed, "a"),
+        "being stopped: not held"
+    );
     assert!(!held(&mut bed, "b"));
     // The cut trials end; b runs on alone to its end (no rung at 20 epochs).
     bed.core.remove_job(now, &cgroup("a"), "exited");

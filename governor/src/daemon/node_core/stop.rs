@@ -64,8 +64,12 @@ pub(super) fn sweep_on_quality(
 
 impl NodeCore {
     /// Tell the policy which jobs to serve after the others, and which no longer: trials that
-    /// wait at their sweep's rung for the others, and jobs being stopped (converged, or cut from
-    /// their sweep: their work is done, they keep their floor until they exit).
+    /// wait at their sweep's rung for the others. A job being stopped (converged, or cut from
+    /// its sweep) is not held: ending takes CPU (its last batch, its validation, writing its
+    /// log, the interpreter's exit), and held at its floor beside busy jobs it could not end
+    /// within [`FINISH_GRACE`] on a slow machine and was sent SIGTERM, its run failed (a CI
+    /// run of the demo, 2026-11-29). Its share for the second or two it takes is what it had;
+    /// the simulator, whose stopped jobs leave at once, holds only rung waiters too.
     pub(super) fn sync_holds(&mut self, now: Instant) {
         let t = self.secs(now);
         for (cgroup, entry) in &mut self.jobs {
@@ -73,9 +77,9 @@ impl NodeCore {
                 continue;
             }
             let at = self.sweeps.waiting_at(cgroup);
-            let held = at.is_some() || entry.finishing.is_some();
+            let held = at.is_some() && entry.finishing.is_none();
             if held != entry.held {
-                debug!(job = %entry.name, rung_epochs = ?at, stopping = entry.finishing.is_some(), held, "served after the others");
+                debug!(job = %entry.name, rung_epochs = ?at, held, "served after the others");
                 self.policy.hold(t, &entry.spec.id, held);
                 self.next_decision_at = Some(now);
             }
