@@ -667,3 +667,119 @@ fn a_replica_reaches_etcd_over_mutual_tls_and_a_client_without_a_certificate_is_
         replica.crash().await;
     });
 }
+
+/// `coordinator migrate`: a cluster on the embedded store switches to replicas on etcd and
+/// keeps its state. The redb coordinator's running job is found on its node by the replica
+/// that loads the copy, and not started again; job ids go on past the copied ones; a second
+/// migration into the prefix the replicas now use is refused, as is one from a missing file.
+#[test]
+fn a_redb_store_migrated_to_etcd_keeps_its_jobs_running_where_they_run() {
+    let Some(cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
+    let etcd = cluster.config();
+    // The replicas' configuration, as the operator writes it: what `migrate` reads.
+    let endpoints: Vec<String> = etcd.endpoints.iter().map(|e| format!("{e:?}")).collect();
+    let replicas_toml = dir.path().join("replicas.toml");
+    std::fs::write(
+        &replicas_toml,
+        format!(
+            "[state]\nbackend = \"etcd\"\n[state.etcd]\nendpoints = [{}]\nprefix = {:?}\n",
+            endpoints.join(", "),
+            etcd.prefix
+        ),
+    )
+    .unwrap();
+    let old_store = dir.path().join("old.redb");
+    let migrate = |from: &Path| {
+        std::process::Command::new(governor_integration_tests::daemon::bin("coordinator"))
+            .args(["migrate", "--config"])
+            .arg(&replicas_toml)
+            .arg("--from")
+            .arg(from)
+            .output()
+            .expect("the coordinator binary runs")
+    };
+    runtime().block_on(async {
+        let (a, b) = (loopback(), loopback());
+        let addresses = format!("{a},{b}");
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        // One coordinator on its redb file, on `a`; the node knows `a` and the replica to come.
+        let mut embedded = replica_config(dir.path(), "old", a, EtcdConfig::default());
+        embedded.state.backend = Backend::Redb;
+        embedded.store = old_store.clone();
+        embedded.policy = "round-robin".into();
+        let old = server::start(embedded)
+            .await
+            .expect("the redb coordinator starts");
+        let node = node(dir.path(), &addresses);
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let first = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "train").await;
+        let second = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "eval").await;
+        drop(govctl);
+        old.stop().await;
+
+        let out = migrate(&old_store);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "migrate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("1 node(s), 2 job(s), policy round-robin"),
+            "{said}"
+        );
+
+        let replica_a = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
+        let replica_b = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        for id in [&first, &second] {
+            wait_until(
+                "the job runs on its node under the replicas",
+                Duration::from_secs(30),
+                async || {
+                    job_state(&addresses, dir.path(), id)
+                        .await
+                        .filter(|(s, n)| *s == JobState::Running && n == &["node-a".to_string()])
+                },
+            )
+            .await;
+        }
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        assert_eq!(
+            govctl.policy().await.unwrap().current,
+            "round-robin",
+            "the policy came with the state"
+        );
+        let third = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "after").await;
+        assert!(
+            third != first && third != second,
+            "a copied job id was issued again: {third}"
+        );
+        let starts = node.starts.borrow().clone();
+        for id in [&first, &second] {
+            assert_eq!(
+                starts.iter().filter(|(j, _)| j == id).count(),
+                1,
+                "{id} was started again after the migration: {starts:?}"
+            );
+        }
+
+        // Into the prefix the replicas use now: refused, nothing written.
+        let out = migrate(&old_store);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a second migration was accepted");
+        assert!(err.contains("already holds"), "{err}");
+        let out = migrate(&dir.path().join("missing.redb"));
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no redb store at"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        replica_a.crash().await;
+        replica_b.crash().await;
+    });
+}

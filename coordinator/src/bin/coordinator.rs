@@ -17,8 +17,10 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "coordinator", version, about)]
 struct Opts {
+    #[command(subcommand)]
+    command: Option<Cmd>,
     /// TOML configuration file (fields of `--example-config`); flags override it.
-    #[arg(long)]
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Print a commented example configuration and exit.
     #[arg(long)]
@@ -52,6 +54,19 @@ struct Opts {
     /// Log filter (RUST_LOG syntax), e.g. `info` or `coordinator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log_level: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Copy the state of a redb store (nodes, jobs, the next job id, the policy) to etcd,
+    /// under the `[state.etcd]` of --config, then exit: a cluster switching to replicas keeps
+    /// its jobs. Stop the coordinator on the file first and start the replicas after; the
+    /// etcd prefix must be empty.
+    Migrate {
+        /// The redb store to copy (`store` of the old configuration).
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+    },
 }
 
 const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags override)
@@ -115,6 +130,7 @@ backend = "redb"
 # tls = { cert = "/etc/governor/certs/coordinator.pem", key = "/etc/governor/certs/coordinator-key.pem", client_ca = "/etc/governor/certs/ca.pem" }
 "#;
 
+/// The configuration: the file, then the flags (TLS not checked: see [`serving_config`]).
 fn config(opts: &Opts) -> Result<ServerConfig> {
     let mut config = match &opts.config {
         Some(path) => {
@@ -152,6 +168,12 @@ fn config(opts: &Opts) -> Result<ServerConfig> {
     if let Some(l) = opts.lost_after {
         config.state.lost_after_s = l;
     }
+    Ok(config)
+}
+
+/// [`config`] for serving: TLS configured, or plain text asked for.
+fn serving_config(opts: &Opts) -> Result<ServerConfig> {
+    let mut config = config(opts)?;
     if opts.insecure {
         config.tls = None;
     } else if config.tls.is_none() {
@@ -176,8 +198,17 @@ async fn main() -> ExitCode {
         )
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(Cmd::Migrate { from }) = &opts.command {
+        return match migrate(&opts, from).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("coordinator migrate: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = async {
-        let config = config(&opts)?;
+        let config = serving_config(&opts)?;
         if config.tls.is_none() {
             tracing::warn!("serving plain text without authentication (--insecure)");
         }
@@ -201,6 +232,35 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `coordinator migrate --from FILE`: the redb store's state to the configured etcd.
+async fn migrate(opts: &Opts, from: &std::path::Path) -> Result<()> {
+    let config = config(opts)?;
+    if opts.config.is_none() {
+        bail!("migrate: pass --config, the replicas' configuration (its [state.etcd] says where)");
+    }
+    if config.state.backend != server::Backend::Etcd {
+        bail!(
+            "migrate: the configuration's [state] backend is not \"etcd\": give the replicas' configuration"
+        );
+    }
+    let etcd = &config.state.etcd;
+    let done = coordinator::store::migrate::redb_to_etcd(from, etcd)
+        .await
+        .with_context(|| format!("cannot migrate {} to etcd", from.display()))?;
+    println!(
+        "migrated {}: {} node(s), {} job(s){} to etcd {} under {}; start the replicas now",
+        from.display(),
+        done.nodes,
+        done.jobs,
+        done.policy
+            .map(|p| format!(", policy {p}"))
+            .unwrap_or_default(),
+        etcd.endpoints.join(","),
+        etcd.prefix
+    );
+    Ok(())
 }
 
 #[cfg(test)]

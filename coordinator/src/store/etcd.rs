@@ -29,6 +29,15 @@ pub struct EtcdStore {
     max_txn_ops: usize,
 }
 
+/// The key of a record under `prefix` (without its trailing `/`).
+pub fn record_key(prefix: &str, table: Table, name: &str) -> Vec<u8> {
+    match table {
+        Table::Meta => format!("{prefix}/meta"),
+        t => format!("{prefix}/{}/{name}", t.name()),
+    }
+    .into_bytes()
+}
+
 /// The leader key under `prefix`.
 pub fn leader_key(prefix: &str) -> Vec<u8> {
     format!("{}/leader", prefix.trim_end_matches('/')).into_bytes()
@@ -61,11 +70,7 @@ impl EtcdStore {
     }
 
     fn key(&self, table: Table, name: &str) -> Vec<u8> {
-        match table {
-            Table::Meta => format!("{}/meta", self.prefix),
-            t => format!("{}/{}/{name}", self.prefix, t.name()),
-        }
-        .into_bytes()
+        record_key(&self.prefix, table, name)
     }
 
     /// Every record under the prefix, at one revision.

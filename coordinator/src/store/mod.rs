@@ -12,6 +12,7 @@
 //! migration, and so an operator can read them with `etcdctl get` or a redb tool.
 
 pub mod etcd;
+pub mod migrate;
 pub mod redb;
 
 use std::path::PathBuf;
