@@ -127,12 +127,18 @@ fn tail(log: &Path) -> String {
 
 /// Run govctl with mTLS as admin; its stdout, or its stderr as the error.
 fn try_govctl(certs: &Path, args: &[&str]) -> Result<String, String> {
-    governor_integration_tests::daemon::try_govctl(
-        &format!("127.0.0.1:{COORDINATOR_PORT}"),
-        certs,
-        args,
-    )
+    let replicas = REPLICA_ADDRESSES.lock().unwrap().clone();
+    let address = if replicas.is_empty() {
+        format!("127.0.0.1:{COORDINATOR_PORT}")
+    } else {
+        replicas
+    };
+    governor_integration_tests::daemon::try_govctl(&address, certs, args)
 }
+
+/// Where govctl finds the coordinator: empty for the one coordinator on this node (the redb
+/// scenario), else every replica's address ([`multinode_replicas_on_etcd_finish_a_criu_move_whose_leader_died`]).
+static REPLICA_ADDRESSES: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 /// [`try_govctl`], panicking with govctl's message on failure.
 fn govctl(certs: &Path, args: &[&str]) -> String {
@@ -1793,4 +1799,365 @@ fn multinode_coordinator_places_tracks_and_survives() {
     } else {
         worker_node(me);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The replicated control plane on the nodes (issue 34): every node runs an etcd member and a
+// coordinator replica on its state, node2 and node3 run the node daemon given every replica's
+// address, and node1 drives govctl (also given every address). The nodes coordinate through
+// files in the directory every guest shares, under `replicas/`: `certs/` and `certs.ready`
+// (node1's), `kill-replica-N` (node1 asks node N to kill its replica), `killed-replica-N`,
+// `done`, and `seen-nodeN` (where node N saw the job's process).
+// ---------------------------------------------------------------------------------------------
+
+const REPLICA_PORT: u16 = 7080;
+/// The job moved across the leader's death; its log's path names its process.
+const REPLICATED_JOB: &str = "replicated";
+
+fn replicas_shared() -> PathBuf {
+    PathBuf::from(std::env::var("GOVERNOR_SHARED_DIR").expect("GOVERNOR_SHARED_DIR"))
+        .join("replicas")
+}
+
+/// Wait for `path` to exist (written by another node), up to `timeout_s`.
+fn wait_file(path: &Path, timeout_s: u64) {
+    wait_for(&format!("{} to appear", path.display()), timeout_s, || {
+        path.exists().then_some(())
+    });
+}
+
+/// This node's etcd member of the three-member cluster on 10.10.0.1..3 (plain http on the test
+/// segment; mutual TLS to etcd is tested on loopback, `cluster_replicas.rs`). Elections are
+/// slowed for the emulated guests (one vCPU each, shared with a replica, a node daemon and jobs).
+fn etcd_member_cmd(me: u32, n: u32, work: &Path) -> Command {
+    let etcd = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("etcd is installed (`cargo xtask setup` installs Debian's etcd-server)");
+    let initial: Vec<String> = (1..=n)
+        .map(|k| format!("m{k}=http://10.10.0.{k}:2380"))
+        .collect();
+    let mut c = Command::new(etcd);
+    c.args(["--name", &format!("m{me}")])
+        .arg("--data-dir")
+        .arg(work.join("etcd"))
+        .arg("--listen-client-urls=http://0.0.0.0:2379")
+        .arg(format!("--advertise-client-urls=http://10.10.0.{me}:2379"))
+        .arg(format!("--listen-peer-urls=http://10.10.0.{me}:2380"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://10.10.0.{me}:2380"
+        ))
+        .arg(format!("--initial-cluster={}", initial.join(",")))
+        .args([
+            "--initial-cluster-state=new",
+            "--initial-cluster-token=governor-vm",
+            "--heartbeat-interval=250",
+            "--election-timeout=2500",
+            "--logger=zap",
+            "--log-level=warn",
+        ]);
+    c
+}
+
+/// This node's coordinator replica: the etcd backend on the three members, a 5 s lease.
+fn replica_cmd(n: u32, work: &Path, certs: &Path) -> Command {
+    let endpoints: Vec<String> = (1..=n)
+        .map(|k| format!("\"http://10.10.0.{k}:2379\""))
+        .collect();
+    let config = work.join("replica.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"0.0.0.0:{REPLICA_PORT}\"\nstore = \"{w}/unused.redb\"\npolicy = \"first-fit\"\n\
+             [tls]\nca = \"{c}/ca.pem\"\ncert = \"{c}/coordinator.pem\"\nkey = \"{c}/coordinator-key.pem\"\n\
+             [state]\nbackend = \"etcd\"\n\
+             [state.etcd]\nendpoints = [{e}]\nprefix = \"/governor-vm\"\nlease_ttl_s = 5\nrequest_timeout_ms = 3000\n",
+            w = work.display(),
+            c = certs.display(),
+            e = endpoints.join(", "),
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new(bin("coordinator"));
+    c.arg("--config").arg(&config).args(["--log-level", "info"]);
+    c
+}
+
+/// The node daemon joined to every replica, its state (journal included) in `work`, not in
+/// /run/governor where the redb scenario's daemon left its own.
+fn replicated_node_cmd(me: u32, n: u32, work: &Path, certs: &Path) -> Command {
+    let config = work.join("governor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_file = \"{}/run/state.json\"\n{ROOT_JOBS}",
+            work.display()
+        ),
+    )
+    .unwrap();
+    let addresses: Vec<String> = (1..=n)
+        .map(|k| format!("10.10.0.{k}:{REPLICA_PORT}"))
+        .collect();
+    let mut c = Command::new(bin("governor"));
+    c.args(["daemon", "--config"])
+        .arg(&config)
+        .args(["--coordinator", &addresses.join(",")])
+        .args(["--node-name", &format!("node{me}")])
+        .arg("--certs")
+        .arg(certs)
+        .args(["--log-level", "info"]);
+    c
+}
+
+/// The replica that leads: followers do not listen, so the one that accepts a connection.
+fn leading_replica(n: u32) -> Option<u32> {
+    (1..=n).find(|k| {
+        let addr = format!("10.10.0.{k}:{REPLICA_PORT}").parse().unwrap();
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+    })
+}
+
+/// Copy node1's certificates from the shared directory (keys kept private, as the binaries
+/// expect of a key file).
+fn take_certs(shared: &Path, certs: &Path) {
+    std::fs::create_dir_all(certs).unwrap();
+    for e in std::fs::read_dir(shared.join("certs")).unwrap().flatten() {
+        let to = certs.join(e.file_name());
+        std::fs::copy(e.path(), &to).unwrap();
+        if e.file_name().to_string_lossy().ends_with("-key.pem") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+}
+
+/// Where a node saw the job's process: the first and last sighting (ms since the epoch) and how
+/// many samples saw it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sightings {
+    first_ms: u128,
+    last_ms: u128,
+    samples: u64,
+}
+
+/// Every replica on etcd, its leader killed while a job that declared no checkpoint is being
+/// moved by CRIU from node2 to node3: another replica is elected, resumes the move from the
+/// phase its predecessor recorded, and the job ends on node3 with its log holding every epoch
+/// once and the losses of the run never moved; by the nodes' process lists (sampled every
+/// 200 ms on node2 and node3) it never ran on both nodes at once.
+#[test]
+#[ignore = "vm: needs the multi-node bed; run with `cargo xtask vm-test --nodes 3`"]
+fn multinode_replicas_on_etcd_finish_a_criu_move_whose_leader_died() {
+    require_vm();
+    let (me, n) = node_env();
+    assert!(
+        n >= 3,
+        "the replicated scenario needs 3 nodes (`--nodes 3`)"
+    );
+    let shared = replicas_shared();
+    let work = PathBuf::from("/tmp/replicas");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("run")).unwrap();
+    let certs = work.join("certs");
+    if me == 1 {
+        std::fs::create_dir_all(&shared).unwrap();
+        let mut init: Vec<String> = ["certs", "init", "--admin", "admin"]
+            .map(str::to_owned)
+            .to_vec();
+        for k in 1..=n {
+            init.extend(["--coordinator-host".into(), format!("10.10.0.{k}")]);
+        }
+        for k in 2..=n {
+            init.extend(["--node".into(), format!("node{k}")]);
+        }
+        let out = Command::new(bin("govctl"))
+            .args(&init)
+            .arg("--dir")
+            .arg(shared.join("certs"))
+            .output()
+            .expect("govctl certs init");
+        assert!(
+            out.status.success(),
+            "govctl certs init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(shared.join("certs.ready"), "").unwrap();
+    } else {
+        wait_file(&shared.join("certs.ready"), 600);
+    }
+    take_certs(&shared, &certs);
+
+    let etcd_log = work.join("etcd.log");
+    let _etcd = spawn("etcd member", &mut etcd_member_cmd(me, n, &work), &etcd_log);
+    let _show_etcd = ShowOnPanic(etcd_log);
+    let replica_log = work.join("replica.log");
+    let mut replica = Some(spawn(
+        "coordinator replica",
+        &mut replica_cmd(n, &work, &certs),
+        &replica_log,
+    ));
+    let _show_replica = ShowOnPanic(replica_log.clone());
+    let node_log = work.join("node.log");
+    let _daemon = (me >= 2).then(|| {
+        spawn(
+            "node daemon",
+            &mut replicated_node_cmd(me, n, &work, &certs),
+            &node_log,
+        )
+    });
+    let _show_node = (me >= 2).then(|| ShowOnPanic(node_log.clone()));
+    eprintln!(
+        "node{me}: etcd member, coordinator replica{} started",
+        if me >= 2 { " and node daemon" } else { "" }
+    );
+
+    if me == 1 {
+        *REPLICA_ADDRESSES.lock().unwrap() = (1..=n)
+            .map(|k| format!("10.10.0.{k}:{REPLICA_PORT}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            replicas_driver(n, &shared, &certs, &mut replica)
+        }));
+        REPLICA_ADDRESSES.lock().unwrap().clear();
+        // The others stop sampling and report what they saw, whatever happened here.
+        std::fs::write(shared.join("done"), "").unwrap();
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for k in 2..=n {
+            let path = shared.join(format!("seen-node{k}"));
+            wait_file(&path, 120);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let v: Vec<u128> = text
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect();
+            seen.insert(
+                k,
+                Sightings {
+                    first_ms: v[0],
+                    last_ms: v[1],
+                    samples: v[2] as u64,
+                },
+            );
+        }
+        eprintln!("node1: the job's process was seen: {seen:?}");
+        let (on2, on3) = (seen[&2], seen[&3]);
+        assert!(
+            on2.samples > 0 && on3.samples > 0,
+            "the job ran on node2, then on node3: {seen:?}"
+        );
+        assert!(
+            on2.last_ms < on3.first_ms,
+            "the job's process was seen on node3 ({} ms) before it was last seen on node2 ({} ms)",
+            on3.first_ms,
+            on2.last_ms
+        );
+        eprintln!(
+            "node1: between the last sighting on node2 and the first on node3: {} ms",
+            on3.first_ms - on2.last_ms
+        );
+    } else {
+        replicas_worker(me, &shared, &mut replica);
+    }
+}
+
+/// node1's part: the cluster elects a leader and the nodes join it; a CRIU job is placed on
+/// node2, asked to move to node3, and the leader is killed as the move starts.
+fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Option<Proc>) {
+    let started = Instant::now();
+    wait_for("a leader, and node2 and node3 ready with it", 600, || {
+        ["node2", "node3"]
+            .iter()
+            .all(|name| node_status(certs, name).as_deref() == Some("ready"))
+            .then_some(())
+    });
+    let first = leading_replica(n).expect("a replica leads");
+    eprintln!(
+        "node1: replica on node{first} leads; nodes ready after {:.0} s:\n{}",
+        started.elapsed().as_secs_f64(),
+        govctl(certs, &["nodes"])
+    );
+    let job = submit_movable_with(
+        certs,
+        REPLICATED_JOB,
+        43,
+        None,
+        Saves::Criu,
+        &[],
+        RETURN_TRIP_EPOCHS,
+    );
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+    let said = govctl(certs, &["move", &job.id, "--to", "node3"]);
+    eprintln!("node1: {}", said.trim());
+    assert!(said.contains("CRIU dump"), "{said}");
+    let leader = leading_replica(n).expect("a replica leads");
+    let phase = try_govctl(certs, &["job", &job.id, "--json"])
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|d| {
+            d["moves"]
+                .as_array()?
+                .last()
+                .and_then(|m| m["phase"].as_str().map(str::to_owned))
+        })
+        .unwrap_or_default();
+    let killed_at = Instant::now();
+    if leader == 1 {
+        drop(own_replica.take());
+    } else {
+        std::fs::write(shared.join(format!("kill-replica-{leader}")), "").unwrap();
+        wait_file(&shared.join(format!("killed-replica-{leader}")), 120);
+    }
+    eprintln!("node1: the leader (node{leader}'s replica) killed, the move at phase {phase:?}");
+    let next = wait_for("another replica to lead", 120, || {
+        leading_replica(n).filter(|k| *k != leader)
+    });
+    eprintln!(
+        "node1: node{next}'s replica leads {:.1} s after the kill",
+        killed_at.elapsed().as_secs_f64()
+    );
+    let m = wait_move(certs, &job.id, "done", "node3");
+    eprintln!("node1: moved by CRIU across the leader's death: {m}");
+    check_completed_unharmed(certs, &job);
+}
+
+/// node2's and node3's part: kill this node's replica when node1 asks, and sample the process
+/// list for the job until node1 is done; then report the sightings.
+fn replicas_worker(me: u32, shared: &Path, replica: &mut Option<Proc>) {
+    let marker = format!("/{REPLICATED_JOB}/train.csv");
+    let kill = shared.join(format!("kill-replica-{me}"));
+    let mut seen = Sightings::default();
+    let deadline = Instant::now() + Duration::from_secs(1500);
+    while !shared.join("done").exists() {
+        assert!(Instant::now() < deadline, "node{me}: node1 never said done");
+        if replica.is_some() && kill.exists() {
+            drop(replica.take()); // SIGKILL: the machine's loss, as far as the replica knows
+            std::fs::write(shared.join(format!("killed-replica-{me}")), "").unwrap();
+            eprintln!("node{me}: coordinator replica killed on node1's request");
+        }
+        if process_naming(&marker).is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis();
+            if seen.samples == 0 {
+                seen.first_ms = now;
+            }
+            seen.last_ms = now;
+            seen.samples += 1;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::write(
+        shared.join(format!("seen-node{me}")),
+        format!("{} {} {}", seen.first_ms, seen.last_ms, seen.samples),
+    )
+    .unwrap();
+    eprintln!("node{me}: done; the job was seen {seen:?}");
 }

@@ -20,7 +20,8 @@ pub(crate) struct VmTestArgs {
     /// Run only the tests whose name contains FILTER (libtest filter).
     pub filter: Option<String>,
     /// Boot N guests on one shared L2 segment (10.10.0.1 .. 10.10.0.N) and run the multi-node
-    /// scenarios (tests named `multinode_*`) in every guest.
+    /// scenarios (tests named `multinode_*`, or those FILTER names: it must start with
+    /// `multinode_`) in every guest.
     #[arg(long, value_name = "N")]
     pub nodes: Option<u32>,
     /// Give up on the guests after this many minutes.
@@ -289,7 +290,15 @@ fn run_multi(bed: &Bed, exes: &[PathBuf], n: u32, args: &VmTestArgs) -> Result<(
     let run_dir = new_run_dir(&format!("vm-test-{n}-nodes"))?;
     // A multicast port per run keeps concurrent runs on separate segments.
     let mcast_port = 20000 + (std::process::id() % 20000);
-    let filter = args.filter.as_deref().map(shell_quote).unwrap_or_default();
+    // libtest runs a test that matches any of its filters: a FILTER is passed alone, and must
+    // name multi-node scenarios (every guest runs the same ones, each its own part).
+    let filter = match args.filter.as_deref() {
+        Some(f) if f.starts_with("multinode_") => shell_quote(f),
+        Some(f) => {
+            bail!("--nodes: FILTER {f:?} must start with multinode_ (a multi-node scenario)")
+        }
+        None => "multinode_".to_owned(),
+    };
     let mut children = Vec::new();
     let mut followers = Vec::new();
     eprintln!(
@@ -313,10 +322,7 @@ ip addr add 10.10.0.{node}/24 dev $NIC && ip link set $NIC up || exit 1
 echo "== $NIC = 10.10.0.{node}/24"
 {tests}"#,
             bins = shell_quote(&bin_dir().display().to_string()),
-            tests = test_loop(
-                &exes.iter().collect::<Vec<_>>(),
-                &format!("multinode_ {filter}")
-            ),
+            tests = test_loop(&exes.iter().collect::<Vec<_>>(), &filter),
         );
         fs::write(
             &script,
