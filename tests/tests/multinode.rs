@@ -639,9 +639,7 @@ fn coordinator_node(n: u32) {
         // The coordinator killed while a job saves for a move: the restarted one (on the same
         // store) finishes the move.
         let job = submit_movable(&certs, "survivor", 17, None, Saves::Shared);
-        wait_for("a few epochs", 240, || {
-            (keras_epochs(&job.log).len() >= 3).then_some(())
-        });
+        wait_few_epochs(&job);
         govctl(&certs, &["move", &job.id, "--to", "node3"]);
         let _ = coordinator.0.kill();
         let _ = coordinator.0.wait();
@@ -826,6 +824,13 @@ fn submit_movable_with(
     Movable { id, log, expected }
 }
 
+/// Wait until the job has logged a few epochs (3): it runs, and a move has something to carry.
+fn wait_few_epochs(job: &Movable) {
+    wait_for("a few epochs", 240, || {
+        (keras_epochs(&job.log).len() >= 3).then_some(())
+    });
+}
+
 /// The job's current move, once its phase is `phase` (and the job runs on `node`). On a
 /// timeout the panic shows the job as last seen (its moves, their phases and messages): the
 /// node daemons' logs are not kept.
@@ -935,9 +940,7 @@ fn two_criu_moves_off_one_node_at_once(certs: &Path) {
         submit_movable(certs, "pair-b", 41, None, Saves::Criu),
     ];
     for job in &jobs {
-        wait_for("a few epochs", 240, || {
-            (keras_epochs(&job.log).len() >= 3).then_some(())
-        });
+        wait_few_epochs(job);
     }
     thread::scope(|s| {
         for job in &jobs {
@@ -958,9 +961,7 @@ fn two_criu_moves_off_one_node_at_once(certs: &Path) {
 /// unharmed.
 fn move_by_criu_to_a_target_that_cannot_restore_it(certs: &Path) {
     let job = submit_movable(certs, "stranded", 29, None, Saves::Criu);
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back from a failed CRIU restore: {m}");
@@ -979,9 +980,7 @@ fn move_by_criu_to_a_target_that_cannot_restore_it(certs: &Path) {
 /// on node3 with the job unharmed.
 fn move_by_criu_with_its_upload_cut(certs: &Path) {
     let job = submit_movable(certs, "cut", 31, None, Saves::CriuHeavy(16));
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     govctl(certs, &["move", &job.id, "--to", "node3"]);
     let seen = wait_for("the dump to be under way or carried", 240, || {
         let d: serde_json::Value =
@@ -1400,9 +1399,7 @@ fn resize_an_elastic_job(certs: &Path) {
 /// it from node2 to node3, checksummed, and the job resumes from it there.
 fn move_a_job_without_a_shared_path(certs: &Path) {
     let job = submit_movable(certs, "carried", 19, None, Saves::Carried);
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     let said = govctl(certs, &["move", &job.id, "--to", "node3"]);
     assert!(said.contains("carried by the coordinator"), "{said}");
     let m = wait_move(certs, &job.id, "done", "node3");
@@ -1417,9 +1414,7 @@ fn move_a_job_without_a_shared_path(certs: &Path) {
 /// node2 from the checkpoint node2 kept, and ends there unharmed.
 fn move_with_a_checkpoint_corrupted_at_rest(certs: &Path) {
     let job = submit_movable(certs, "tainted", 37, None, Saves::Carried);
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back from a corrupted checkpoint: {m}");
@@ -1450,9 +1445,7 @@ fn move_to_a_target_that_dies(certs: &Path) {
         &[],
         OUTLIVING_EPOCHS,
     );
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     let node3 = format!("10.10.0.3:{CONTROL_PORT}");
     let reply = request(
         &node3,
@@ -1496,9 +1489,7 @@ fn move_to_a_target_that_cannot_run_it(certs: &Path) {
         Some("if [ \"$GOVERNOR_NODE\" = 3 ]; then echo cannot restore here >&2; exit 3; fi"),
         Saves::Shared,
     );
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     govctl(certs, &["move", &job.id, "--to", "node3"]);
     let m = wait_move(certs, &job.id, "rolled_back", "node2");
     eprintln!("node1: rolled back: {m}");
@@ -2090,9 +2081,7 @@ fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Option
         &[],
         RETURN_TRIP_EPOCHS,
     );
-    wait_for("a few epochs", 240, || {
-        (keras_epochs(&job.log).len() >= 3).then_some(())
-    });
+    wait_few_epochs(&job);
     let said = govctl(certs, &["move", &job.id, "--to", "node3"]);
     eprintln!("node1: {}", said.trim());
     assert!(said.contains("CRIU dump"), "{said}");
