@@ -302,15 +302,15 @@ mod tests {
     fn tls_is_required_unless_insecure() {
         let opts = Opts::parse_from(["coordinator"]);
         assert!(
-            config(&opts)
+            serving_config(&opts)
                 .unwrap_err()
                 .to_string()
                 .contains("--insecure")
         );
         let opts = Opts::parse_from(["coordinator", "--insecure", "--policy", "procon"]);
-        assert_eq!(config(&opts).unwrap().policy, "procon");
+        assert_eq!(serving_config(&opts).unwrap().policy, "procon");
         let opts = Opts::parse_from(["coordinator", "--insecure", "--policy", "nope"]);
-        assert!(config(&opts).is_err());
+        assert!(serving_config(&opts).is_err());
     }
 
     #[test]
