@@ -376,30 +376,22 @@ impl Drop for Farewell {
     }
 }
 
-fn coordinator_node(n: u32) {
-    timed("start", || ());
-    let work = PathBuf::from("/tmp/multinode");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let certs = work.join("certs");
-    let others: Vec<u32> = (2..=n).collect();
-    let mut init = vec![
-        "certs",
-        "init",
-        "--coordinator-host",
-        "10.10.0.1",
-        "--admin",
-        "admin",
-    ];
-    let node_names: Vec<String> = others.iter().map(|m| format!("node{m}")).collect();
-    for name in &node_names {
-        init.push("--node");
-        init.push(name);
+/// `govctl certs init` into `dir`: a coordinator certificate naming every host in `hosts`, one
+/// for each node, and `admin`'s.
+fn certs_init(hosts: &[String], nodes: &[String], dir: &Path) {
+    let mut args: Vec<String> = ["certs", "init", "--admin", "admin"]
+        .map(str::to_owned)
+        .to_vec();
+    for h in hosts {
+        args.extend(["--coordinator-host".to_owned(), h.clone()]);
+    }
+    for name in nodes {
+        args.extend(["--node".to_owned(), name.clone()]);
     }
     let out = Command::new(bin("govctl"))
-        .args(&init)
+        .args(&args)
         .arg("--dir")
-        .arg(&certs)
+        .arg(dir)
         .output()
         .expect("govctl certs init");
     assert!(
@@ -407,6 +399,17 @@ fn coordinator_node(n: u32) {
         "govctl certs init: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn coordinator_node(n: u32) {
+    timed("start", || ());
+    let work = PathBuf::from("/tmp/multinode");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let certs = work.join("certs");
+    let others: Vec<u32> = (2..=n).collect();
+    let node_names: Vec<String> = others.iter().map(|m| format!("node{m}")).collect();
+    certs_init(&["10.10.0.1".to_owned()], &node_names, &certs);
     // A preempted (or resized) job must have run 5 s, not a minute, in
     // `preempt_a_job_by_checkpoint` and `resize_an_elastic_job`.
     std::fs::write(
@@ -1953,26 +1956,9 @@ fn multinode_replicas_on_etcd_finish_a_criu_move_whose_leader_died() {
     let certs = work.join("certs");
     if me == 1 {
         std::fs::create_dir_all(&shared).unwrap();
-        let mut init: Vec<String> = ["certs", "init", "--admin", "admin"]
-            .map(str::to_owned)
-            .to_vec();
-        for k in 1..=n {
-            init.extend(["--coordinator-host".into(), format!("10.10.0.{k}")]);
-        }
-        for k in 2..=n {
-            init.extend(["--node".into(), format!("node{k}")]);
-        }
-        let out = Command::new(bin("govctl"))
-            .args(&init)
-            .arg("--dir")
-            .arg(shared.join("certs"))
-            .output()
-            .expect("govctl certs init");
-        assert!(
-            out.status.success(),
-            "govctl certs init: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let hosts: Vec<String> = (1..=n).map(|k| format!("10.10.0.{k}")).collect();
+        let nodes: Vec<String> = (2..=n).map(|k| format!("node{k}")).collect();
+        certs_init(&hosts, &nodes, &shared.join("certs"));
         std::fs::write(shared.join("certs.ready"), "").unwrap();
     } else {
         wait_file(&shared.join("certs.ready"), 600);
