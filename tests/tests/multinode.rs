@@ -1545,7 +1545,7 @@ fn worker_node(me: u32) {
     // Set once node1 asked for the daemon to be killed when a job starts (its exit is expected).
     let mut killed_on_request = false;
     // node1's scenarios take 17-25 minutes under emulation (`cargo xtask test` gives the
-    // guests 40).
+    // guests 45).
     let deadline = Instant::now() + Duration::from_secs(2400);
     listener.set_nonblocking(true).unwrap();
     loop {

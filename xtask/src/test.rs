@@ -358,8 +358,9 @@ pub(crate) fn run(args: &TestArgs) -> Result<()> {
             vm::run_vm_test(&VmTestArgs {
                 filter: None,
                 nodes: Some(3),
-                // 17-25 min measured (2026-11-26, with the preemption scenario).
-                timeout_minutes: 40,
+                // 17-25 min measured (2026-11-26, with the preemption scenario); 21 min with
+                // the replicas on etcd (2026-11-30, about 2 min of it).
+                timeout_minutes: 45,
                 unprivileged: false,
             })
         })?;
