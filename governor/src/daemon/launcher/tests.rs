@@ -1229,6 +1229,21 @@ async fn a_moved_job_that_ended_on_its_own_is_not_run_again_by_a_later_attempt()
         source.launcher.start(&source.fs, first),
         StartOutcome::Started(_)
     ));
+    // j6 loops until asked: stop it, so that no test leaves a process behind (a daemon run
+    // later on the machine would find it by its GOVERNOR_JOB and govern it).
+    let stop = StopJob {
+        job_id: "j6".into(),
+        reason: "test over".into(),
+    };
+    assert_eq!(source.launcher.stop(&source.fs, &stop, Instant::now()), 1);
+    loop {
+        let exit = source.next_exit().await;
+        let ended = exit.job_id == "j6";
+        source.launcher.on_exit(&source.fs, exit, Instant::now());
+        if ended {
+            break;
+        }
+    }
 }
 
 /// The completion witness survives a restart of the daemon: a moved job taken back from the
