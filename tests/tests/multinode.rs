@@ -10,7 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use coordinator::etcd::EtcdConfig;
 use governor_integration_tests::daemon::bin;
+use governor_integration_tests::replica::Replica;
 use governor_integration_tests::{demo_trainer_argv, keras_epochs, poll_until, require_vm};
 
 fn node_env() -> (u32, u32) {
@@ -1824,10 +1826,7 @@ fn wait_file(path: &Path, timeout_s: u64) {
 /// segment; mutual TLS to etcd is tested on loopback, `cluster_replicas.rs`). Elections are
 /// slowed for the emulated guests (one vCPU each, shared with a replica, a node daemon and jobs).
 fn etcd_member_cmd(me: u32, n: u32, work: &Path) -> Command {
-    let etcd = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
+    let etcd = governor_integration_tests::tool(&["etcd"])
         .expect("etcd is installed (`cargo xtask setup` installs Debian's etcd-server)");
     let initial: Vec<String> = (1..=n)
         .map(|k| format!("m{k}=http://10.10.0.{k}:2380"))
@@ -1854,28 +1853,20 @@ fn etcd_member_cmd(me: u32, n: u32, work: &Path) -> Command {
     c
 }
 
-/// This node's coordinator replica: the etcd backend on the three members, a 5 s lease.
-fn replica_cmd(n: u32, work: &Path, certs: &Path) -> Command {
-    let endpoints: Vec<String> = (1..=n)
-        .map(|k| format!("\"http://10.10.0.{k}:2379\""))
-        .collect();
-    let config = work.join("replica.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"0.0.0.0:{REPLICA_PORT}\"\nstore = \"{w}/unused.redb\"\npolicy = \"first-fit\"\n\
-             [tls]\nca = \"{c}/ca.pem\"\ncert = \"{c}/coordinator.pem\"\nkey = \"{c}/coordinator-key.pem\"\n\
-             [state]\nbackend = \"etcd\"\n\
-             [state.etcd]\nendpoints = [{e}]\nprefix = \"/governor-vm\"\nlease_ttl_s = 5\nrequest_timeout_ms = 3000\n",
-            w = work.display(),
-            c = certs.display(),
-            e = endpoints.join(", "),
-        ),
-    )
-    .unwrap();
-    let mut c = Command::new(bin("coordinator"));
-    c.arg("--config").arg(&config).args(["--log-level", "info"]);
-    c
+/// This node's coordinator replica (the binary, [`Replica`]): the etcd backend on the three
+/// members, a 5 s lease; its configuration and log beside the certificates in `certs`.
+fn start_replica(n: u32, certs: &Path) -> Replica {
+    let etcd = EtcdConfig {
+        endpoints: (1..=n)
+            .map(|k| format!("http://10.10.0.{k}:2379"))
+            .collect(),
+        prefix: "/governor-vm".into(),
+        lease_ttl_s: 5,
+        request_timeout_ms: 3000,
+        ..EtcdConfig::default()
+    };
+    let listen = std::net::SocketAddr::from(([0, 0, 0, 0], REPLICA_PORT));
+    Replica::start(certs, "replica", listen, &etcd, "")
 }
 
 /// The node daemon joined to every replica, its state (journal included) in `work`, not in
@@ -1968,13 +1959,8 @@ fn multinode_replicas_on_etcd_finish_a_criu_move_whose_leader_died() {
     let etcd_log = work.join("etcd.log");
     let _etcd = spawn("etcd member", &mut etcd_member_cmd(me, n, &work), &etcd_log);
     let _show_etcd = ShowOnPanic(etcd_log);
-    let replica_log = work.join("replica.log");
-    let mut replica = Some(spawn(
-        "coordinator replica",
-        &mut replica_cmd(n, &work, &certs),
-        &replica_log,
-    ));
-    let _show_replica = ShowOnPanic(replica_log.clone());
+    let mut replica = start_replica(n, &certs);
+    let _show_replica = ShowOnPanic(certs.join("replica.log"));
     let node_log = work.join("node.log");
     let _daemon = (me >= 2).then(|| {
         spawn(
@@ -2044,7 +2030,7 @@ fn multinode_replicas_on_etcd_finish_a_criu_move_whose_leader_died() {
 
 /// node1's part: the cluster elects a leader and the nodes join it; a CRIU job is placed on
 /// node2, asked to move to node3, and the leader is killed as the move starts.
-fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Option<Proc>) {
+fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Replica) {
     let started = Instant::now();
     wait_for("a leader, and node2 and node3 ready with it", 600, || {
         ["node2", "node3"]
@@ -2084,7 +2070,7 @@ fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Option
         .unwrap_or_default();
     let killed_at = Instant::now();
     if leader == 1 {
-        drop(own_replica.take());
+        own_replica.kill();
     } else {
         std::fs::write(shared.join(format!("kill-replica-{leader}")), "").unwrap();
         wait_file(&shared.join(format!("killed-replica-{leader}")), 120);
@@ -2104,15 +2090,15 @@ fn replicas_driver(n: u32, shared: &Path, certs: &Path, own_replica: &mut Option
 
 /// node2's and node3's part: kill this node's replica when node1 asks, and sample the process
 /// list for the job until node1 is done; then report the sightings.
-fn replicas_worker(me: u32, shared: &Path, replica: &mut Option<Proc>) {
+fn replicas_worker(me: u32, shared: &Path, replica: &mut Replica) {
     let marker = format!("/{REPLICATED_JOB}/train.csv");
     let kill = shared.join(format!("kill-replica-{me}"));
     let mut seen = Sightings::default();
     let deadline = Instant::now() + Duration::from_secs(1500);
     while !shared.join("done").exists() {
         assert!(Instant::now() < deadline, "node{me}: node1 never said done");
-        if replica.is_some() && kill.exists() {
-            drop(replica.take()); // SIGKILL: the machine's loss, as far as the replica knows
+        if replica.is_running() && kill.exists() {
+            replica.kill(); // SIGKILL: the machine's loss, as far as the replica knows
             std::fs::write(shared.join(format!("killed-replica-{me}")), "").unwrap();
             eprintln!("node{me}: coordinator replica killed on node1's request");
         }
