@@ -24,6 +24,12 @@
 //!   job per completion, as the algorithm says; where the slowest cannot grow anywhere the next
 //!   slowest is taken (so a completion is not wasted on a job already at its maximum). It never
 //!   shrinks jobs.
+//! - **DRAGON** (the Kubeflow scheduler's predecessor, NTHU-LSALAB/DRAGON, its
+//!   `scheduling.go`): the queue's oldest job, once it has waited 30 s, has running jobs scaled
+//!   down (any of them, down to their least size) until it fits; when that cannot make room,
+//!   no job is admitted in that round. Running jobs scale up into free cores once 60 s passed
+//!   without an admission, a resize or a starving job. A job starts at its least size (its
+//!   TFJob's declared workers, read as what tf-operator would run: see [`crate::dragon`]).
 //! - plain **FIFO** and **round-robin** (Schedulearn's others) never resize: elastic jobs run at
 //!   their least size.
 
@@ -46,6 +52,9 @@ pub enum Grow {
     Always,
     /// On each completion, the job running longest (Schedulearn's elastic FIFO).
     OnCompletion,
+    /// Into unreserved cores once no job was admitted, scaled or found starving for
+    /// [`DRAGON_QUIET_S`] (DRAGON's phase 3), whether or not jobs wait.
+    AfterQuiet,
 }
 
 /// For which waiting jobs a policy's elastic jobs shrink.
@@ -56,7 +65,19 @@ pub enum Shrink {
     ForHigherPriority,
     /// Waiting jobs of the same or higher priority (ours: grown cores are lent, not owned).
     ForSameOrHigherPriority,
+    /// Only the queue's oldest job, once it has waited [`DRAGON_STARVING_S`], whatever the
+    /// priorities; while that fails to make room, nothing else is admitted (DRAGON's phase 1).
+    ForStarvingHead,
 }
+
+/// DRAGON's phase 1: the oldest waiting job becomes its "high priority job" after this long in
+/// the queue (its `scheduling.go` compares the enqueue time with 30 s; its README's "more than
+/// 30 seconds").
+pub const DRAGON_STARVING_S: Seconds = 30.0;
+
+/// DRAGON's phase 3: running jobs scale up after this long without a scheduling or scaling
+/// action (`lastActionTime`, 60 s).
+pub const DRAGON_QUIET_S: Seconds = 60.0;
 
 /// How a placement policy resizes elastic jobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +102,10 @@ impl Elasticity {
     pub const ELASTIC_FIFO: Elasticity = Elasticity {
         grow: Grow::OnCompletion,
         shrink: Shrink::Never,
+    };
+    pub const DRAGON: Elasticity = Elasticity {
+        grow: Grow::AfterQuiet,
+        shrink: Shrink::ForStarvingHead,
     };
 }
 
@@ -279,6 +304,7 @@ pub fn shrink_plan(
         Shrink::Never => false,
         Shrink::ForHigherPriority => j.priority < job.priority,
         Shrink::ForSameOrHigherPriority => j.priority <= job.priority,
+        Shrink::ForStarvingHead => true,
     };
     if rule == Shrink::Never || feasible_nodes(cluster, job).is_ok() {
         return None;

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use governor_policy::Category;
 
 pub mod baseline;
+pub mod dragon;
 pub mod elastic;
 pub mod first_fit;
 pub mod flowcon;
@@ -396,6 +397,10 @@ pub const POLICIES: &[(&str, &str)] = &[
         "Kubeflow (DRAGON/OASIS) scheduler: queue by priority then larger CPU+memory demand, one job per round, a gang on one node if one holds it, else first fit",
     ),
     (
+        "dragon",
+        "DRAGON (the Kubeflow scheduler's predecessor): FIFO queue without priorities, first fit, one job per round; a job waiting 30 s scales the others down or blocks the queue; scale-up after 60 s without action",
+    ),
+    (
         "spread",
         "baseline (Docker Swarm spread, Kubernetes' default in the papers): the node running the fewest jobs",
     ),
@@ -435,6 +440,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
         "first-fit" => Box::new(first_fit::FirstFit),
         "elastic-fifo" => Box::new(first_fit::ElasticFifo),
         "kubeflow" => Box::new(kubeflow::Kubeflow),
+        "dragon" => Box::new(dragon::Dragon),
         "spread" => Box::new(baseline::Spread),
         "usage" => Box::new(baseline::Usage),
         _ => {

@@ -22,6 +22,8 @@
 //!   Kubeflow scheduler's weighting, higher priority ("utility") first and, within a priority,
 //!   the larger resource demand first (its CPU + memory requirement: here cores + GiB), then
 //!   submission order. A queue re-sorts when the policy's order changes.
+//! - **Arrival order** (DRAGON's): submission order only, priorities ignored; a preempted job
+//!   still goes first.
 //! - **One-node gangs** (a policy's [`PlacementPolicy::gangs_on_one_node`]): the Kubeflow
 //!   scheduler's gang scheduling first looks for one node that holds every member (less
 //!   communication), and only then places them "in a regular manner": each member where the
@@ -79,11 +81,15 @@ impl QueuedJob {
     /// first, (Kubeflow) the larger demand first, then submission order.
     fn order(&self, order: QueueOrder) -> (i64, bool, i64, u64) {
         let demand = match order {
-            QueueOrder::Fifo => 0,
+            QueueOrder::Fifo | QueueOrder::Arrival => 0,
             // Milli-units so that the key is an integer (total order).
             QueueOrder::KubeflowWeight => -((self.demand() * 1000.0).round() as i64),
         };
-        (-(self.priority as i64), !self.head, demand, self.seq)
+        let priority = match order {
+            QueueOrder::Arrival => 0,
+            QueueOrder::Fifo | QueueOrder::KubeflowWeight => -(self.priority as i64),
+        };
+        (priority, !self.head, demand, self.seq)
     }
 
     /// The Kubeflow scheduler's resource requirement R: CPU + memory (cores + GiB), per member
@@ -164,6 +170,8 @@ pub enum QueueOrder {
     Fifo,
     /// The Kubeflow scheduler's weight: larger CPU + memory demand first.
     KubeflowWeight,
+    /// Submission order whatever the priority (DRAGON's waiting queue: its jobs carry none).
+    Arrival,
 }
 
 /// The queue.

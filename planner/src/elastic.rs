@@ -60,6 +60,8 @@ impl ClusterState {
     /// when the policy grows jobs into free cores and no other job waits; else its least.
     pub(super) fn initial_size(&mut self, id: &str, node: usize) {
         let grow = self.policy.elasticity().grow;
+        // DRAGON starts a job with the workers it declared (its least here) and scales up
+        // only after a quiet minute.
         if !self.config.elastic || !matches!(grow, Grow::WhenNoneWait | Grow::Always) {
             return;
         }
@@ -115,7 +117,14 @@ impl ClusterState {
             .filter_map(|m| m.resized_for.clone())
             .collect();
         let rule = self.policy.elasticity().shrink;
-        if !self.config.elastic || rule == elastic::Shrink::Never {
+        // DRAGON shrinks for its starving job before the round
+        // ([`ClusterState::starving_head_allows_admission`]).
+        if !self.config.elastic
+            || matches!(
+                rule,
+                elastic::Shrink::Never | elastic::Shrink::ForStarvingHead
+            )
+        {
             return served;
         }
         let mut candidates = self.elastic_candidates(now);
@@ -157,6 +166,63 @@ impl ClusterState {
         served
     }
 
+    /// DRAGON's phase 1, before an admission round: once the queue's oldest job has waited
+    /// [`elastic::DRAGON_STARVING_S`], running elastic jobs (any priority) are shrunk until it
+    /// fits at its least size; if it fits already, or room is being made for it, the round
+    /// goes on (its phase 2 places the first job that fits), and if no shrink can make room
+    /// the round admits nothing, so that the jobs behind it do not take what frees up first.
+    /// Every other policy: always true.
+    pub(super) fn starving_head_allows_admission(&mut self, now: Seconds) -> bool {
+        if self.policy.elasticity().shrink != elastic::Shrink::ForStarvingHead {
+            return true;
+        }
+        // The queue is in arrival order under DRAGON: its first job is the oldest.
+        let Some(head) = self.queue.iter().next() else {
+            return true;
+        };
+        if now - head.enqueued_at < elastic::DRAGON_STARVING_S || head.replicas != 1 {
+            return true;
+        }
+        self.last_elastic_action = Some(now);
+        let (id, request) = (head.id.clone(), head.member_request(0, Vec::new()));
+        if governor_placement::feasible_nodes(&self.view, &request).is_ok() {
+            return true;
+        }
+        let being_made = self
+            .submitted_jobs()
+            .filter_map(|j| j.active_move())
+            .any(|m| m.resized_for.as_deref() == Some(id.as_str()));
+        if being_made {
+            return true;
+        }
+        if !self.config.elastic {
+            return false;
+        }
+        let candidates = self.elastic_candidates(now);
+        let Some(plan) = elastic::shrink_plan(
+            &self.view,
+            &request,
+            &candidates,
+            elastic::Shrink::ForStarvingHead,
+        ) else {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                let why = format!(
+                    "dragon: waited {:.0} s and no scale-down makes room; no other job is admitted before it",
+                    now - job.submitted_at
+                );
+                if job.message != why {
+                    job.message = why;
+                    self.dirty.jobs.insert(id);
+                }
+            }
+            return false;
+        };
+        for r in plan.resizes {
+            self.begin_resize(now, &r, Some(id.clone()));
+        }
+        true
+    }
+
     /// Grow elastic jobs as the policy says: into free cores (ours when no job waits,
     /// Kubeflow after every round), or on each completion (Schedulearn's elastic FIFO).
     pub(super) fn grow_elastic(&mut self, now: Seconds, admitted: usize) {
@@ -177,6 +243,21 @@ impl ClusterState {
                 if candidates.is_empty() {
                     return;
                 }
+                elastic::grow_into_idle(&self.view, &candidates)
+            }
+            Grow::AfterQuiet => {
+                let last = *self.last_elastic_action.get_or_insert(now);
+                if now - last < elastic::DRAGON_QUIET_S {
+                    return;
+                }
+                // Its scale-up counts as an action whether or not a job grew.
+                self.last_elastic_action = Some(now);
+                // DRAGON's running queue is in admission order; its jobs carry no priority.
+                let candidates: Vec<ElasticJob> = self
+                    .elastic_candidates(now)
+                    .into_iter()
+                    .map(|c| ElasticJob { priority: 0, ..c })
+                    .collect();
                 elastic::grow_into_idle(&self.view, &candidates)
             }
             Grow::OnCompletion if completions == 0 => return,

@@ -446,3 +446,140 @@ fn kubeflow_admits_one_job_per_round_and_runs_the_next_round_at_once() {
     );
     assert_eq!(commands(&mut s), ["start j3 on a attempt 0 cores 1"]);
 }
+
+#[test]
+fn dragon_scales_others_down_for_a_job_waiting_30_s_whatever_the_priorities() {
+    // DRAGON's phase 1: the oldest waiting job, after 30 s, has running jobs scaled down for it
+    // (Kubeflow would not: the running job has the higher priority), and not before.
+    let mut s = ClusterState::new(quick(), "dragon").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 5));
+    assert_eq!(
+        commands(&mut s),
+        ["start j1 on a attempt 0 cores 1"],
+        "it starts with its declared (least) workers"
+    );
+    s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    // A quiet minute after its admission: it scales up to its most.
+    s.tick(62.0);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    s.report(63.0, "a", a, report(&[("j1", RunState::Exited, 0, true)]))
+        .unwrap();
+    s.dispatch_if_needed(63.0);
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 1 cores 4"]);
+    s.report(64.0, "a", a, report(&[("j1", RunState::Running, 1, false)]))
+        .unwrap();
+    s.submit(70.0, job("eval", 2.0, None, 0));
+    s.report(99.0, "a", a, report(&[("j1", RunState::Running, 1, false)]))
+        .unwrap();
+    s.tick(99.0);
+    assert!(commands(&mut s).is_empty(), "waited 29 s: not yet");
+    assert_eq!(status(&s, "j2"), JobState::Queued);
+    s.tick(100.5);
+    assert_eq!(commands(&mut s), ["save j1 on a"]);
+    let d = s.job_detail("j1").unwrap();
+    assert!(
+        d.moves[1]
+            .reason
+            .contains("j1 shrinks from 4 to 2 cores on a"),
+        "{}",
+        d.moves[1].reason
+    );
+    s.report(105.0, "a", a, report(&[("j1", RunState::Exited, 1, true)]))
+        .unwrap();
+    s.dispatch_if_needed(105.0);
+    s.dispatch_if_needed(105.0);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 2 cores 2",
+            "start j2 on a attempt 0 cores 2"
+        ]
+    );
+}
+
+#[test]
+fn dragon_admits_nobody_past_a_starving_job_it_cannot_make_room_for() {
+    // A rigid job holds 3 of a's 4 cores; j2 (2 cores) waits. Before 30 s a 1-core job behind
+    // it is placed (the first job that fits); after 30 s nothing can shrink for j2, so a later
+    // 1-core job waits behind it until j2 is placed.
+    let mut s = ClusterState::new(quick(), "dragon").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(1.0, job("big", 3.0, None, 0));
+    s.submit(2.0, job("mid", 2.0, None, 0));
+    s.tick(3.0);
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 3"]);
+    s.report(3.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
+        .unwrap();
+    s.submit(40.0, job("small", 1.0, None, 0));
+    s.tick(41.0);
+    assert!(
+        commands(&mut s).is_empty(),
+        "j2 starves: j3 waits behind it"
+    );
+    assert_eq!(status(&s, "j3"), JobState::Queued);
+    assert!(
+        s.job_detail("j2")
+            .unwrap()
+            .summary
+            .message
+            .contains("no other job is admitted before it"),
+        "{:?}",
+        s.job_detail("j2").unwrap().summary.message
+    );
+    // Under first-fit the small job would have started at once.
+    let mut ff = ClusterState::new(quick(), "first-fit").unwrap();
+    ff.register(0.0, hello("a"), "10.0.0.1:1".into());
+    ff.submit(1.0, job("big", 3.0, None, 0));
+    ff.submit(2.0, job("mid", 2.0, None, 0));
+    ff.submit(40.0, job("small", 1.0, None, 0));
+    assert_eq!(status(&ff, "j3"), JobState::Starting);
+    // j1 ends: j2 first, then j3 in the next round.
+    s.report(50.0, "a", a, report(&[("j1", RunState::Exited, 0, false)]))
+        .unwrap();
+    s.dispatch_if_needed(50.0);
+    s.dispatch_if_needed(50.0);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j2 on a attempt 0 cores 2",
+            "start j3 on a attempt 0 cores 1"
+        ]
+    );
+}
+
+#[test]
+fn dragon_scales_up_only_after_60_s_without_an_action() {
+    let mut s = ClusterState::new(quick(), "dragon").unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    s.submit(0.5, job("rigid", 2.0, None, 0));
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    s.dispatch_if_needed(1.0);
+    assert_eq!(
+        commands(&mut s),
+        [
+            "start j1 on a attempt 0 cores 2",
+            "start j2 on a attempt 0 cores 1"
+        ]
+    );
+    let both = |st| report(&[("j1", st, 0, false), ("j2", RunState::Running, 0, false)]);
+    s.report(2.0, "a", a, both(RunState::Running)).unwrap();
+    s.report(20.0, "a", a, both(RunState::Exited)).unwrap();
+    s.report(60.0, "a", a, report(&[("j2", RunState::Running, 0, false)]))
+        .unwrap();
+    s.tick(60.5);
+    let early = commands(&mut s);
+    assert!(
+        early.is_empty(),
+        "59.5 s since the last admission: no scale-up yet: {early:?}"
+    );
+    s.tick(61.5);
+    assert_eq!(commands(&mut s), ["save j2 on a"]);
+    let d = s.job_detail("j2").unwrap();
+    assert!(
+        d.moves[0].reason.contains("grows from 1 to 4 cores"),
+        "{}",
+        d.moves[0].reason
+    );
+}

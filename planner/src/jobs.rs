@@ -321,11 +321,15 @@ impl ClusterState {
 
     /// Place what fits. Returns how many jobs were admitted.
     pub fn dispatch(&mut self, now: Seconds) -> usize {
-        let admitted = if self.queue.is_empty() {
+        // DRAGON's phase 1: a job that waited too long is served first or nobody is.
+        let admitted = if self.queue.is_empty() || !self.starving_head_allows_admission(now) {
             0
         } else {
             self.admission_round(now)
         };
+        if admitted > 0 {
+            self.last_elastic_action = Some(now);
+        }
         if self
             .policy
             .admits_per_round()

@@ -544,6 +544,10 @@ pub struct ClusterState {
     /// Coordinator jobs that completed since the last elastic round (Schedulearn's elastic
     /// FIFO grows a job on each).
     completions: u32,
+    /// DRAGON's `lastActionTime`: the latest admission, resize or starving job (its scale-up
+    /// waits 60 s after it). Not stored: a restarted coordinator starts counting afresh, as
+    /// DRAGON's controller does.
+    last_elastic_action: Option<Seconds>,
     /// Moves that ended since the coordinator started, by (kind, result) (`/metrics`).
     move_outcomes: BTreeMap<(&'static str, &'static str), u64>,
     /// The sweeps of submitted trials (`govctl submit --sweep`), judged across the cluster.
@@ -574,6 +578,7 @@ impl ClusterState {
             needs_dispatch: false,
             spent_checkpoints: Vec::new(),
             completions: 0,
+            last_elastic_action: None,
             move_outcomes: BTreeMap::new(),
             sweeps: sweeps::cluster_sweeps(),
         })

@@ -25,7 +25,10 @@
 //! or another), twice: as written, the resized job restarting from scratch (`+scratch`: "the
 //! job will be restarted from the beginning, meaning previously trained weights will be
 //! lost"), and resumed from its checkpoint as our coordinator resizes; `kubeflow` (its queue,
-//! scale-up after every round, scale-down for higher priorities), and ours (`soonest`: grow
+//! scale-up after every round, scale-down for higher priorities), `dragon` (the scheduler the
+//! Kubeflow write-up builds on and compares with: arrival order, scale-down for the oldest job
+//! once it waited 30 s, blocking the queue when that fails, scale-up after 60 s without an
+//! action, each job started with as many cores as its node leaves, up to its most), and ours (`soonest`: grow
 //! while none wait, shrink for any waiting job of the same or higher priority, then preemption
 //! by checkpoint). Every other resize pays the job's save and restore
 //! ([`crate::cluster::MoveDowntime`]) and loses no work.
@@ -53,10 +56,10 @@ use crate::trace::{self, Arrival, Trace, TraceParams};
 const GIB: u64 = 1 << 30;
 
 /// The scenarios, in report order.
-pub const SCENARIOS: [&str; 3] = ["kubeflow", "schedulearn", "priority"];
+pub const SCENARIOS: [&str; 4] = ["kubeflow-4", "kubeflow", "schedulearn", "priority"];
 
 /// The systems compared (govsim policy specs; all reserve cores).
-pub const SYSTEMS: [(&str, &str); 7] = [
+pub const SYSTEMS: [(&str, &str); 8] = [
     ("fifo, each job at its least size", "fifo+least"),
     ("fifo, each job at its most size", "fifo"),
     (
@@ -70,6 +73,10 @@ pub const SYSTEMS: [(&str, &str); 7] = [
     (
         "Schedulearn elastic FIFO, resumed from a checkpoint",
         "fair/elastic-fifo+reserve+elastic",
+    ),
+    (
+        "DRAGON (starving job after 30 s, scale-up after 60 s quiet)",
+        "fair/dragon+reserve+elastic",
     ),
     ("Kubeflow scale up/down", "fair/kubeflow+reserve+elastic"),
     ("ours", "learning-first/soonest+reserve+elastic+preempt"),
@@ -96,6 +103,29 @@ pub fn scenario(name: &str, curves: &[RealCurve], seed: u64) -> Result<(ClusterC
                 ..TraceParams::default()
             },
             &[2.0],
+        ),
+        // The write-up's own experiments: 4 jobs at once on its 3 nodes, "low resource
+        // requirements in comparison to the available resource" (where it says its scheduler
+        // excels); their sizes are in tables the text does not carry: here 1 or 2 workers
+        // declared, up to 8, the jobs of `kubeflow` otherwise.
+        "kubeflow-4" => (
+            ClusterConfig::homogeneous(3, 8.0, 30 * GIB, 0),
+            TraceParams {
+                jobs: 4,
+                arrival: Arrival::Uniform {
+                    start: 0.0,
+                    end: 10.0,
+                },
+                seed,
+                work_min: 1200.0,
+                work_max: 6000.0,
+                parallelism: vec![8.0],
+                max_parallelism: 8.0,
+                memory_min: GIB,
+                memory_max: 4 * GIB,
+                ..TraceParams::default()
+            },
+            &[1.0, 2.0],
         ),
         "schedulearn" => (
             ClusterConfig::homogeneous(3, 4.0, 64 * GIB, 0),
@@ -300,6 +330,31 @@ mod tests {
                 "{name}: scaling up into idle cores pays: {kubeflow:?} vs {fifo:?}"
             );
         }
+    }
+
+    #[test]
+    fn on_the_kubeflow_write_ups_experiment_its_scheduler_beats_dragon_by_starting_jobs_large() {
+        // Its claim: up to 26.56% faster than DRAGON and tf-operator, where jobs are small for
+        // the cluster. DRAGON scales up only after a quiet minute; tf-operator never.
+        let curves = crate::paper::synthetic_curves();
+        let rows = run_scenario("kubeflow-4", &curves, &[1, 2], None).unwrap();
+        let row = |system: &str| {
+            rows.iter()
+                .find(|r| r.system.starts_with(system))
+                .unwrap_or_else(|| panic!("{system} in {rows:?}"))
+        };
+        let (kubeflow, dragon, static_least) = (
+            row("Kubeflow"),
+            row("DRAGON"),
+            row("fifo, each job at its least"),
+        );
+        assert!(dragon.resizes > 0, "DRAGON scales up: {dragon:?}");
+        assert!(
+            kubeflow.figures.avg_jct < 0.8 * dragon.figures.avg_jct,
+            "{kubeflow:?} vs {dragon:?}"
+        );
+        assert!(dragon.figures.avg_jct < static_least.figures.avg_jct);
+        assert_eq!(dragon.figures.unfinished, 0);
     }
 
     #[test]

@@ -73,7 +73,7 @@ const EXAMPLE: &str = r#"# coordinator configuration (all fields optional; flags
 listen = "0.0.0.0:7070"
 store = "/var/lib/governor/coordinator.redb"
 # Placement policy of a fresh store: soonest, flowcon, procon, specon, round-robin, first-fit,
-# elastic-fifo, kubeflow; the papers' baselines spread and usage.
+# elastic-fifo, kubeflow, dragon; the papers' baselines spread and usage.
 policy = "soonest"
 
 # mTLS: the CA that signed every node and govctl certificate, and the server's own.
