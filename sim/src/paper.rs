@@ -889,6 +889,7 @@ pub fn command(
              {contention} per other job running on its worker._\n"
         );
     }
+    let elastic_too = name == "all" && contention == 0.0;
     for s in chosen {
         let runs = run_scenario_with(s, &curves, &seeds, out.is_some(), move_cost, contention)?;
         if let Some(dir) = out {
@@ -920,6 +921,29 @@ pub fn command(
             }));
         } else {
             print!("{}", markdown(s, &seeds, &rows));
+        }
+    }
+    // The elastic write-ups' experiments (the Kubeflow scheduler's, Schedulearn's): their
+    // claims beside the simulator's, with every system of `govsim elastic`.
+    if elastic_too {
+        let mut scenarios: Vec<&str> = crate::elastic::CLAIMS.iter().map(|c| c.scenario).collect();
+        scenarios.dedup();
+        for name in scenarios {
+            let rows = crate::elastic::run_scenario(name, &curves, &seeds, move_cost.as_ref())?;
+            let checks = crate::elastic::check_claims(name, &rows);
+            if as_json {
+                json_out.push(json!({
+                    "scenario": name,
+                    "seeds": seeds,
+                    "elastic": true,
+                    "claims": checks,
+                    "systems": rows,
+                }));
+            } else {
+                println!("### `{name}` (`govsim elastic {name}`)\n");
+                println!("{}", crate::elastic::claims_markdown(&checks));
+                println!("{}", crate::elastic::markdown(name, &rows, &seeds));
+            }
         }
     }
     if as_json {
