@@ -114,6 +114,36 @@ impl Proc {
         Proc(child)
     }
 
+    /// `program args` started in `group` as [`Proc::start`] starts `sleep 60`.
+    fn command(program: &str, args: &[&str], env: &[(&str, &str)], group: &TestCgroup) -> Proc {
+        use std::os::fd::AsRawFd;
+        let procs = fs::OpenOptions::new()
+            .write(true)
+            .open(group.path().join("cgroup.procs"))
+            .expect("open cgroup.procs");
+        let fd = procs.as_raw_fd();
+        let mut c = Command::new(program);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        // SAFETY: one async-signal-safe write on a descriptor opened before the fork.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = c.spawn().expect("start the job");
+        drop(procs);
+        Proc(child)
+    }
+
     fn pid(&self) -> u32 {
         self.0.id()
     }
@@ -457,4 +487,74 @@ fn root_host_v1_the_control_socket_acts_only_for_those_entitled() {
 fn vm_the_control_socket_acts_only_for_those_entitled() {
     require_vm();
     control_socket_checks_its_callers(Layout::V2, "priv-v2");
+}
+
+/// The governor's groups in every v1 hierarchy (and the unified one) whose name starts with
+/// `prefix`.
+fn governor_groups(prefix: &str) -> Vec<PathBuf> {
+    ["cpu", "cpuacct", "pids", "unified", ""]
+        .iter()
+        .filter_map(|m| {
+            fs::read_dir(
+                Path::new("/sys/fs/cgroup")
+                    .join(m)
+                    .join("governor.slice/jobs"),
+            )
+            .ok()
+        })
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// A job that forks all the time (a shell loop of short `sleep`s), adopted out of a cgroup it
+/// shares: when the daemon stops, every one of its processes goes back and the group the
+/// daemon made for it is gone, in every hierarchy. (A child forked while the processes were
+/// being moved back was born in the governor's group; the group stayed behind, empty once that
+/// child exited.)
+fn a_forking_job_leaves_no_group_behind(layout: Layout, prefix: &str) {
+    for round in 0..20 {
+        let (_one, _tidy, mut d) = scenario("");
+        let log = open_log(d.dir.path());
+        let shared = TestCgroup::create(&test_parent(layout), &format!("{prefix}-fork{round}"));
+        let log_s = log.display().to_string();
+        let other = Proc::start(&[], false, &shared);
+        let job = Proc::command(
+            "sh",
+            &["-c", "while :; do /bin/true; done"],
+            &[("GOVERNOR_LOG", &log_s), ("GOVERNOR_JOB", "forker")],
+            &shared,
+        );
+        d.wait_job("forker", Duration::from_secs(40), "adoption", |_| true);
+        assert!(
+            layout
+                .cgroup_of(job.pid())
+                .contains("governor.slice/jobs/forker"),
+            "round {round}: adopted into a group of its own"
+        );
+        d.terminate();
+        assert_eq!(
+            layout.cgroup_of(job.pid()),
+            format!("/{prefix}-fork{round}"),
+            "round {round}: the shell went back"
+        );
+        let left = governor_groups("forker");
+        assert!(
+            left.is_empty(),
+            "round {round}: the daemon stopped and left {left:?}\n{}",
+            d.log_tail()
+        );
+        drop((other, job));
+    }
+}
+
+#[test]
+#[ignore = "root-host: runs the daemon on the host's cgroup v1 cpu controller (root, a hybrid host); `cargo xtask test` runs it where it can"]
+fn root_host_v1_a_forking_adopted_job_leaves_no_group_behind_when_the_daemon_stops() {
+    require_v1_cpu_host();
+    a_forking_job_leaves_no_group_behind(Layout::HostV1, "priv-v1");
 }

@@ -244,6 +244,13 @@ impl FakeCgroupRoot {
             .unwrap_or_else(|e| panic!("cannot write fake {}: {e}", p.display()));
     }
 
+    /// The content of `file` of `controller`.
+    pub fn get_v1(&self, controller: Controller, rel: &str, file: &str) -> String {
+        let p = self.dir(controller, rel).join(file);
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("cannot read fake {}: {e}", p.display()))
+    }
+
     /// The content of a file (controller from the file name's prefix).
     pub fn get(&self, rel: &str, file: &str) -> String {
         let p = self.dir(controller_of(file), rel).join(file);

@@ -183,17 +183,21 @@ impl Discovery {
     /// its processes go back to the cgroups they came from, its groups are removed.
     fn recover_adoptions(&mut self, core: &CoreShell) {
         for a in self.journal.entries() {
+            let mut released = true;
             if let Some(group) = job_cgroup(&a.group)
                 && !core.contains(&group)
             {
-                let fs = core.actuator().fs();
-                let moved = fs.return_processes(&group, &a.origins);
-                if fs.procs(&group).is_empty() {
-                    let _ = fs.remove_job_group(&group);
-                }
-                info!(group = %a.group, processes = moved, "adoption left by a previous run undone");
+                released = core
+                    .actuator()
+                    .fs()
+                    .release_adopted(&group, Some(&a.origins));
+                info!(group = %a.group, released, "adoption left by a previous run undone");
             }
-            self.journal.forget(&a.group);
+            // Kept while its processes could not all be moved back: the next stop or start
+            // tries again.
+            if released {
+                self.journal.forget(&a.group);
+            }
         }
     }
 
@@ -788,11 +792,7 @@ impl Discovery {
 
     fn release_group(&mut self, cgroup: &JobCgroup, core: &CoreShell) {
         let fs = core.actuator().fs();
-        if let Some(origins) = self.journal.origins(cgroup) {
-            fs.return_processes(cgroup, origins);
-        }
-        if fs.procs(cgroup).is_empty() {
-            let _ = fs.remove_job_group(cgroup);
+        if fs.release_adopted(cgroup, self.journal.origins(cgroup)) {
             self.journal.forget(&cgroup.to_string());
         }
     }
