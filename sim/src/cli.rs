@@ -249,6 +249,13 @@ struct PaperArgs {
     /// of each paper's system, ours and fair against the paper's baseline under each.
     #[arg(long, default_value = "0")]
     contention: String,
+    /// Seconds before a started job's CPU use shows in its node's reports, which placement by
+    /// usage (the papers' `default` baseline) decides on: the papers' default schedulers read
+    /// reports that lagged (FlowCon §6.4: jobs 13 s and 18 s apart stacked). 0 (the default):
+    /// at once, as the daemon reports. Several, comma-separated (`0,20,40`): the table of
+    /// `--contention` under each.
+    #[arg(long, default_value = "0")]
+    usage_lag: String,
 }
 
 #[derive(Debug, Args)]
@@ -525,6 +532,22 @@ fn contention(c: f64) -> Result<f64> {
     Ok(c)
 }
 
+/// `govsim paper --usage-lag`: comma-separated seconds, each 0 or more.
+fn usage_lags(list: &str) -> Result<Vec<f64>> {
+    list.split(',')
+        .map(|s| {
+            let lag: f64 = s
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--usage-lag {s:?}: seconds"))?;
+            if !(lag.is_finite() && lag >= 0.0) {
+                bail!("--usage-lag must be 0 or more seconds (got {lag})");
+            }
+            Ok(lag)
+        })
+        .collect()
+}
+
 /// `govsim paper --contention`: comma-separated numbers or presets (`keras`, `blas`).
 fn contentions(list: &str) -> Result<Vec<f64>> {
     list.split(',')
@@ -672,6 +695,7 @@ fn paper_command(args: PaperArgs) -> Result<()> {
         &sim::paper::Tweaks {
             move_cost: args.move_cost.as_deref(),
             contention: &contentions(&args.contention)?,
+            usage_lag: &usage_lags(&args.usage_lag)?,
         },
     )
 }

@@ -116,3 +116,12 @@ fn paper_contentions_are_numbers_or_measured_presets() {
         assert!(contentions(bad).is_err(), "{bad:?} accepted");
     }
 }
+
+#[test]
+fn paper_usage_lags_are_seconds_not_below_zero() {
+    assert_eq!(usage_lags("0").unwrap(), [0.0]);
+    assert_eq!(usage_lags("0, 20,40").unwrap(), [0.0, 20.0, 40.0]);
+    for bad in ["", "soon", "-1", "0,,1", "inf", "NaN"] {
+        assert!(usage_lags(bad).is_err(), "{bad:?} accepted");
+    }
+}

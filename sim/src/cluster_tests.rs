@@ -165,6 +165,29 @@ fn spread_puts_concurrent_jobs_on_different_workers() {
 }
 
 #[test]
+fn placement_by_usage_stacks_the_jobs_that_arrive_within_the_reports_lag() {
+    // Three jobs on three workers: placed by usage, each sees the others' CPU at once and goes
+    // to an idle worker; with usage reports 10 s late, the second (5 s after the first) sees
+    // an idle cluster and joins the first, the third (12 s after) sees the first only. Counting
+    // placements (`fair`) does not care.
+    let t = trace(vec![
+        job("a", 0.0, 100.0, 2.0),
+        job("b", 5.0, 100.0, 2.0),
+        job("c", 12.0, 100.0, 2.0),
+    ]);
+    let mut config = ClusterConfig::homogeneous(3, 2.0, 16 * GIB, 0);
+    config.start_delay = 0.0;
+    let workers = |config: &ClusterConfig, policy: &str| -> Vec<String> {
+        let run = run_cluster(&t, config, &spec(policy), 1).unwrap();
+        run.jobs.iter().map(|j| j.worker.clone().unwrap()).collect()
+    };
+    assert_eq!(workers(&config, "default"), ["w01", "w02", "w03"]);
+    config.usage_lag = 10.0;
+    assert_eq!(workers(&config, "default"), ["w01", "w01", "w02"]);
+    assert_eq!(workers(&config, "fair"), ["w01", "w02", "w03"]);
+}
+
+#[test]
 fn reserving_cores_queues_jobs_instead_of_sharing() {
     // FIFO with reservations on one 2-core worker: b waits until a is done.
     let t = trace(vec![job("a", 0.0, 100.0, 2.0), job("b", 10.0, 100.0, 2.0)]);

@@ -663,6 +663,9 @@ pub struct Tweaks<'a> {
     /// [`crate::cluster::ClusterConfig::contention`]; several: compare the papers' systems,
     /// ours and fair with their baselines under each ([`contention_rows`]).
     pub contention: &'a [f64],
+    /// [`crate::cluster::ClusterConfig::usage_lag`]; several: the table of
+    /// [`contention_rows`] under each (with each contention).
+    pub usage_lag: &'a [f64],
 }
 
 /// Run a scenario over `seeds`: the per-seed reports.
@@ -672,11 +675,11 @@ pub fn run_scenario(
     seeds: &[u64],
     record_timeline: bool,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
-    run_scenario_with(s, curves, seeds, record_timeline, None, 0.0)
+    run_scenario_with(s, curves, seeds, record_timeline, None, 0.0, 0.0)
 }
 
-/// [`run_scenario`] with the cost of a move set (`None`: the cluster's default) and the
-/// contention between co-running jobs.
+/// [`run_scenario`] with the cost of a move set (`None`: the cluster's default), the
+/// contention between co-running jobs and the lag of the usage reports.
 pub fn run_scenario_with(
     s: &PaperScenario,
     curves: &[RealCurve],
@@ -684,6 +687,7 @@ pub fn run_scenario_with(
     record_timeline: bool,
     move_cost: Option<crate::cluster::MoveDowntime>,
     contention: f64,
+    usage_lag: f64,
 ) -> Result<Vec<(Trace, Vec<RunReport>)>> {
     let mut config = s.cluster();
     config.record_timeline = record_timeline;
@@ -691,6 +695,7 @@ pub fn run_scenario_with(
         config.move_cost = cost;
     }
     config.contention = contention;
+    config.usage_lag = usage_lag;
     run_policies(s, curves, seeds, &config, &s.policies())
 }
 
@@ -726,6 +731,8 @@ fn run_policies(
 pub struct ContentionRow {
     pub scenario: &'static str,
     pub contention: f64,
+    /// [`crate::cluster::ClusterConfig::usage_lag`], seconds.
+    pub usage_lag: f64,
     /// The paper's system against its baseline, as [`Simulated`].
     pub paper_system: Simulated,
     /// `ours` against the paper's baseline and against the paper's system.
@@ -741,17 +748,23 @@ pub fn contention_rows(
     curves: &[RealCurve],
     seeds: &[u64],
     contentions: &[f64],
+    usage_lags: &[f64],
 ) -> Result<Vec<ContentionRow>> {
     let p = &s.reported;
     let policies: Vec<String> = ["fair", p.baseline, p.policy, "ours"]
         .iter()
         .map(|x| (*x).to_owned())
         .collect();
-    contentions
+    let worlds: Vec<(f64, f64)> = usage_lags
         .iter()
-        .map(|&c| {
+        .flat_map(|&lag| contentions.iter().map(move |&c| (c, lag)))
+        .collect();
+    worlds
+        .into_iter()
+        .map(|(c, usage_lag)| {
             let mut config = s.cluster();
             config.contention = c;
+            config.usage_lag = usage_lag;
             let runs = run_policies(s, curves, seeds, &config, &policies)?;
             let per_seed: Vec<Vec<RunReport>> = runs.into_iter().map(|(_, r)| r).collect();
             let rows = aggregate(&per_seed);
@@ -771,6 +784,7 @@ pub fn contention_rows(
             Ok(ContentionRow {
                 scenario: s.name,
                 contention: c,
+                usage_lag,
                 paper_system: simulated(p, &rows).context("the paper's system ran")?,
                 ours_vs_baseline: vs(ours, base),
                 ours_vs_paper_system: vs(ours, sys),
@@ -783,7 +797,7 @@ pub fn contention_rows(
 /// The Markdown table of [`contention_rows`] for several scenarios, the paper's figure first.
 pub fn contention_markdown(scenarios: &[(&PaperScenario, Vec<ContentionRow>)]) -> String {
     let mut out = String::from(
-        "| scenario | contention | paper's system vs its baseline (avg JCT / makespan) | ours vs the paper's baseline | ours vs the paper's system | fair vs the paper's baseline |\n\
+        "| scenario | contention, usage lag | paper's system vs its baseline (avg JCT / makespan) | ours vs the paper's baseline | ours vs the paper's system | fair vs the paper's baseline |\n\
          | --- | --- | --- | --- | --- | --- |\n",
     );
     let pair = |(a, b): (f64, f64)| format!("{} / {}", pct(a), pct(b));
@@ -798,8 +812,9 @@ pub fn contention_markdown(scenarios: &[(&PaperScenario, Vec<ContentionRow>)]) -
         ));
         for r in rows {
             out.push_str(&format!(
-                "| | {} | {} | {} | {} | {} |\n",
+                "| | {}, {} s | {} | {} | {} | {} |\n",
                 r.contention,
+                r.usage_lag,
                 pair((
                     r.paper_system.avg_jct_change,
                     r.paper_system.makespan_change
@@ -868,10 +883,13 @@ pub fn command(
         bail!("no usable loss curve under {}", logs.display());
     }
     let seeds = seeds.unwrap_or_else(|| (1..=5).collect());
-    if let [_, _, ..] = tweaks.contention {
+    if tweaks.contention.len() > 1 || tweaks.usage_lag.len() > 1 {
         let mut tables = Vec::new();
         for s in chosen {
-            tables.push((s, contention_rows(s, &curves, &seeds, tweaks.contention)?));
+            tables.push((
+                s,
+                contention_rows(s, &curves, &seeds, tweaks.contention, tweaks.usage_lag)?,
+            ));
         }
         if as_json {
             let rows: Vec<&ContentionRow> = tables.iter().flat_map(|(_, r)| r).collect();
@@ -882,16 +900,31 @@ pub fn command(
         return Ok(());
     }
     let contention = tweaks.contention.first().copied().unwrap_or(0.0);
+    let usage_lag = tweaks.usage_lag.first().copied().unwrap_or(0.0);
     let mut json_out = Vec::new();
+    if !as_json && usage_lag > 0.0 {
+        println!(
+            "_Usage lag {usage_lag} s: a started job's CPU use shows in its node's reports that \
+             much later (placement by usage decides on them)._\n"
+        );
+    }
     if !as_json && contention > 0.0 {
         println!(
             "_Contention {contention}: a job's CPU-seconds per unit of work grow by \
              {contention} per other job running on its worker._\n"
         );
     }
-    let elastic_too = name == "all" && contention == 0.0;
+    let elastic_too = name == "all" && contention == 0.0 && usage_lag == 0.0;
     for s in chosen {
-        let runs = run_scenario_with(s, &curves, &seeds, out.is_some(), move_cost, contention)?;
+        let runs = run_scenario_with(
+            s,
+            &curves,
+            &seeds,
+            out.is_some(),
+            move_cost,
+            contention,
+            usage_lag,
+        )?;
         if let Some(dir) = out {
             for ((trace, reports), seed) in runs.iter().zip(&seeds) {
                 std::fs::create_dir_all(dir)?;
@@ -915,6 +948,7 @@ pub fn command(
                 "title": s.title,
                 "seeds": seeds,
                 "contention": contention,
+                "usage_lag": usage_lag,
                 "paper": s.reported,
                 "simulated": simulated(&s.reported, &rows),
                 "policies": rows,
@@ -1082,7 +1116,7 @@ mod tests {
             .into_iter()
             .find(|s| s.name == "flowcon-1w-10")
             .unwrap();
-        let rows = contention_rows(&s, &synthetic_curves(), &[1], &[0.0, 0.5]).unwrap();
+        let rows = contention_rows(&s, &synthetic_curves(), &[1], &[0.0, 0.5], &[0.0]).unwrap();
         assert_eq!(
             rows.iter().map(|r| r.contention).collect::<Vec<_>>(),
             [0.0, 0.5]

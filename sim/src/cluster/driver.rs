@@ -151,7 +151,7 @@ impl Engine<'_> {
     /// Worker `w` reports to the planner, as a node daemon does: its jobs running, starting
     /// or saving, each job that left since its last report once, its standing move requests.
     pub(super) fn send_report(&mut self, w: usize, t: f64) {
-        let report = self.node_report(w);
+        let report = self.node_report(w, t);
         self.workers[w].ended.clear();
         let input = Input::Report {
             node: self.config.workers[w].name.clone(),
@@ -299,8 +299,9 @@ impl Engine<'_> {
         }
     }
 
-    /// Worker `w`'s report now.
-    fn node_report(&self, w: usize) -> NodeReport {
+    /// Worker `w`'s report at `t`; its CPU use leaves out the jobs started less than
+    /// [`ClusterConfig::usage_lag`] ago.
+    fn node_report(&self, w: usize, t: f64) -> NodeReport {
         let worker = &self.workers[w];
         let mut jobs: Vec<JobReport> = Vec::new();
         let mut move_requests = Vec::new();
@@ -341,7 +342,12 @@ impl Engine<'_> {
         }
         NodeReport {
             sequence: 0,
-            cpu_used_cores: worker.running.iter().map(|&j| self.rt[j].cores).sum(),
+            cpu_used_cores: worker
+                .running
+                .iter()
+                .filter(|&&j| self.rt[j].last_start <= t - self.config.usage_lag)
+                .map(|&j| self.rt[j].cores)
+                .sum(),
             memory_used_bytes: worker
                 .running
                 .iter()
