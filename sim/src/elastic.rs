@@ -175,26 +175,32 @@ pub fn claims_markdown(checks: &[ClaimCheck]) -> String {
     out
 }
 
+/// The Kubeflow scenarios' jobs: `jobs` arriving over `[0, window]` s, 1200-6000 CPU-s each,
+/// using up to 8 one-core workers.
+fn kubeflow_jobs(seed: u64, jobs: usize, window: f64) -> TraceParams {
+    TraceParams {
+        jobs,
+        arrival: Arrival::Uniform {
+            start: 0.0,
+            end: window,
+        },
+        seed,
+        work_min: 1200.0,
+        work_max: 6000.0,
+        parallelism: vec![8.0],
+        max_parallelism: 8.0,
+        memory_min: GIB,
+        memory_max: 4 * GIB,
+        ..TraceParams::default()
+    }
+}
+
 /// A scenario's cluster and trace for one seed.
 pub fn scenario(name: &str, curves: &[RealCurve], seed: u64) -> Result<(ClusterConfig, Trace)> {
     let (mut config, params, least): (ClusterConfig, TraceParams, &[f64]) = match name {
         "kubeflow" => (
             ClusterConfig::homogeneous(3, 8.0, 30 * GIB, 0),
-            TraceParams {
-                jobs: 12,
-                arrival: Arrival::Uniform {
-                    start: 0.0,
-                    end: 600.0,
-                },
-                seed,
-                work_min: 1200.0,
-                work_max: 6000.0,
-                parallelism: vec![8.0],
-                max_parallelism: 8.0,
-                memory_min: GIB,
-                memory_max: 4 * GIB,
-                ..TraceParams::default()
-            },
+            kubeflow_jobs(seed, 12, 600.0),
             &[2.0],
         ),
         // The write-up's own experiments: 4 jobs at once on its 3 nodes, "low resource
@@ -203,21 +209,7 @@ pub fn scenario(name: &str, curves: &[RealCurve], seed: u64) -> Result<(ClusterC
         // declared, up to 8, the jobs of `kubeflow` otherwise.
         "kubeflow-4" => (
             ClusterConfig::homogeneous(3, 8.0, 30 * GIB, 0),
-            TraceParams {
-                jobs: 4,
-                arrival: Arrival::Uniform {
-                    start: 0.0,
-                    end: 10.0,
-                },
-                seed,
-                work_min: 1200.0,
-                work_max: 6000.0,
-                parallelism: vec![8.0],
-                max_parallelism: 8.0,
-                memory_min: GIB,
-                memory_max: 4 * GIB,
-                ..TraceParams::default()
-            },
+            kubeflow_jobs(seed, 4, 10.0),
             &[1.0, 2.0],
         ),
         "schedulearn" => (
@@ -394,6 +386,13 @@ pub fn command(
 mod tests {
     use super::*;
 
+    /// The row of the system whose label starts with `system`.
+    fn row<'a>(rows: &'a [ElasticRow], system: &str) -> &'a ElasticRow {
+        rows.iter()
+            .find(|r| r.system.starts_with(system))
+            .unwrap_or_else(|| panic!("{system} in {rows:?}"))
+    }
+
     #[test]
     fn elastic_jobs_finish_sooner_than_fixed_ones_and_all_finish() {
         let curves = crate::paper::synthetic_curves();
@@ -408,11 +407,7 @@ mod tests {
                     r.system
                 );
             }
-            let row = |system: &str| {
-                rows.iter()
-                    .find(|r| r.system.starts_with(system))
-                    .unwrap_or_else(|| panic!("{system} in {rows:?}"))
-            };
+            let row = |system: &str| row(&rows, system);
             for plain in ["fifo, each job at its most", "Schedulearn round-robin"] {
                 assert_eq!(row(plain).resizes, 0, "{name}: {plain} never resizes");
             }
@@ -431,11 +426,7 @@ mod tests {
         // the cluster. DRAGON scales up only after a quiet minute; tf-operator never.
         let curves = crate::paper::synthetic_curves();
         let rows = run_scenario("kubeflow-4", &curves, &[1, 2], None).unwrap();
-        let row = |system: &str| {
-            rows.iter()
-                .find(|r| r.system.starts_with(system))
-                .unwrap_or_else(|| panic!("{system} in {rows:?}"))
-        };
+        let row = |system: &str| row(&rows, system);
         let (kubeflow, dragon, static_least) = (
             row("Kubeflow"),
             row("DRAGON"),

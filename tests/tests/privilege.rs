@@ -78,14 +78,29 @@ struct Proc(Child);
 
 impl Proc {
     fn start(env: &[(&str, &str)], as_nobody: bool, group: &TestCgroup) -> Proc {
+        Proc::spawn_in("sleep", &["60"], env, as_nobody, group)
+    }
+
+    /// `program args` started in `group` as [`Proc::start`] starts `sleep 60`.
+    fn command(program: &str, args: &[&str], env: &[(&str, &str)], group: &TestCgroup) -> Proc {
+        Proc::spawn_in(program, args, env, false, group)
+    }
+
+    fn spawn_in(
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        as_nobody: bool,
+        group: &TestCgroup,
+    ) -> Proc {
         use std::os::fd::AsRawFd;
         let procs = fs::OpenOptions::new()
             .write(true)
             .open(group.path().join("cgroup.procs"))
             .expect("open cgroup.procs");
         let fd = procs.as_raw_fd();
-        let mut c = Command::new("sleep");
-        c.arg("60")
+        let mut c = Command::new(program);
+        c.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -109,37 +124,7 @@ impl Proc {
                 Ok(())
             });
         }
-        let child = c.spawn().expect("start sleep");
-        drop(procs);
-        Proc(child)
-    }
-
-    /// `program args` started in `group` as [`Proc::start`] starts `sleep 60`.
-    fn command(program: &str, args: &[&str], env: &[(&str, &str)], group: &TestCgroup) -> Proc {
-        use std::os::fd::AsRawFd;
-        let procs = fs::OpenOptions::new()
-            .write(true)
-            .open(group.path().join("cgroup.procs"))
-            .expect("open cgroup.procs");
-        let fd = procs.as_raw_fd();
-        let mut c = Command::new(program);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        // SAFETY: one async-signal-safe write on a descriptor opened before the fork.
-        unsafe {
-            c.pre_exec(move || {
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = c.spawn().expect("start the job");
+        let child = c.spawn().expect("start the process");
         drop(procs);
         Proc(child)
     }
