@@ -783,3 +783,102 @@ fn a_redb_store_migrated_to_etcd_keeps_its_jobs_running_where_they_run() {
         replica_b.crash().await;
     });
 }
+
+/// A submission is answered only once etcd holds it. With etcd's quorum gone the leader can
+/// store nothing: a submission made then is not acknowledged (before, it was answered at once
+/// with an id that the store never held, and the next leader gave that id to another job: the
+/// soak saw `train14` and `train15` both told `j15`). Once etcd is back, every id ever
+/// acknowledged names the job it was given to.
+#[test]
+fn a_submission_is_acknowledged_only_once_stored_and_no_acknowledged_id_is_given_again() {
+    let Some(mut cluster) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
+    runtime().block_on(async {
+        let (a, b) = (loopback(), loopback());
+        let addresses = format!("{a},{b}");
+        let mut first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
+        tokio::time::timeout(Duration::from_secs(10), first.elected())
+            .await
+            .expect("the first replica leads");
+        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let _node = node(dir.path(), &addresses);
+        let admin = TlsFiles::in_dir(dir.path(), "admin");
+        let mut acknowledged: Vec<(String, String)> = Vec::new();
+        let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
+        let id = submit_and_wait_running(&mut govctl, &addresses, dir.path(), "before").await;
+        acknowledged.push((id, "before".into()));
+
+        // No quorum: nothing can be stored.
+        cluster.kill(1);
+        cluster.kill(2);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(4),
+            govctl.submit(JobSpec::new(
+                "unstored",
+                vec!["x".into()],
+                "/tmp/unstored.log",
+            )),
+        )
+        .await;
+        match answer {
+            Ok(Ok(job)) => panic!(
+                "{} was acknowledged while etcd had no quorum: nothing held it",
+                job.id
+            ),
+            Ok(Err(e)) => eprintln!("without quorum the submission failed: {e}"),
+            Err(_) => eprintln!("without quorum the submission got no answer in 4 s"),
+        }
+
+        cluster.restart(1);
+        cluster.restart(2);
+        cluster.serving().await;
+        // Whichever replica leads now, new submissions get ids never acknowledged before.
+        for name in ["after-1", "after-2"] {
+            let id = wait_until(
+                "a replica leads and takes submissions again",
+                Duration::from_secs(20),
+                async || {
+                    let mut c = Client::connect(&addresses, Some(&admin)).await.ok()?;
+                    c.submit(JobSpec::new(
+                        name,
+                        vec!["x".into()],
+                        format!("/tmp/{name}.log"),
+                    ))
+                    .await
+                    .ok()
+                    .map(|j| j.id)
+                },
+            )
+            .await;
+            acknowledged.push((id, name.into()));
+        }
+        for (id, name) in &acknowledged {
+            let named = wait_until(
+                "every acknowledged job is known by its id",
+                Duration::from_secs(10),
+                async || {
+                    let tls = TlsFiles::in_dir(dir.path(), "admin");
+                    let mut c = Client::connect(&addresses, Some(&tls)).await.ok()?;
+                    c.job(id).await.ok().map(|j| j.summary.name)
+                },
+            )
+            .await;
+            assert_eq!(
+                &named, name,
+                "{id} was acknowledged for {name} but names {named}"
+            );
+        }
+        let ids: std::collections::BTreeSet<&String> =
+            acknowledged.iter().map(|(i, _)| i).collect();
+        assert_eq!(
+            ids.len(),
+            acknowledged.len(),
+            "an id was given twice: {acknowledged:?}"
+        );
+        first.crash().await;
+        second.crash().await;
+    });
+}

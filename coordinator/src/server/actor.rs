@@ -360,6 +360,12 @@ struct Actor {
     /// Reads of jobs' output waiting for their nodes, by request id.
     output_reads: HashMap<u64, PendingRead>,
     next_read: u64,
+    /// Answers to requests that changed the state (a submission, a cancel, a move, a policy),
+    /// sent once the store holds the change: a client told "submitted as j15" by a leader that
+    /// then lost its store must not see j15 given to another job by the next leader (the soak
+    /// saw it, 2026-11-30). Dropped unanswered if this coordinator stops acting first: the
+    /// client sees an error and the change is not in the store.
+    answers_after_persist: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 impl Actor {
@@ -385,7 +391,15 @@ impl Actor {
             carried,
             output_reads: HashMap::new(),
             next_read: 0,
+            answers_after_persist: Vec::new(),
         }
+    }
+
+    /// Answer `reply` with `value` once the state that produced it is in the store.
+    fn answer_after_persist<T: Send + 'static>(&mut self, reply: oneshot::Sender<T>, value: T) {
+        self.answers_after_persist.push(Box::new(move || {
+            let _ = reply.send(value);
+        }));
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
@@ -581,14 +595,14 @@ impl Actor {
                     Answer::Job(job) => job,
                     other => unreachable!("a submission is answered with its job, not {other:?}"),
                 };
-                let _ = reply.send(job);
+                self.answer_after_persist(reply, job);
             }
             Msg::Cancel { id, reply } => {
                 let r = match self.timed(|s, now| s.handle(now, Input::Cancel { id })) {
                     Answer::Cancelled(r) => r,
                     other => unreachable!("a cancel is answered with its result, not {other:?}"),
                 };
-                let _ = reply.send(r);
+                self.answer_after_persist(reply, r);
             }
             Msg::Move { id, target, reply } => {
                 let input = Input::Move {
@@ -600,7 +614,7 @@ impl Actor {
                     Answer::Moved(r) => r,
                     other => unreachable!("a move is answered with its result, not {other:?}"),
                 };
-                let _ = reply.send(r);
+                self.answer_after_persist(reply, r);
             }
             Msg::Nodes(reply) => {
                 let _ = reply.send(self.state.list_nodes(unix_now()));
@@ -616,7 +630,7 @@ impl Actor {
             }
             Msg::SetPolicy { name, reply } => {
                 let r = self.timed(|s, now| s.set_policy(now, &name));
-                let _ = reply.send(r);
+                self.answer_after_persist(reply, r);
             }
             Msg::Stats(reply) => {
                 let crate::state::Counters {
@@ -672,6 +686,9 @@ impl Actor {
     async fn flush(&mut self) {
         if !self.persist().await || !self.clock.valid() {
             return;
+        }
+        for answer in std::mem::take(&mut self.answers_after_persist) {
+            answer();
         }
         for job in self.state.take_spent_checkpoints() {
             self.carried.discard(&job);
