@@ -168,6 +168,46 @@ async fn submit_and_wait_running(
     id
 }
 
+/// Two replicas on `cluster`, the first elected before the second starts: (the leader, the
+/// standby, both addresses as `govctl` and nodes are given them).
+async fn leader_and_standby(
+    dir: &Path,
+    cluster: &EtcdCluster,
+) -> (server::Replica, server::Replica, String) {
+    let (a, b) = (loopback(), loopback());
+    let mut first = server::replica(replica_config(dir, "a", a, cluster.config()));
+    tokio::time::timeout(Duration::from_secs(10), first.elected())
+        .await
+        .expect("the first replica leads");
+    let second = server::replica(replica_config(dir, "b", b, cluster.config()));
+    (first, second, format!("{a},{b}"))
+}
+
+/// Submit a job named `name` to whichever replica leads, retrying for `within`: its id.
+async fn submit_to_the_leader(
+    addresses: &str,
+    admin: &TlsFiles,
+    name: &str,
+    within: Duration,
+) -> String {
+    wait_until(
+        "a replica leads and takes the submission",
+        within,
+        async || {
+            let mut c = Client::connect(addresses, Some(admin)).await.ok()?;
+            c.submit(JobSpec::new(
+                name,
+                vec!["x".into()],
+                format!("/tmp/{name}.log"),
+            ))
+            .await
+            .ok()
+            .map(|j| j.id)
+        },
+    )
+    .await
+}
+
 #[test]
 fn a_leader_whose_lease_ran_out_has_its_writes_refused_by_etcd() {
     let Some(cluster) = EtcdCluster::start(3) else {
@@ -246,13 +286,7 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
     let dir = tempfile::tempdir().unwrap();
     governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     runtime().block_on(async {
-        let (a, b) = (loopback(), loopback());
-        let addresses = format!("{a},{b}");
-        let mut first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
-        tokio::time::timeout(Duration::from_secs(10), first.elected())
-            .await
-            .expect("the first replica leads");
-        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let (mut first, second, addresses) = leader_and_standby(dir.path(), &cluster).await;
         let node = node(dir.path(), &addresses);
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
@@ -268,18 +302,7 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
         // The leader dies. The other replica serves within the lease (2 s) and a little.
         let died = Instant::now();
         first.crash().await;
-        let id3 = wait_until(
-            "govctl, given both addresses, submits to the new leader",
-            Duration::from_secs(10),
-            async || {
-                let mut c = Client::connect(&addresses, Some(&admin)).await.ok()?;
-                c.submit(JobSpec::new("third", vec!["x".into()], "/tmp/third.log"))
-                    .await
-                    .ok()
-                    .map(|j| j.id)
-            },
-        )
-        .await;
+        let id3 = submit_to_the_leader(&addresses, &admin, "third", Duration::from_secs(10)).await;
         let failover = died.elapsed();
         assert!(second.leads());
         assert!(
@@ -797,13 +820,7 @@ fn a_submission_is_acknowledged_only_once_stored_and_no_acknowledged_id_is_given
     let dir = tempfile::tempdir().unwrap();
     governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     runtime().block_on(async {
-        let (a, b) = (loopback(), loopback());
-        let addresses = format!("{a},{b}");
-        let mut first = server::replica(replica_config(dir.path(), "a", a, cluster.config()));
-        tokio::time::timeout(Duration::from_secs(10), first.elected())
-            .await
-            .expect("the first replica leads");
-        let second = server::replica(replica_config(dir.path(), "b", b, cluster.config()));
+        let (first, second, addresses) = leader_and_standby(dir.path(), &cluster).await;
         let _node = node(dir.path(), &addresses);
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let mut acknowledged: Vec<(String, String)> = Vec::new();
@@ -837,22 +854,7 @@ fn a_submission_is_acknowledged_only_once_stored_and_no_acknowledged_id_is_given
         cluster.serving().await;
         // Whichever replica leads now, new submissions get ids never acknowledged before.
         for name in ["after-1", "after-2"] {
-            let id = wait_until(
-                "a replica leads and takes submissions again",
-                Duration::from_secs(20),
-                async || {
-                    let mut c = Client::connect(&addresses, Some(&admin)).await.ok()?;
-                    c.submit(JobSpec::new(
-                        name,
-                        vec!["x".into()],
-                        format!("/tmp/{name}.log"),
-                    ))
-                    .await
-                    .ok()
-                    .map(|j| j.id)
-                },
-            )
-            .await;
+            let id = submit_to_the_leader(&addresses, &admin, name, Duration::from_secs(20)).await;
             acknowledged.push((id, name.into()));
         }
         for (id, name) in &acknowledged {
