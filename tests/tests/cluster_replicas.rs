@@ -286,7 +286,7 @@ fn when_the_leader_dies_another_replica_serves_and_the_running_job_stays_where_i
     let dir = tempfile::tempdir().unwrap();
     governor_integration_tests::loopback_certs(dir.path(), &["node-a"]);
     runtime().block_on(async {
-        let (mut first, second, addresses) = leader_and_standby(dir.path(), &cluster).await;
+        let (first, second, addresses) = leader_and_standby(dir.path(), &cluster).await;
         let node = node(dir.path(), &addresses);
         let admin = TlsFiles::in_dir(dir.path(), "admin");
         let mut govctl = Client::connect(&addresses, Some(&admin)).await.unwrap();
