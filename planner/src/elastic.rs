@@ -111,11 +111,7 @@ impl ClusterState {
     /// waiting jobs room is being made for (by a shrink started now or earlier), which
     /// preemption leaves alone.
     pub(super) fn shrink_for_waiting(&mut self, now: Seconds) -> HashSet<String> {
-        let mut served: HashSet<String> = self
-            .submitted_jobs()
-            .filter_map(|j| j.active_move())
-            .filter_map(|m| m.resized_for.clone())
-            .collect();
+        let mut served = self.room_being_made();
         let rule = self.policy.elasticity().shrink;
         // DRAGON shrinks for its starving job before the round
         // ([`ClusterState::starving_head_allows_admission`]).
@@ -166,6 +162,14 @@ impl ClusterState {
         served
     }
 
+    /// The waiting jobs a resize started earlier is making room for.
+    fn room_being_made(&self) -> HashSet<String> {
+        self.submitted_jobs()
+            .filter_map(|j| j.active_move())
+            .filter_map(|m| m.resized_for.clone())
+            .collect()
+    }
+
     /// DRAGON's phase 1, before an admission round: once the queue's oldest job has waited
     /// [`elastic::DRAGON_STARVING_S`], running elastic jobs (any priority) are shrunk until it
     /// fits at its least size; if it fits already, or room is being made for it, the round
@@ -188,11 +192,7 @@ impl ClusterState {
         if governor_placement::feasible_nodes(&self.view, &request).is_ok() {
             return true;
         }
-        let being_made = self
-            .submitted_jobs()
-            .filter_map(|j| j.active_move())
-            .any(|m| m.resized_for.as_deref() == Some(id.as_str()));
-        if being_made {
+        if self.room_being_made().contains(&id) {
             return true;
         }
         if !self.config.elastic {

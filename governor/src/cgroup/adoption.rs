@@ -147,9 +147,7 @@ impl CgroupFs {
         }
         moved
     }
-}
 
-impl CgroupFs {
     /// The processes in `job`'s group in any of its hierarchies: a child forked while its
     /// parent was being moved back, hierarchy by hierarchy, can be left in some only.
     pub fn procs_anywhere(&self, job: &JobCgroup) -> Vec<u32> {
