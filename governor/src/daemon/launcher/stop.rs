@@ -156,6 +156,25 @@ impl Launcher {
                 l.info.message = "saved for a move; the same command resumes it".into();
             }
         }
+        if l.saving
+            && !l.info.saved
+            && l.info.state == RunState::Exited
+            && l.save_signal.is_some()
+            // The status the supervisor passes on (128 + the signal, as a shell reports it).
+            && l.info.exit_code == l.save_signal.map(|s| 128 + s)
+        {
+            // Killed by the save signal itself: the job had no handler for it at that moment,
+            // before its program set one or in its own exit after its last epoch (a Python job
+            // the signal reaches during interpreter shutdown; seen on real Keras jobs). Its
+            // work is in its last checkpoint (or it starts over if it has none): resumed
+            // there, it loses at most the epoch under way, where "failed" would lose the job.
+            warn!(job = %exit.job_id, signal = ?l.save_signal, "a job asked to save was killed by its save signal; it resumes from its last checkpoint");
+            l.info.saved = true;
+            l.info.exit_code = None;
+            l.info.message =
+                "killed by its save signal (no handler at that moment); resumes from its last checkpoint"
+                    .into();
+        }
         if l.info.state == RunState::Exited
             && l.info.exit_code == Some(0)
             && !l.info.saved

@@ -651,6 +651,49 @@ async fn a_job_that_ends_on_its_own_while_asked_to_save_is_not_saved() {
     }
 }
 
+/// A job that has no handler for the save signal when it comes (before its program set one,
+/// or in its exit after its last epoch) dies of it: its last checkpoint resumes it, as a save
+/// would; it is not reported failed (which would lose the job).
+#[tokio::test]
+async fn a_job_killed_by_its_save_signal_is_resumed_from_its_checkpoint_not_failed() {
+    let mut bed = bed(Duration::from_secs(5));
+    let ckpt = bed.dir.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(ckpt.join("step"), "9\n").unwrap();
+    bed.prepare_group("nohandler-j8");
+    // `exec` makes the loop's shell the main process, with SIGUSR1's default action.
+    let mut s = start_job(
+        "j8",
+        "nohandler",
+        "echo running; exec /bin/sh -c 'while :; do sleep 0.05; done'",
+    );
+    s.checkpoint = Some(saves_to(&ckpt));
+    assert!(matches!(
+        bed.launcher.start(&bed.fs, s),
+        StartOutcome::Started(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let save = SaveJob {
+        job_id: "j8".into(),
+        reason: "specon".into(),
+    };
+    assert_eq!(bed.launcher.save(&bed.fs, &save), SaveAction::Signalled);
+    let exit = bed.next_exit().await;
+    bed.launcher.on_exit(&bed.fs, exit, Instant::now());
+    let job = bed.state("j8");
+    assert_eq!(
+        (job.state, job.exit_code, job.saved),
+        (RunState::Exited, None, true),
+        "{}",
+        job.message
+    );
+    assert!(
+        job.message.contains("killed by its save signal"),
+        "{}",
+        job.message
+    );
+}
+
 #[tokio::test]
 async fn a_save_for_a_job_without_a_checkpoint_is_refused_and_the_job_runs_on() {
     let mut bed = bed(Duration::from_secs(5));
