@@ -16,6 +16,11 @@ Quiet phases, as real jobs have them: ``--quiet-start S`` sleeps before the data
 (a checkpoint upload, a shard fetch). SIGINT ends training at the end of the current batch and
 the job exits 0 with its log complete (what Governor's finish-at-convergence sends).
 
+``--checkpoint-dir DIR`` makes the job movable by its own checkpoint, as a cluster job submitted
+with ``govctl submit --checkpoint-dir DIR`` must be: Keras's ``BackupAndRestore`` saves every
+epoch to DIR and resumes from it when the job is started again; SIGUSR1 (the node's save signal)
+ends training at the end of the current epoch (its backup written) and the job exits 0.
+
 ``--probe TASK[,TASK...]`` trains nothing to the end: it times a few epochs of each task alone and
 prints ``{"TASK": seconds_per_epoch, ...}``, so that the demo sizes its jobs to this machine.
 """
@@ -43,6 +48,7 @@ parser.add_argument("--summary", default="")
 parser.add_argument("--times", default="", help="side file: 'epoch unix_time loss val_loss' per epoch")
 parser.add_argument("--quiet-start", type=float, default=0.0)
 parser.add_argument("--pause", default="", help="EPOCH:SECONDS")
+parser.add_argument("--checkpoint-dir", default="", help="save every epoch here, resume from it; SIGUSR1 saves and exits 0")
 args = parser.parse_args()
 if not args.log and not args.probe:
     parser.error("--log is required")
@@ -138,7 +144,7 @@ if args.probe:
 
 x, y, model = make(args.task)
 
-stop = {"asked": False}
+stop = {"asked": False, "save": False}
 
 
 class Control(keras.callbacks.Callback):
@@ -149,6 +155,9 @@ class Control(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
+        if stop["save"]:
+            # BackupAndRestore (first in the list) has written this epoch.
+            self.model.stop_training = True
         if times is not None:
             logs = logs or {}
             times.write(f"{epoch + 1} {time.time():.3f} {logs.get('loss', float('nan'))} {logs.get('val_loss', float('nan'))}\n")
@@ -163,8 +172,18 @@ def on_sigint(signum, frame):
     stop["asked"] = True
 
 
+def on_sigusr1(signum, frame):
+    stop["save"] = True
+
+
 signal.signal(signal.SIGINT, on_sigint)
+signal.signal(signal.SIGUSR1, on_sigusr1)
 times = open(args.times, "a", buffering=1) if args.times else None
+# A resumed job appends to its log: the epochs before the move stay in it.
+callbacks = [keras.callbacks.CSVLogger(args.log, append=bool(args.checkpoint_dir)), Control()]
+if args.checkpoint_dir:
+    # Kept at the end of training: the node tells a save from the job's own end by it.
+    callbacks.insert(0, keras.callbacks.BackupAndRestore(args.checkpoint_dir, delete_checkpoint=False))
 history = model.fit(
     x,
     y,
@@ -172,7 +191,7 @@ history = model.fit(
     batch_size=args.batch,
     validation_split=0.2,
     verbose=0,
-    callbacks=[keras.callbacks.CSVLogger(args.log), Control()],
+    callbacks=callbacks,
 )
 if args.summary:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -182,7 +201,9 @@ if args.summary:
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
                 "epochs_done": len(history.history.get("loss", [])),
                 "stopped_early": stop["asked"],
+                "saved_for_a_move": stop["save"],
                 "wall_seconds": time.time() - STARTED,
+                "ended_at": time.time(),
             },
             f,
         )

@@ -31,6 +31,7 @@ use anyhow::{Context, Result};
 use governor_testbed::cmd;
 use serde::{Deserialize, Serialize};
 
+mod cluster;
 mod results;
 mod round;
 mod summary;
@@ -79,6 +80,11 @@ pub struct BenchRealArgs {
     /// The `+finish=` and `+sweep=` suffixes are simulated too (`fair+finish=5:0.001`).
     #[arg(long, value_delimiter = ',')]
     pub sim_policies: Vec<String>,
+    /// Run a cluster: a coordinator and this many node daemons, each pinned to its share of the
+    /// cores, with the papers' cluster workloads (procon, specon) and policies written
+    /// NODE/PLACEMENT (`fair` is fair/spread). 1 (the default): one daemon, no coordinator.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -92,7 +98,17 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| cmd::target_dir().join("bench-real"));
-    let all = workloads();
+    let env = if args.report_only {
+        None
+    } else {
+        Some(RealEnv::prepare(args.nodes > 1)?)
+    };
+    let all = if args.nodes > 1 {
+        cluster::workloads(&cluster::probe(env.as_ref(), &out)?, args.nodes)
+    } else {
+        workloads()
+    };
+    let names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
     let chosen: Vec<Workload> = if args.workload.iter().any(|w| w == "all") {
         all
     } else {
@@ -102,15 +118,12 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
                 all.iter()
                     .find(|w| &w.name == name)
                     .cloned()
-                    .with_context(|| {
-                        format!("no workload {name:?} (mixed, sweep, quiet, threads)")
-                    })?,
+                    .with_context(|| format!("no workload {name:?} ({})", names.join(", ")))?,
             );
         }
         v
     };
-    if !args.report_only {
-        let env = RealEnv::prepare()?;
+    if let Some(env) = &env {
         for w in &chosen {
             for rep in 1..=args.reps {
                 // Paired and alternating: fair first in odd repetitions, last in even ones, so
@@ -128,7 +141,19 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
                         continue;
                     }
                     eprintln!("== {} / {policy} / rep {rep}", w.name);
-                    let r = env.run_once(w, &policy, args.sizes, rep, &dir, &args.daemon_config)?;
+                    let r = if args.nodes > 1 {
+                        env.run_cluster_once(
+                            w,
+                            &policy,
+                            args.sizes,
+                            rep,
+                            &dir,
+                            args.nodes,
+                            &args.daemon_config,
+                        )?
+                    } else {
+                        env.run_once(w, &policy, args.sizes, rep, &dir, &args.daemon_config)?
+                    };
                     eprintln!(
                         "   makespan {:.1} s, avg JCT {:.1} s, avg TTQ {}, daemon CPU {:.2} s",
                         r.makespan,
@@ -141,7 +166,14 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
         }
     }
     for w in &chosen {
-        let report = aggregate(&out, w, &args.policies, &args.sim_policies, args.sizes)?;
+        let report = aggregate(
+            &out,
+            w,
+            &args.policies,
+            &args.sim_policies,
+            args.sizes,
+            args.nodes,
+        )?;
         let dir = out.join(&w.name);
         fs::create_dir_all(&dir)?;
         fs::write(dir.join("summary.md"), &report.markdown)?;

@@ -42,11 +42,17 @@ pub enum CgroupLayout {
 }
 
 impl RealEnv {
-    /// The benchmark's environment: the Python environment and the release daemon.
-    pub fn prepare() -> Result<RealEnv> {
+    /// The benchmark's environment: the Python environment and the release daemon (and, for a
+    /// cluster, the coordinator and govctl beside it).
+    pub fn prepare(cluster: bool) -> Result<RealEnv> {
         let python = python_env()?;
         eprintln!("== building the release daemon");
-        cmd::run(cmd::cargo().args(["build", "--release", "-p", "governor"]))?;
+        let mut build = cmd::cargo();
+        build.args(["build", "--release", "-p", "governor"]);
+        if cluster {
+            build.args(["-p", "coordinator"]);
+        }
+        cmd::run(&mut build)?;
         RealEnv::new(python, cmd::target_dir().join("release/governor"))
     }
 
@@ -296,26 +302,12 @@ impl RealEnv {
         let mut jobs = Vec::new();
         for j in &w.jobs {
             let (submitted, jct, ok) = ended[&j.name];
-            let curve = read_times(&dir.join(format!("{}.times", j.name)), wall0 + submitted);
-            let quality: Vec<(f64, f64)> = curve
-                .iter()
-                .map(|&(t, loss, val)| (t, if val.is_finite() { val } else { loss }))
-                .collect();
-            let summary: Option<serde_json::Value> =
-                fs::read_to_string(dir.join(format!("{}.summary.json", j.name)))
-                    .ok()
-                    .and_then(|s| serde_json::from_str(&s).ok());
-            jobs.push(JobResult {
-                name: j.name.clone(),
-                submitted,
-                jct,
-                ttq: time_to_quality(&quality, Direction::Minimise),
-                cpu_seconds: summary.as_ref().and_then(|s| s["cpu_seconds"].as_f64()),
-                epochs_done: curve.len() as u32,
-                exit_ok: ok,
-                curve,
-                cpu_timeline: timelines.remove(&j.name).unwrap_or_default(),
-            });
+            let (mut job, summary) = read_job(dir, &j.name, wall0, submitted);
+            job.jct = jct;
+            job.exit_ok = ok;
+            job.cpu_seconds = summary.as_ref().and_then(|s| s["cpu_seconds"].as_f64());
+            job.cpu_timeline = timelines.remove(&j.name).unwrap_or_default();
+            jobs.push(job);
         }
         Ok(RunResult {
             workload: w.name.clone(),
@@ -330,7 +322,7 @@ impl RealEnv {
 }
 
 /// The `governor.slice` groups (and their `jobs`) that exist in any hierarchy.
-fn governor_slices() -> Vec<PathBuf> {
+pub(super) fn governor_slices() -> Vec<PathBuf> {
     ["", "cpu", "cpuacct", "pids", "unified"]
         .iter()
         .flat_map(|m| {
@@ -344,7 +336,7 @@ fn governor_slices() -> Vec<PathBuf> {
 /// The daemon stops with its job groups removed but leaves the empty `governor.slice/jobs` it
 /// made: the benchmark removes those it created (never one that was there before its run; a
 /// group that is not empty cannot be removed).
-fn remove_new_empty_slices(before: &[PathBuf]) {
+pub(super) fn remove_new_empty_slices(before: &[PathBuf]) {
     for dir in governor_slices() {
         if !before.contains(&dir) {
             let _ = fs::remove_dir(&dir);
@@ -352,11 +344,43 @@ fn remove_new_empty_slices(before: &[PathBuf]) {
     }
 }
 
-fn unix_now() -> f64 {
+pub(super) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64()
+}
+
+/// What job `name` left in the run directory `dir`: its curve (`NAME.times`) and time to
+/// quality from `submitted` (seconds after the run's start at unix time `wall0`), and its
+/// exit summary (`NAME.summary.json`) if it wrote one. JCT, exit, CPU are the caller's.
+pub(super) fn read_job(
+    dir: &Path,
+    name: &str,
+    wall0: f64,
+    submitted: f64,
+) -> (JobResult, Option<serde_json::Value>) {
+    let curve = read_times(&dir.join(format!("{name}.times")), wall0 + submitted);
+    let quality: Vec<(f64, f64)> = curve
+        .iter()
+        .map(|&(t, loss, val)| (t, if val.is_finite() { val } else { loss }))
+        .collect();
+    let summary: Option<serde_json::Value> =
+        fs::read_to_string(dir.join(format!("{name}.summary.json")))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok());
+    let job = JobResult {
+        name: name.to_owned(),
+        submitted,
+        jct: f64::NAN,
+        ttq: time_to_quality(&quality, Direction::Minimise),
+        cpu_seconds: None,
+        epochs_done: curve.len() as u32,
+        exit_ok: false,
+        curve,
+        cpu_timeline: Vec::new(),
+    };
+    (job, summary)
 }
 
 /// `epoch unix_time loss val_loss` lines as (seconds since `origin`, loss, val_loss).
@@ -380,7 +404,7 @@ pub(super) fn read_times(path: &Path, origin: f64) -> Vec<(f64, f64, f64)> {
 }
 
 /// SIGTERM (the daemon restores every limit), then wait.
-fn stop(child: &mut Child) {
+pub(super) fn stop(child: &mut Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

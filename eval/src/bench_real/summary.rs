@@ -76,6 +76,7 @@ pub(super) fn aggregate(
     policies: &[String],
     sim_policies: &[String],
     sizes: Sizes,
+    nodes: usize,
 ) -> Result<Report> {
     let fair = load_runs(out, w, "fair", sizes);
     if fair.is_empty() {
@@ -219,10 +220,20 @@ pub(super) fn aggregate(
         md.push_str(&sweep_table(&fair, &all_runs));
     }
     md.push_str(&per_job_md);
-    let cores = std::thread::available_parallelism().map_or(2.0, |n| n.get() as f64);
-    let (calibration_md, calibration) =
-        calibrate::report(out, w, &fair, &all_runs, sim_policies, sizes, cores)?;
-    md.push_str(&calibration_md);
+    // govsim's calibration models one machine: a cluster run says where its jobs went instead.
+    let calibration = if nodes > 1 {
+        let policies: Vec<String> = std::iter::once("fair".to_owned())
+            .chain(policies.iter().cloned())
+            .collect();
+        md.push_str(&super::cluster::placements_md(out, w, &policies, sizes));
+        serde_json::Value::Null
+    } else {
+        let cores = std::thread::available_parallelism().map_or(2.0, |n| n.get() as f64);
+        let (calibration_md, calibration) =
+            calibrate::report(out, w, &fair, &all_runs, sim_policies, sizes, cores)?;
+        md.push_str(&calibration_md);
+        calibration
+    };
     Ok(Report {
         markdown: md,
         json: serde_json::json!({

@@ -1,0 +1,640 @@
+//! `bench-real --nodes N`: the seed papers' cluster experiments at reduced scale, on this
+//! machine's real cores. A coordinator on loopback and N node daemons, each pinned to its own
+//! share of the cores (`taskset`: every job a node starts inherits its CPUs) and declaring that
+//! many cores (`[node] cores`); jobs are submitted with `govctl submit` at their arrival times and
+//! placed, governed, and (for SpeCon) moved by their own Keras checkpoint, by the real binaries.
+//!
+//! A policy here is `NODE/PLACEMENT` (`fair/usage`, `fair/procon`, `specon/specon`,
+//! `learning-first/soonest`); `fair` is `fair/spread`, the papers' Docker Swarm / Kubernetes
+//! spread with kernel default shares, the baseline every other policy is paired with (as in
+//! govsim's `paper` scenarios).
+//!
+//! The nodes share one kernel, so what they cannot show is a network between them: a move's
+//! checkpoint is on the same disk (the "shared storage" case of docs/cluster.md). Each daemon
+//! runs with `discovery.environment = false`, so it governs only the jobs its coordinator gave
+//! it (with discovery on, each would also find the other's jobs by their `GOVERNOR_LOG`).
+//!
+//! Sizes come from a measurement, not constants: one epoch of the workload's model is timed on
+//! one core (`train_keras.py --probe`, cached in the output directory), and each workload's
+//! epochs and arrival times are set from it so that its runs keep the paper's proportions
+//! (jobs per worker, arrival interval against a job's length) whatever this machine's speed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use governor_policy::spec::SpecText;
+use governor_testbed::cmd;
+use serde::{Deserialize, Serialize};
+
+use super::round::{read_job, remove_new_empty_slices, stop, unix_now};
+use super::workload::{Framework, JobPlan, Workload, job};
+use super::{RealEnv, RunResult, Sizes};
+
+/// Seconds one epoch of each task takes alone on one core, measured on this machine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Probe {
+    pub(super) epoch_seconds: BTreeMap<String, f64>,
+}
+
+/// The tasks the cluster workloads use.
+const PROBED: &str = "digits_cnn,digits,teacher";
+
+/// The node policy and the placement of a cluster benchmark policy.
+pub(super) fn cluster_spec(policy: &str) -> Result<(String, String)> {
+    if policy == "fair" {
+        return Ok(("fair".into(), "spread".into()));
+    }
+    let spec: SpecText = policy
+        .parse()
+        .with_context(|| format!("policy {policy:?}"))?;
+    let placement = spec.placement.clone().with_context(|| {
+        format!("{policy:?}: a cluster policy is NODE/PLACEMENT, e.g. fair/procon")
+    })?;
+    Ok((spec.node, placement))
+}
+
+/// Times the workloads' tasks (once; kept in `out/probe.json`).
+pub(super) fn probe(env: Option<&RealEnv>, out: &Path) -> Result<Probe> {
+    let path = out.join("probe.json");
+    if let Ok(text) = fs::read_to_string(&path) {
+        return serde_json::from_str(&text).with_context(|| format!("{}", path.display()));
+    }
+    let Some(env) = env else {
+        bail!("no {} (run without --report-only first)", path.display());
+    };
+    eprintln!("== timing one epoch of {PROBED} alone on one core");
+    let text = cmd::output(
+        Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(&env.python)
+            .arg(env.scripts.join("train_keras.py"))
+            .args(["--probe", PROBED])
+            .env("TF_CPP_MIN_LOG_LEVEL", "2"),
+    )?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("the probe printed no JSON")?;
+    let p = Probe {
+        epoch_seconds: serde_json::from_str(line).context("the probe's JSON")?,
+    };
+    fs::create_dir_all(out)?;
+    fs::write(&path, serde_json::to_string_pretty(&p)?)?;
+    Ok(p)
+}
+
+/// The cluster workloads, sized by `probe` for `nodes` nodes.
+pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
+    let epochs_for = |task: &str, seconds: f64| -> u32 {
+        let per = probe
+            .epoch_seconds
+            .get(task)
+            .copied()
+            .unwrap_or(1.0)
+            .max(0.01);
+        ((seconds / per).round() as u32).clamp(3, 400)
+    };
+    // ProCon Fig. 2a: 15 copies of one model (VGG16), one every 60 s, on 4 workers: 3.75 jobs per
+    // worker, each about 1500 s alone (6000 CPU-s on 4 vCPUs), so the interval is 4% of a job.
+    let alone = 20.0;
+    let procon_jobs = (nodes as f64 * 3.75).round() as usize;
+    let procon = Workload {
+        name: "procon".into(),
+        about: format!(
+            "ProCon Fig. 2a at reduced scale: {procon_jobs} copies of one model (a CNN, ~{alone:.0} s \
+             alone), one every {:.1} s (4% of a job, as 60 s of 1500 s) on {nodes} one-core nodes",
+            alone * 0.04
+        ),
+        jobs: (0..procon_jobs)
+            .map(|k| {
+                job(
+                    &format!("cnn{}", k + 1),
+                    k as f64 * alone * 0.04,
+                    Framework::Keras,
+                    epochs_for("digits_cnn", alone),
+                    &[
+                        "--task",
+                        "digits_cnn",
+                        "--lr",
+                        "1e-3",
+                        "--seed",
+                        &(k + 1).to_string(),
+                    ],
+                )
+            })
+            .collect(),
+    };
+    // SpeCon Fig. 6: 20 jobs of mixed models at random times in [0, 300] s on 4 workers, most of
+    // them converging well before their last epoch. Reduced: 3 jobs per node, mixed convergence
+    // speeds, spread over the first 40% of a job's length (fixed offsets: every policy and
+    // repetition sees the same arrivals).
+    let specon_jobs = nodes * 3;
+    let kinds: [(&str, &str, &str, f64); 3] = [
+        ("fast", "digits", "3e-3", 18.0),
+        ("cnn", "digits_cnn", "1e-3", 22.0),
+        ("slow", "teacher", "3e-4", 26.0),
+    ];
+    let specon = Workload {
+        name: "specon".into(),
+        about: format!(
+            "SpeCon Fig. 6 at reduced scale: {specon_jobs} jobs of three convergence speeds \
+             (18-26 s alone) arriving over the first 12 s on {nodes} one-core nodes, each \
+             movable by its Keras checkpoint"
+        ),
+        jobs: (0..specon_jobs)
+            .map(|k| {
+                let (name, task, lr, secs) = kinds[k % kinds.len()];
+                // A fixed scatter of arrivals in [0, 12] s (golden-ratio steps).
+                let at = ((k as f64 * 0.618_034).fract() * 12.0 * 10.0).round() / 10.0;
+                job(
+                    &format!("{name}{}", k / kinds.len() + 1),
+                    at,
+                    Framework::Keras,
+                    epochs_for(task, secs),
+                    &["--task", task, "--lr", lr, "--seed", &(k + 1).to_string()],
+                )
+            })
+            .collect(),
+    };
+    vec![procon, specon]
+}
+
+/// The CPUs of node `k` of `nodes` among `cpus` (contiguous, as even as they divide).
+pub(super) fn node_cpus(k: usize, nodes: usize, cpus: usize) -> std::ops::Range<usize> {
+    let per = cpus / nodes;
+    k * per..(k + 1) * per
+}
+
+/// A coordinator and its nodes, stopped when dropped.
+struct Bed {
+    coordinator: Child,
+    daemons: Vec<Child>,
+    address: String,
+    govctl: PathBuf,
+}
+
+impl Bed {
+    fn govctl(&self) -> Command {
+        let mut c = Command::new(&self.govctl);
+        // The nodes allow root's jobs (`allow_root_jobs`): this benchmark runs as root.
+        c.env("USER", "root")
+            .args(["--coordinator", &self.address, "--insecure"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+
+    /// The coordinator's jobs (`govctl --json jobs --all`), if it answers.
+    fn jobs(&self) -> Option<Vec<serde_json::Value>> {
+        let out = self
+            .govctl()
+            .args(["--json", "jobs", "--all"])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()?
+            .as_array()
+            .cloned()
+    }
+}
+
+fn is_finished(job: &serde_json::Value) -> bool {
+    matches!(
+        job["status"].as_str(),
+        Some("completed" | "failed" | "cancelled")
+    )
+}
+
+impl Drop for Bed {
+    /// A run cut short (an error, a job that failed) leaves no job behind: a node's jobs
+    /// outlive its daemon by design, so they are cancelled through the coordinator first.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Some(jobs) = self.jobs() {
+            let open: Vec<&serde_json::Value> = jobs.iter().filter(|j| !is_finished(j)).collect();
+            if open.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            for j in open {
+                if let Some(id) = j["id"].as_str() {
+                    let _ = self
+                        .govctl()
+                        .args(["cancel", id])
+                        .stdout(Stdio::null())
+                        .status();
+                }
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        for d in &mut self.daemons {
+            stop(d);
+        }
+        let _ = self.coordinator.kill();
+        let _ = self.coordinator.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl RealEnv {
+    fn start_bed(
+        &self,
+        node_policy: &str,
+        placement: &str,
+        nodes: usize,
+        dir: &Path,
+        extra_config: &[String],
+    ) -> Result<Bed> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < nodes {
+            bail!("{nodes} nodes need at least {nodes} CPUs; this machine has {cpus}");
+        }
+        let port = free_port()?;
+        let address = format!("127.0.0.1:{port}");
+        let log = fs::File::create(dir.join("coordinator.log"))?;
+        // Moves as govsim's cluster runs them (`sim/src/cluster/driver.rs`): a node's request
+        // acted on at once, each job moved at most once, no payoff gate (a policy's own rules,
+        // not the coordinator's safeguards, are what is compared).
+        let coordinator_config = dir.join("coordinator.toml");
+        fs::write(
+            &coordinator_config,
+            "[state]
+move_after_s = 0.0
+move_cooldown_s = 0.0
+move_payoff = 0.0
+max_auto_moves = 1
+",
+        )?;
+        let coordinator = Command::new(self.governor.with_file_name("coordinator"))
+            .arg("--config")
+            .arg(&coordinator_config)
+            .args(["--insecure", "--lost-after", "10", "--policy", placement])
+            .arg("--listen")
+            .arg(&address)
+            .arg("--store")
+            .arg(dir.join("coordinator.redb"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot start the coordinator (cargo build --release -p coordinator)")?;
+        let mut bed = Bed {
+            coordinator,
+            daemons: Vec::new(),
+            address,
+            govctl: self.governor.with_file_name("govctl"),
+        };
+        for k in 0..nodes {
+            let nd = dir.join(format!("node{}", k + 1));
+            fs::create_dir_all(nd.join("jobs.d"))?;
+            let range = node_cpus(k, nodes, cpus);
+            let mut text = format!(
+                "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{d}/governor.sock\"\npolicy = \"{node_policy}\"\n",
+                d = nd.display()
+            );
+            for line in extra_config {
+                text.push_str(line);
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[node]\nname = \"node{}\"\ncores = {}\n[discovery]\nenvironment = false\n\
+                 [coordinator]\naddress = \"{}\"\ninsecure = true\nallow_root_jobs = true\njob_output_dir = \"{}\"\n",
+                k + 1,
+                range.len(),
+                bed.address,
+                nd.join("job-output").display()
+            ));
+            let config = nd.join("governor.toml");
+            fs::write(&config, text)?;
+            let log = fs::File::create(nd.join("daemon.log"))?;
+            let cpu_list = format!("{}-{}", range.start, range.end - 1);
+            let child = Command::new("taskset")
+                .args(["-c", &cpu_list])
+                .arg(&self.governor)
+                .arg("daemon")
+                .arg("--config")
+                .arg(&config)
+                .env("GOVERNOR_LOG_LEVEL", "governor=info")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("cannot start a node daemon")?;
+            bed.daemons.push(child);
+        }
+        // Every node registered and ready.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = bed
+                .govctl()
+                .args(["--json", "nodes"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+                .and_then(|v| v.as_array().map(|a| a.len()))
+                .unwrap_or(0);
+            if ready >= nodes {
+                return Ok(bed);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{ready} of {nodes} nodes registered within 30 s; see {}",
+                    dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// One run of workload `w` under `policy` (`NODE/PLACEMENT`) on `nodes` nodes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_cluster_once(
+        &self,
+        w: &Workload,
+        policy: &str,
+        sizes: Sizes,
+        rep: u32,
+        dir: &Path,
+        nodes: usize,
+        extra_config: &[String],
+    ) -> Result<RunResult> {
+        let (node_policy, placement) = cluster_spec(policy)?;
+        let _ = fs::remove_dir_all(dir);
+        fs::create_dir_all(dir)?;
+        // The nodes take absolute paths only (a job's log, its checkpoint).
+        let dir = &fs::canonicalize(dir)?;
+        let slices_before = super::round::governor_slices();
+        let result = self
+            .start_bed(&node_policy, &placement, nodes, dir, extra_config)
+            .and_then(|mut bed| self.drive_cluster(w, policy, sizes, rep, dir, &mut bed));
+        remove_new_empty_slices(&slices_before);
+        let r = result?;
+        fs::write(dir.join("run.json"), serde_json::to_string_pretty(&r)?)?;
+        Ok(r)
+    }
+
+    fn submit(&self, bed: &Bed, j: &JobPlan, sizes: Sizes, dir: &Path) -> Result<()> {
+        let script = match j.framework {
+            Framework::Keras => "train_keras.py",
+            Framework::Sklearn => bail!("cluster workloads run Keras jobs"),
+        };
+        let log = dir.join(format!("{}.log", j.name));
+        let mut c = bed.govctl();
+        // The progress signal is the validation loss, the one time to quality is measured on:
+        // the training loss of these small models keeps falling by more than SpeCon's 1% an
+        // interval long after they stopped generalising better, so SpeCon never saw one
+        // converge on it (measured 2026-11-30).
+        c.args([
+            "submit", "--name", &j.name, "--user", "root", "--metric", "val_loss",
+        ])
+        .arg("--log")
+        .arg(&log)
+        .arg("--checkpoint-dir")
+        .arg(dir.join(format!("{}.ckpt", j.name)));
+        if sizes == Sizes::Known {
+            c.args(["--epochs", &j.epochs.to_string()]);
+        }
+        c.arg("--")
+            .arg(&self.python)
+            .arg(self.scripts.join(script))
+            .args(["--epochs", &j.epochs.to_string()])
+            .arg("--log")
+            .arg(&log)
+            .arg("--times")
+            .arg(dir.join(format!("{}.times", j.name)))
+            .arg("--summary")
+            .arg(dir.join(format!("{}.summary.json", j.name)))
+            .arg("--checkpoint-dir")
+            .arg(dir.join(format!("{}.ckpt", j.name)))
+            .args(&j.args);
+        cmd::output(&mut c).map(|_| ())
+    }
+
+    fn drive_cluster(
+        &self,
+        w: &Workload,
+        policy: &str,
+        sizes: Sizes,
+        rep: u32,
+        dir: &Path,
+        bed: &mut Bed,
+    ) -> Result<RunResult> {
+        let t0 = Instant::now();
+        let wall0 = unix_now();
+        let mut pending: Vec<&JobPlan> = w.jobs.iter().collect();
+        pending.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let mut submitted: BTreeMap<String, f64> = BTreeMap::new();
+        let mut finished: BTreeMap<String, (String, f64)> = BTreeMap::new();
+        let mut placements: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut status_log = fs::File::create(dir.join("status.jsonl"))?;
+        let mut next_status = 0.0;
+        let deadline = Duration::from_secs(1800);
+        loop {
+            let now = t0.elapsed().as_secs_f64();
+            while pending.first().is_some_and(|j| j.at <= now) {
+                let j = pending.remove(0);
+                submitted.insert(j.name.clone(), unix_now() - wall0);
+                self.submit(bed, j, sizes, dir)
+                    .with_context(|| format!("submitting {}", j.name))?;
+            }
+            if now >= next_status {
+                next_status = now + 1.0;
+                if let Some(jobs) = bed.jobs() {
+                    use std::io::Write as _;
+                    let _ = writeln!(
+                        status_log,
+                        "{{\"t\":{now:.2},\"jobs\":{}}}",
+                        serde_json::Value::Array(jobs.clone())
+                    );
+                    for j in &jobs {
+                        let name = j["name"].as_str().unwrap_or_default().to_owned();
+                        if let Some(node) = j["members"][0]["node"].as_str()
+                            && !node.is_empty()
+                        {
+                            let seen = placements.entry(name.clone()).or_default();
+                            if seen.last().map(String::as_str) != Some(node) {
+                                seen.push(node.to_owned());
+                            }
+                        }
+                        let status = j["status"].as_str().unwrap_or_default();
+                        if is_finished(j) {
+                            let end = j["finished_at_unix"].as_f64().unwrap_or(wall0 + now);
+                            finished
+                                .entry(name)
+                                .or_insert((status.to_owned(), end - wall0));
+                        }
+                    }
+                }
+            }
+            if pending.is_empty() && finished.len() >= w.jobs.len() {
+                break;
+            }
+            for (k, d) in bed.daemons.iter_mut().enumerate() {
+                if let Some(status) = d.try_wait()? {
+                    bail!(
+                        "node{}'s daemon exited during the run ({status}); see {}",
+                        k + 1,
+                        dir.join(format!("node{}/daemon.log", k + 1)).display()
+                    );
+                }
+            }
+            if t0.elapsed() > deadline {
+                bail!("the workload did not finish within {deadline:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut jobs = Vec::new();
+        let mut makespan: f64 = 0.0;
+        for j in &w.jobs {
+            let submitted_at = submitted[&j.name];
+            let (status, coordinator_end) = finished[&j.name].clone();
+            let (mut job, summary) = read_job(dir, &j.name, wall0, submitted_at);
+            // The job's own clock at its exit; the coordinator's (a report later) otherwise.
+            let end = summary
+                .as_ref()
+                .and_then(|s| s["ended_at"].as_f64())
+                .map_or(coordinator_end, |t| t - wall0);
+            let moved = placements
+                .get(&j.name)
+                .map_or(0, |p| p.len().saturating_sub(1));
+            makespan = makespan.max(end);
+            job.jct = end - submitted_at;
+            job.exit_ok = status == "completed";
+            // A moved job's summary covers its last stretch only.
+            job.cpu_seconds = summary
+                .as_ref()
+                .filter(|_| moved == 0)
+                .and_then(|s| s["cpu_seconds"].as_f64());
+            jobs.push(job);
+        }
+        fs::write(
+            dir.join("placements.json"),
+            serde_json::to_string_pretty(&placements)?,
+        )?;
+        Ok(RunResult {
+            workload: w.name.clone(),
+            policy: policy.to_owned(),
+            rep,
+            sizes,
+            makespan,
+            daemon_cpu_seconds: 0.0,
+            jobs,
+        })
+    }
+}
+
+/// Where each run's jobs ran (`placements.json`): the jobs of each node, and the moves.
+pub(super) fn placements_md(out: &Path, w: &Workload, policies: &[String], sizes: Sizes) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::from(
+        "\nWhere the jobs ran (each node's jobs in arrival order; a move as `job: from → to`):\n\n\
+         | policy | rep | nodes | moves |\n| --- | ---: | --- | --- |\n",
+    );
+    let arrival: Vec<&str> = {
+        let mut jobs: Vec<&JobPlan> = w.jobs.iter().collect();
+        jobs.sort_by(|a, b| a.at.total_cmp(&b.at));
+        jobs.iter().map(|j| j.name.as_str()).collect()
+    };
+    for policy in policies {
+        for rep in 1..=50 {
+            let dir = super::run_dir(out, w, policy, sizes, rep);
+            let Ok(text) = fs::read_to_string(dir.join("placements.json")) else {
+                continue;
+            };
+            let Ok(placed) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
+                continue;
+            };
+            let mut by_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for job in &arrival {
+                if let Some(first) = placed.get(*job).and_then(|p| p.first()) {
+                    by_node.entry(first).or_default().push(job);
+                }
+            }
+            let nodes: Vec<String> = by_node
+                .iter()
+                .map(|(n, jobs)| format!("{n}: {}", jobs.join(", ")))
+                .collect();
+            let moves: Vec<String> = placed
+                .iter()
+                .filter(|(_, p)| p.len() > 1)
+                .map(|(j, p)| format!("{j}: {}", p.join(" → ")))
+                .collect();
+            let _ = writeln!(
+                md,
+                "| {policy} | {rep} | {} | {} |",
+                nodes.join("; "),
+                if moves.is_empty() {
+                    "-".to_owned()
+                } else {
+                    moves.join("; ")
+                }
+            );
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_is_spread_with_default_shares_and_others_name_both_halves() {
+        assert_eq!(
+            cluster_spec("fair").unwrap(),
+            ("fair".to_owned(), "spread".to_owned())
+        );
+        assert_eq!(
+            cluster_spec("specon/specon").unwrap(),
+            ("specon".to_owned(), "specon".to_owned())
+        );
+        assert_eq!(
+            cluster_spec("specon:interval=5/specon").unwrap(),
+            ("specon:interval=5".to_owned(), "specon".to_owned())
+        );
+        assert!(cluster_spec("procon").is_err(), "no placement named");
+    }
+
+    #[test]
+    fn nodes_get_disjoint_cpus() {
+        assert_eq!(node_cpus(0, 2, 2), 0..1);
+        assert_eq!(node_cpus(1, 2, 2), 1..2);
+        assert_eq!(node_cpus(1, 2, 5), 2..4);
+    }
+
+    #[test]
+    fn workloads_scale_with_the_measured_epoch() {
+        let fast = Probe {
+            epoch_seconds: [("digits_cnn".to_owned(), 0.5)].into(),
+        };
+        let slow = Probe {
+            epoch_seconds: [("digits_cnn".to_owned(), 1.5)].into(),
+        };
+        let (f, s) = (&workloads(&fast, 2)[0], &workloads(&slow, 2)[0]);
+        assert_eq!(
+            f.jobs.len(),
+            8,
+            "3.75 jobs per node, as the paper's 15 on 4"
+        );
+        // A job of ~20 s alone, whatever an epoch costs.
+        assert_eq!(f.jobs[0].epochs, 40);
+        assert_eq!(s.jobs[0].epochs, 13);
+        assert!(
+            (f.jobs[1].at - 0.8).abs() < 1e-9 && (s.jobs[1].at - 0.8).abs() < 1e-9,
+            "one every 4% of a job"
+        );
+    }
+}
