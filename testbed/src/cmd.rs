@@ -222,3 +222,11 @@ pub fn python_venv(
     eprintln!("   installed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(python)
 }
+
+/// A free TCP port on localhost (bound and released: a race with another program is possible
+/// but harmless here, the start then fails loudly).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

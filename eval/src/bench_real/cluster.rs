@@ -30,9 +30,9 @@ use governor_policy::spec::SpecText;
 use governor_testbed::cmd;
 use serde::{Deserialize, Serialize};
 
-use super::round::{read_job, remove_new_empty_slices, stop, unix_now};
+use super::round::{job_result, read_summary, remove_new_empty_slices, stop, unix_now};
 use super::workload::{Framework, JobPlan, Workload, job};
-use super::{RealEnv, RunResult, Sizes};
+use super::{JobResult, RealEnv, RunResult, Sizes};
 
 /// Seconds one epoch of each task takes alone on one core, measured on this machine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -107,7 +107,7 @@ pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
         name: "procon".into(),
         about: format!(
             "ProCon Fig. 2a at reduced scale: {procon_jobs} copies of one model (a CNN, ~{alone:.0} s \
-             alone), one every {:.1} s (4% of a job, as 60 s of 1500 s) on {nodes} one-core nodes",
+             alone), one every {:.1} s (4% of a job, as 60 s of 1500 s) on {nodes} nodes",
             alone * 0.04
         ),
         jobs: (0..procon_jobs)
@@ -131,8 +131,8 @@ pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
     };
     // SpeCon Fig. 6: 20 jobs of mixed models at random times in [0, 300] s on 4 workers, most of
     // them converging well before their last epoch. Reduced: 3 jobs per node, mixed convergence
-    // speeds, spread over the first 40% of a job's length (fixed offsets: every policy and
-    // repetition sees the same arrivals).
+    // speeds, arriving over the first 12 s, about half a job's length alone (fixed offsets:
+    // every policy and repetition sees the same arrivals).
     let specon_jobs = nodes * 3;
     let kinds: [(&str, &str, &str, f64); 3] = [
         ("fast", "digits", "3e-3", 18.0),
@@ -143,7 +143,7 @@ pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
         name: "specon".into(),
         about: format!(
             "SpeCon Fig. 6 at reduced scale: {specon_jobs} jobs of three convergence speeds \
-             (18-26 s alone) arriving over the first 12 s on {nodes} one-core nodes, each \
+             (18-26 s alone) arriving over the first 12 s on {nodes} nodes, each \
              movable by its Keras checkpoint"
         ),
         jobs: (0..specon_jobs)
@@ -242,12 +242,6 @@ impl Drop for Bed {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 impl RealEnv {
     fn start_bed(
         &self,
@@ -261,7 +255,7 @@ impl RealEnv {
         if cpus < nodes {
             bail!("{nodes} nodes need at least {nodes} CPUs; this machine has {cpus}");
         }
-        let port = free_port()?;
+        let port = cmd::free_port()?;
         let address = format!("127.0.0.1:{port}");
         let log = fs::File::create(dir.join("coordinator.log"))?;
         // Moves as govsim's cluster runs them (`sim/src/cluster/driver.rs`): a node's request
@@ -334,7 +328,7 @@ max_auto_moves = 1
                 .context("cannot start a node daemon")?;
             bed.daemons.push(child);
         }
-        // Every node registered and ready.
+        // Every node registered.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = bed
@@ -501,7 +495,7 @@ max_auto_moves = 1
         for j in &w.jobs {
             let submitted_at = submitted[&j.name];
             let (status, coordinator_end) = finished[&j.name].clone();
-            let (mut job, summary) = read_job(dir, &j.name, wall0, submitted_at);
+            let summary = read_summary(dir, &j.name);
             // The job's own clock at its exit; the coordinator's (a report later) otherwise.
             let end = summary
                 .as_ref()
@@ -511,14 +505,21 @@ max_auto_moves = 1
                 .get(&j.name)
                 .map_or(0, |p| p.len().saturating_sub(1));
             makespan = makespan.max(end);
-            job.jct = end - submitted_at;
-            job.exit_ok = status == "completed";
-            // A moved job's summary covers its last stretch only.
-            job.cpu_seconds = summary
-                .as_ref()
-                .filter(|_| moved == 0)
-                .and_then(|s| s["cpu_seconds"].as_f64());
-            jobs.push(job);
+            jobs.push(JobResult {
+                // A moved job's summary covers its last stretch only.
+                cpu_seconds: summary
+                    .as_ref()
+                    .filter(|_| moved == 0)
+                    .and_then(|s| s["cpu_seconds"].as_f64()),
+                ..job_result(
+                    dir,
+                    &j.name,
+                    wall0,
+                    submitted_at,
+                    end - submitted_at,
+                    status == "completed",
+                )
+            });
         }
         fs::write(
             dir.join("placements.json"),

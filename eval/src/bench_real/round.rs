@@ -302,12 +302,12 @@ impl RealEnv {
         let mut jobs = Vec::new();
         for j in &w.jobs {
             let (submitted, jct, ok) = ended[&j.name];
-            let (mut job, summary) = read_job(dir, &j.name, wall0, submitted);
-            job.jct = jct;
-            job.exit_ok = ok;
-            job.cpu_seconds = summary.as_ref().and_then(|s| s["cpu_seconds"].as_f64());
-            job.cpu_timeline = timelines.remove(&j.name).unwrap_or_default();
-            jobs.push(job);
+            let summary = read_summary(dir, &j.name);
+            jobs.push(JobResult {
+                cpu_seconds: summary.as_ref().and_then(|s| s["cpu_seconds"].as_f64()),
+                cpu_timeline: timelines.remove(&j.name).unwrap_or_default(),
+                ..job_result(dir, &j.name, wall0, submitted, jct, ok)
+            });
         }
         Ok(RunResult {
             workload: w.name.clone(),
@@ -351,36 +351,40 @@ pub(super) fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
-/// What job `name` left in the run directory `dir`: its curve (`NAME.times`) and time to
-/// quality from `submitted` (seconds after the run's start at unix time `wall0`), and its
-/// exit summary (`NAME.summary.json`) if it wrote one. JCT, exit, CPU are the caller's.
-pub(super) fn read_job(
+/// The exit summary job `name` wrote in the run directory `dir` (`NAME.summary.json`), if any.
+pub(super) fn read_summary(dir: &Path, name: &str) -> Option<serde_json::Value> {
+    fs::read_to_string(dir.join(format!("{name}.summary.json")))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+}
+
+/// Job `name`'s result from its curve in the run directory `dir` (`NAME.times`): its time to
+/// quality counted from `submitted` (seconds after the run's start at unix time `wall0`); no
+/// CPU figures (the caller's).
+pub(super) fn job_result(
     dir: &Path,
     name: &str,
     wall0: f64,
     submitted: f64,
-) -> (JobResult, Option<serde_json::Value>) {
+    jct: f64,
+    exit_ok: bool,
+) -> JobResult {
     let curve = read_times(&dir.join(format!("{name}.times")), wall0 + submitted);
     let quality: Vec<(f64, f64)> = curve
         .iter()
         .map(|&(t, loss, val)| (t, if val.is_finite() { val } else { loss }))
         .collect();
-    let summary: Option<serde_json::Value> =
-        fs::read_to_string(dir.join(format!("{name}.summary.json")))
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok());
-    let job = JobResult {
+    JobResult {
         name: name.to_owned(),
         submitted,
-        jct: f64::NAN,
+        jct,
         ttq: time_to_quality(&quality, Direction::Minimise),
         cpu_seconds: None,
         epochs_done: curve.len() as u32,
-        exit_ok: false,
+        exit_ok,
         curve,
         cpu_timeline: Vec::new(),
-    };
-    (job, summary)
+    }
 }
 
 /// `epoch unix_time loss val_loss` lines as (seconds since `origin`, loss, val_loss).

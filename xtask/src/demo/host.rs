@@ -732,7 +732,7 @@ impl PageCoordinator {
         fs::create_dir_all(dir)?;
         let store = dir.join("coordinator.redb");
         let _ = fs::remove_file(&store);
-        let (listen, web) = (free_port()?, free_port()?);
+        let (listen, web) = (cmd::free_port()?, cmd::free_port()?);
         let log = fs::File::create(dir.join("coordinator.log"))?;
         let child = Command::new(bin.join("coordinator"))
             .args(["--insecure", "--lost-after", "5"])
@@ -773,14 +773,6 @@ impl Drop for PageCoordinator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A free TCP port on localhost (bound and released: a race with another program is possible
-/// but harmless here, the start then fails loudly).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 #[cfg(test)]

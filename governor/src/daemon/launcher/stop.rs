@@ -155,13 +155,10 @@ impl Launcher {
                 l.info.saved = true;
                 l.info.message = "saved for a move; the same command resumes it".into();
             }
-        }
-        if l.saving
-            && !l.info.saved
+        } else if l.saving
             && l.info.state == RunState::Exited
-            && l.save_signal.is_some()
             // The status the supervisor passes on (128 + the signal, as a shell reports it).
-            && l.info.exit_code == l.save_signal.map(|s| 128 + s)
+            && l.save_signal.is_some_and(|s| l.info.exit_code == Some(128 + s))
         {
             // Killed by the save signal itself: the job had no handler for it at that moment,
             // before its program set one or in its own exit after its last epoch (a Python job
