@@ -10,7 +10,9 @@
 //! Each placement policy says how its jobs scale ([`Elasticity`]):
 //! - **ours** (`soonest` and the node-side papers' policies): grow when no job waits, shrink for
 //!   a waiting job of the same or higher priority. The cores a job grew into were idle, so any
-//!   job that arrives may have them back; growing while jobs wait would take their room.
+//!   job that arrives may have them back; growing while jobs wait would take their room. A job
+//!   grows on its node or moves to grow on another where it can hold more (a resize is a save
+//!   and a start again wherever it lands).
 //! - **Kubeflow** (DRAGON/OASIS): after every round, scale up every running job into the
 //!   residual resources (its `ScaleUp`, run at the end of each scheduling pass), and scale down
 //!   jobs of lower weight (priority) to admit a higher-priority job (its `ScaleDown`). The
@@ -166,9 +168,22 @@ pub fn grown_size(node: &NodeView, job: &ElasticJob) -> Option<f64> {
     (whole >= 1.0).then_some(job.cores + whole)
 }
 
-/// Grow jobs into the cores their nodes leave unreserved: higher priority first, then the
-/// earliest submitted; each straight to the largest size that fits, whole cores at a time.
-pub fn grow_into_idle(cluster: &ClusterView, jobs: &[ElasticJob]) -> Vec<Resize> {
+/// Grow jobs into the cores nodes leave unreserved: higher priority first, then the earliest
+/// submitted; each straight to the largest size that fits, whole cores at a time, on its own
+/// node or, where `may_move_to(job, node)` allows, on another node where it would hold at least
+/// one whole core more than it can at home (and its reserved memory fits).
+///
+/// Moving to grow is ours (`Grow::WhenNoneWait`): a resize is a save and a start again
+/// wherever it lands, so a job shrunk to make room for a newcomer must not stay small beside a
+/// node that has emptied since (`govsim elastic`'s `kubeflow-4`: the cores of the node that
+/// emptied idled until the end). Kubeflow's and DRAGON's scale-up grow jobs in place (pass
+/// `|_, _| false`). A job that moves keeps its reservation on its source in this round: those
+/// cores are free only once it has saved, so no other job grows into them before then.
+pub fn grow_into_idle(
+    cluster: &ClusterView,
+    jobs: &[ElasticJob],
+    may_move_to: impl Fn(&ElasticJob, usize) -> bool,
+) -> Vec<Resize> {
     let mut view = cluster.clone();
     let mut order: Vec<&ElasticJob> = jobs.iter().filter(|j| j.cores < j.max_cores).collect();
     order.sort_by(|a, b| {
@@ -179,7 +194,58 @@ pub fn grow_into_idle(cluster: &ClusterView, jobs: &[ElasticJob]) -> Vec<Resize>
     });
     let mut resizes = Vec::new();
     for job in order {
-        let Some(to) = grown_size(&view.nodes[job.node], job) else {
+        let home = grown_size(&view.nodes[job.node], job);
+        let at_least = home.unwrap_or(job.cores) + 1.0 - EPS;
+        let reservation = view.nodes[job.node]
+            .jobs()
+            .iter()
+            .find(|j| j.id == job.id)
+            .cloned();
+        let memory = reservation
+            .as_ref()
+            .and_then(|r| r.requested_memory_bytes)
+            .unwrap_or(0);
+        let away = view
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| {
+                *i != job.node && n.unreserved_memory() >= memory && may_move_to(job, *i)
+            })
+            .filter_map(|(i, n)| {
+                let arriving = ElasticJob {
+                    cores: 0.0,
+                    ..job.clone()
+                };
+                Some((i, grown_size(n, &arriving)?))
+            })
+            .filter(|(_, to)| *to >= at_least)
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        if let Some((target, to)) = away {
+            let mut held = reservation.unwrap_or_else(|| {
+                crate::JobView::running(job.id.clone(), crate::Category::Progressing, to)
+            });
+            held.requested_cores = Some(to);
+            view.nodes[target].jobs_mut().push(held);
+            resizes.push(Resize {
+                id: job.id.clone(),
+                node: target,
+                from: job.cores,
+                to,
+                reason: format!(
+                    "{} has room for {} at {} cores, its node {} for {} at most: it moves there to grow from {} to {} cores",
+                    view.nodes[target].name,
+                    job.id,
+                    to,
+                    view.nodes[job.node].name,
+                    home.unwrap_or(job.cores),
+                    job.cores,
+                    to
+                ),
+            });
+            continue;
+        }
+        let Some(to) = home else {
             continue;
         };
         view.nodes[job.node] = with_cores(&view.nodes[job.node], &job.id, to);
@@ -436,7 +502,7 @@ mod tests {
             elastic("e1", 0, 2.0, (2.0, 16.0), 0),
             elastic("e2", 1, 1.0, (1.0, 4.0), 0),
         ];
-        let r = grow_into_idle(&c, &jobs);
+        let r = grow_into_idle(&c, &jobs, |_, _| false);
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].id.as_str(), r[0].from, r[0].to), ("e1", 2.0, 5.0));
         assert_eq!((r[1].id.as_str(), r[1].to), ("e2", 4.0));
@@ -459,7 +525,7 @@ mod tests {
             submitted_at: 5.0,
             ..elastic("hi", 0, 1.0, (1.0, 4.0), 3)
         };
-        let r = grow_into_idle(&c, &[old, hi]);
+        let r = grow_into_idle(&c, &[old, hi], |_, _| false);
         // hi takes 3 (to its max of 4), old the remaining 3.
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].id.as_str(), r[0].to), ("hi", 4.0));
@@ -469,15 +535,82 @@ mod tests {
     #[test]
     fn no_growth_by_less_than_a_core_or_on_an_unschedulable_node() {
         let c = cluster(vec![eight("a", vec![holding("e", 1.0), holding("x", 6.5)])]);
-        assert!(grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 4.0), 0)]).is_empty());
+        assert!(
+            grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 4.0), 0)], |_, _| false).is_empty()
+        );
         // Half a core is enough when it reaches the maximum.
-        let r = grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 1.5), 0)]);
+        let r = grow_into_idle(&c, &[elastic("e", 0, 1.0, (1.0, 1.5), 0)], |_, _| false);
         assert_eq!(r[0].to, 1.5);
         let mut n = eight("a", vec![holding("e", 1.0)]);
         n.schedulable = false;
         assert!(
-            grow_into_idle(&cluster(vec![n]), &[elastic("e", 0, 1.0, (1.0, 4.0), 0)]).is_empty()
+            grow_into_idle(
+                &cluster(vec![n]),
+                &[elastic("e", 0, 1.0, (1.0, 4.0), 0)],
+                |_, _| false
+            )
+            .is_empty()
         );
+    }
+
+    #[test]
+    fn a_job_moves_to_grow_only_where_it_gets_a_whole_core_more_than_at_home() {
+        let anywhere = |_: &ElasticJob, _: usize| true;
+        // a is full; b is empty: e moves there and takes its maximum.
+        let c = cluster(vec![
+            eight("a", vec![holding("e", 2.0), holding("x", 6.0)]),
+            eight("b", vec![]),
+        ]);
+        let e = elastic("e", 0, 2.0, (2.0, 8.0), 0);
+        let r = grow_into_idle(&c, std::slice::from_ref(&e), anywhere);
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].node, r[0].from, r[0].to), (1, 2.0, 8.0));
+        assert!(
+            r[0].reason
+                .contains("b has room for e at 8 cores, its node a for 2 at most"),
+            "{}",
+            r[0].reason
+        );
+        // Not allowed to move (Kubeflow, DRAGON): nothing grows.
+        assert!(grow_into_idle(&c, std::slice::from_ref(&e), |_, _| false).is_empty());
+        // At home it can reach 5; b offers 5 too: it grows where it is.
+        let c = cluster(vec![
+            eight("a", vec![holding("e", 2.0), holding("x", 3.0)]),
+            eight("b", vec![holding("y", 3.0)]),
+        ]);
+        let r = grow_into_idle(&c, std::slice::from_ref(&e), anywhere);
+        assert_eq!((r[0].node, r[0].to), (0, 5.0));
+    }
+
+    #[test]
+    fn two_jobs_do_not_move_to_the_same_free_cores_nor_into_those_a_mover_leaves() {
+        let c = cluster(vec![
+            eight(
+                "a",
+                vec![holding("e1", 2.0), holding("e2", 2.0), holding("x", 4.0)],
+            ),
+            eight("b", vec![]),
+        ]);
+        let mut e1 = elastic("e1", 0, 2.0, (2.0, 8.0), 0);
+        e1.submitted_at = 1.0;
+        let mut e2 = elastic("e2", 0, 2.0, (2.0, 8.0), 0);
+        e2.submitted_at = 2.0;
+        let r = grow_into_idle(&c, &[e2, e1], |_, _| true);
+        // The older moves to b; the younger neither follows it nor takes e1's 2 cores on a
+        // (free only once e1 has saved).
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].id.as_str(), r[0].node, r[0].to), ("e1", 1, 8.0));
+    }
+
+    #[test]
+    fn a_job_does_not_move_to_a_node_without_its_reserved_memory() {
+        let mut mine = holding("e", 2.0);
+        mine.requested_memory_bytes = Some(8 << 30);
+        let mut b = NodeView::new("b", 8.0, 4 << 30);
+        b.schedulable = true;
+        let c = cluster(vec![eight("a", vec![mine, holding("x", 6.0)]), b]);
+        let e = elastic("e", 0, 2.0, (2.0, 8.0), 0);
+        assert!(grow_into_idle(&c, &[e], |_, _| true).is_empty());
     }
 
     /// a is full (old, 2 cores, submitted at 1 s, and a rigid job); b has young (2 cores,

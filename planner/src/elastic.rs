@@ -243,7 +243,26 @@ impl ClusterState {
                 if candidates.is_empty() {
                     return;
                 }
-                elastic::grow_into_idle(&self.view, &candidates)
+                // Ours moves a job to grow where another node has more room for it (a node
+                // that can take it now, as a move's target must, and that no other job is on
+                // its way to: the view holds a moving job on its source until it restarts);
+                // Kubeflow scales in place.
+                let arriving: HashSet<&str> = self
+                    .submitted_jobs()
+                    .filter_map(|j| j.active_move())
+                    .filter(|m| m.to_node != m.from_node)
+                    .map(|m| m.to_node.as_str())
+                    .collect();
+                let may_move_to = |c: &ElasticJob, i: usize| {
+                    grow == Grow::WhenNoneWait
+                        && !arriving.contains(self.view.nodes[i].name.as_str())
+                        && self
+                            .jobs
+                            .get(&c.id)
+                            .zip(self.nodes.get(&self.view.nodes[i].name))
+                            .is_some_and(|(job, node)| self.room_for(job, node).is_some())
+                };
+                elastic::grow_into_idle(&self.view, &candidates, may_move_to)
             }
             Grow::AfterQuiet => {
                 let last = *self.last_elastic_action.get_or_insert(now);
@@ -258,7 +277,7 @@ impl ClusterState {
                     .into_iter()
                     .map(|c| ElasticJob { priority: 0, ..c })
                     .collect();
-                elastic::grow_into_idle(&self.view, &candidates)
+                elastic::grow_into_idle(&self.view, &candidates, |_, _| false)
             }
             Grow::OnCompletion if completions == 0 => return,
             Grow::OnCompletion => {

@@ -583,3 +583,66 @@ fn dragon_scales_up_only_after_60_s_without_an_action() {
         d.moves[0].reason
     );
 }
+
+#[test]
+fn ours_moves_a_job_to_grow_on_a_node_that_has_more_room_and_kubeflow_does_not() {
+    for policy in ["soonest", "kubeflow"] {
+        let mut s = ClusterState::new(quick(), policy).unwrap();
+        let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+        // On a alone, a rigid job takes 3 cores and the elastic one starts with the last core.
+        s.submit(1.0, job("rigid", 3.0, None, 0));
+        s.submit(2.0, job("sweep", 1.0, Some(4.0), 0));
+        assert_eq!(
+            commands(&mut s),
+            [
+                "start j1 on a attempt 0 cores 3",
+                "start j2 on a attempt 0 cores 1"
+            ],
+            "{policy}"
+        );
+        s.report(
+            3.0,
+            "a",
+            a,
+            report(&[
+                ("j1", RunState::Running, 0, false),
+                ("j2", RunState::Running, 0, false),
+            ]),
+        )
+        .unwrap();
+        // An empty node joins: nothing waits, and b can give j2 all 4 cores a never will.
+        let b = s.register(10.0, hello("b"), "10.0.0.2:1".into()).session_id;
+        s.report(11.0, "b", b, report(&[])).unwrap();
+        s.tick(40.0);
+        if policy == "kubeflow" {
+            // Its scale-up grows a job where it runs.
+            assert!(commands(&mut s).is_empty(), "{policy}");
+            continue;
+        }
+        assert_eq!(commands(&mut s), ["save j2 on a"], "{policy}");
+        let d = s.job_detail("j2").unwrap();
+        assert!(
+            d.moves[0]
+                .reason
+                .contains("b has room for j2 at 4 cores, its node a for 1 at most: it moves there to grow from 1 to 4 cores"),
+            "{}",
+            d.moves[0].reason
+        );
+        assert_eq!(
+            (d.moves[0].from_cores, d.moves[0].to_cores),
+            (Some(1.0), Some(4.0))
+        );
+        // Saved on a, its checkpoint carried to b and started there with its 4 cores.
+        s.report(
+            42.0,
+            "a",
+            a,
+            report(&[
+                ("j1", RunState::Running, 0, false),
+                ("j2", RunState::Exited, 0, true),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(commands(&mut s), ["upload j2 from a"]);
+    }
+}
