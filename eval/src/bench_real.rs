@@ -81,7 +81,7 @@ pub struct BenchRealArgs {
     #[arg(long, value_delimiter = ',')]
     pub sim_policies: Vec<String>,
     /// Run a cluster: a coordinator and this many node daemons, each pinned to its share of the
-    /// cores, with the papers' cluster workloads (procon, specon) and policies written
+    /// cores, with the papers' cluster workloads (procon, specon, flowcon) and policies written
     /// NODE/PLACEMENT (`fair` is fair/spread). 1 (the default): one daemon, no coordinator.
     #[arg(long, default_value_t = 1)]
     pub nodes: usize,

@@ -30,7 +30,7 @@ use governor_policy::spec::SpecText;
 use governor_testbed::cmd;
 use serde::{Deserialize, Serialize};
 
-use super::round::{job_result, read_summary, remove_new_empty_slices, stop, unix_now};
+use super::round::{Schedule, job_result, read_summary, remove_new_empty_slices, stop, unix_now};
 use super::workload::{Framework, JobPlan, Workload, job};
 use super::{JobResult, RealEnv, RunResult, Sizes};
 
@@ -129,28 +129,14 @@ pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
             })
             .collect(),
     };
-    // SpeCon Fig. 6: 20 jobs of mixed models at random times in [0, 300] s on 4 workers, most of
-    // them converging well before their last epoch. Reduced: 3 jobs per node, mixed convergence
-    // speeds, arriving over the first 12 s, about half a job's length alone (fixed offsets:
-    // every policy and repetition sees the same arrivals).
-    let specon_jobs = nodes * 3;
-    let kinds: [(&str, &str, &str, f64); 3] = [
-        ("fast", "digits", "3e-3", 18.0),
-        ("cnn", "digits_cnn", "1e-3", 22.0),
-        ("slow", "teacher", "3e-4", 26.0),
-    ];
-    let specon = Workload {
-        name: "specon".into(),
-        about: format!(
-            "SpeCon Fig. 6 at reduced scale: {specon_jobs} jobs of three convergence speeds \
-             (18-26 s alone) arriving over the first 12 s on {nodes} nodes, each \
-             movable by its Keras checkpoint"
-        ),
-        jobs: (0..specon_jobs)
+    // `count` jobs cycling through `kinds` (name, task, learning rate, seconds alone), arriving
+    // at a fixed scatter over [0, window] s (golden-ratio steps: every policy and repetition
+    // sees the same arrivals).
+    let mixed = |count: usize, kinds: &[(&str, &str, &str, f64)], window: f64| -> Vec<JobPlan> {
+        (0..count)
             .map(|k| {
                 let (name, task, lr, secs) = kinds[k % kinds.len()];
-                // A fixed scatter of arrivals in [0, 12] s (golden-ratio steps).
-                let at = ((k as f64 * 0.618_034).fract() * 12.0 * 10.0).round() / 10.0;
+                let at = ((k as f64 * 0.618_034).fract() * window * 10.0).round() / 10.0;
                 job(
                     &format!("{name}{}", k / kinds.len() + 1),
                     at,
@@ -159,9 +145,53 @@ pub(super) fn workloads(probe: &Probe, nodes: usize) -> Vec<Workload> {
                     &["--task", task, "--lr", lr, "--seed", &(k + 1).to_string()],
                 )
             })
-            .collect(),
+            .collect()
     };
-    vec![procon, specon]
+    // SpeCon Fig. 6: 20 jobs of mixed models at random times in [0, 300] s on 4 workers, most of
+    // them converging well before their last epoch. Reduced: 3 jobs per node, mixed convergence
+    // speeds, arriving over the first 12 s, about half a job's length alone.
+    let specon_jobs = nodes * 3;
+    let specon = Workload {
+        name: "specon".into(),
+        about: format!(
+            "SpeCon Fig. 6 at reduced scale: {specon_jobs} jobs of three convergence speeds \
+             (18-26 s alone) arriving over the first 12 s on {nodes} nodes, each \
+             movable by its Keras checkpoint"
+        ),
+        jobs: mixed(
+            specon_jobs,
+            &[
+                ("fast", "digits", "3e-3", 18.0),
+                ("cnn", "digits_cnn", "1e-3", 22.0),
+                ("slow", "teacher", "3e-4", 26.0),
+            ],
+            12.0,
+        ),
+    };
+    // FlowCon Fig. 13: 20 jobs of mixed models on 4 workers, submitted over [0, 300] s, each
+    // about 150-700 s alone on its worker (150-1400 CPU-s at a parallelism of 1-4): 5 jobs per
+    // worker, the window about 0.85 of a mean job alone. Reduced: 5 jobs per node, three kinds
+    // of 12-28 s alone, over 0.85 x 20 s.
+    let flowcon_jobs = nodes * 5;
+    let window = 0.85 * 20.0;
+    let flowcon = Workload {
+        name: "flowcon".into(),
+        about: format!(
+            "FlowCon Fig. 13 at reduced scale: {flowcon_jobs} jobs of three models (12-28 s \
+             alone) arriving over the first {window:.0} s on {nodes} nodes (5 per node, as the \
+             paper's 20 on 4)"
+        ),
+        jobs: mixed(
+            flowcon_jobs,
+            &[
+                ("fast", "digits", "3e-3", 12.0),
+                ("cnn", "digits_cnn", "1e-3", 20.0),
+                ("slow", "teacher", "3e-4", 28.0),
+            ],
+            window,
+        ),
+    };
+    vec![procon, specon, flowcon]
 }
 
 /// The CPUs of node `k` of `nodes` among `cpus` (contiguous, as even as they divide).
@@ -426,20 +456,16 @@ max_auto_moves = 1
         dir: &Path,
         bed: &mut Bed,
     ) -> Result<RunResult> {
-        let t0 = Instant::now();
-        let wall0 = unix_now();
-        let mut pending: Vec<&JobPlan> = w.jobs.iter().collect();
-        pending.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let mut schedule = Schedule::start(w);
+        let wall0 = schedule.wall0;
         let mut submitted: BTreeMap<String, f64> = BTreeMap::new();
         let mut finished: BTreeMap<String, (String, f64)> = BTreeMap::new();
         let mut placements: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut status_log = fs::File::create(dir.join("status.jsonl"))?;
         let mut next_status = 0.0;
-        let deadline = Duration::from_secs(1800);
         loop {
-            let now = t0.elapsed().as_secs_f64();
-            while pending.first().is_some_and(|j| j.at <= now) {
-                let j = pending.remove(0);
+            let now = schedule.now();
+            while let Some(j) = schedule.next_due(now) {
                 submitted.insert(j.name.clone(), unix_now() - wall0);
                 self.submit(bed, j, sizes, dir)
                     .with_context(|| format!("submitting {}", j.name))?;
@@ -473,7 +499,7 @@ max_auto_moves = 1
                     }
                 }
             }
-            if pending.is_empty() && finished.len() >= w.jobs.len() {
+            if schedule.all_submitted() && finished.len() >= w.jobs.len() {
                 break;
             }
             for (k, d) in bed.daemons.iter_mut().enumerate() {
@@ -485,8 +511,8 @@ max_auto_moves = 1
                     );
                 }
             }
-            if t0.elapsed() > deadline {
-                bail!("the workload did not finish within {deadline:?}");
+            if schedule.past_limit() {
+                bail!("the workload did not finish within {:?}", Schedule::LIMIT);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -610,6 +636,28 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_hands_out_each_job_once_in_arrival_order_when_due() {
+        let w = Workload {
+            name: "w".into(),
+            about: String::new(),
+            jobs: vec![
+                job("late", 5.0, Framework::Keras, 3, &[]),
+                job("early", 1.0, Framework::Keras, 3, &[]),
+                job("mid", 2.0, Framework::Keras, 3, &[]),
+            ],
+        };
+        let mut s = Schedule::start(&w);
+        assert!(s.next_due(0.5).is_none());
+        let due: Vec<&str> = std::iter::from_fn(|| s.next_due(2.0))
+            .map(|j| j.name.as_str())
+            .collect();
+        assert_eq!(due, ["early", "mid"]);
+        assert!(!s.all_submitted());
+        assert_eq!(s.next_due(10.0).map(|j| j.name.as_str()), Some("late"));
+        assert!(s.all_submitted() && s.next_due(10.0).is_none());
+    }
+
+    #[test]
     fn nodes_get_disjoint_cpus() {
         assert_eq!(node_cpus(0, 2, 2), 0..1);
         assert_eq!(node_cpus(1, 2, 2), 1..2);
@@ -636,6 +684,31 @@ mod tests {
         assert!(
             (f.jobs[1].at - 0.8).abs() < 1e-9 && (s.jobs[1].at - 0.8).abs() < 1e-9,
             "one every 4% of a job"
+        );
+    }
+
+    #[test]
+    fn the_flowcon_workload_has_five_jobs_per_node_within_its_window() {
+        let probe = Probe {
+            epoch_seconds: [
+                ("digits".to_owned(), 0.5),
+                ("digits_cnn".to_owned(), 0.5),
+                ("teacher".to_owned(), 0.5),
+            ]
+            .into(),
+        };
+        let w = workloads(&probe, 2)
+            .into_iter()
+            .find(|w| w.name == "flowcon")
+            .unwrap();
+        assert_eq!(w.jobs.len(), 10);
+        assert!(w.jobs.iter().all(|j| (0.0..=17.0).contains(&j.at)));
+        let names: std::collections::BTreeSet<&str> =
+            w.jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names.len(), 10, "unique names");
+        assert_eq!(
+            w.jobs.iter().map(|j| j.epochs).collect::<Vec<_>>()[..3],
+            [24, 40, 56]
         );
     }
 }

@@ -41,6 +41,52 @@ pub enum CgroupLayout {
     V2,
 }
 
+/// A run's clock and its workload's arrivals: the jobs handed out in arrival order as their
+/// times come, and the run's time limit.
+pub(super) struct Schedule<'a> {
+    t0: Instant,
+    /// The run's start in Unix seconds (the jobs' logs and the coordinator stamp Unix times).
+    pub(super) wall0: f64,
+    pending: std::collections::VecDeque<&'a JobPlan>,
+}
+
+impl<'a> Schedule<'a> {
+    /// How long a run may take before it is abandoned.
+    pub(super) const LIMIT: Duration = Duration::from_secs(1800);
+
+    pub(super) fn start(w: &'a Workload) -> Schedule<'a> {
+        let mut pending: Vec<&JobPlan> = w.jobs.iter().collect();
+        pending.sort_by(|a, b| a.at.total_cmp(&b.at));
+        Schedule {
+            t0: Instant::now(),
+            wall0: unix_now(),
+            pending: pending.into(),
+        }
+    }
+
+    /// Seconds since the run started.
+    pub(super) fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The next job due by `now`, each once.
+    pub(super) fn next_due(&mut self, now: f64) -> Option<&'a JobPlan> {
+        if self.pending.front().is_some_and(|j| j.at <= now) {
+            self.pending.pop_front()
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn all_submitted(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub(super) fn past_limit(&self) -> bool {
+        self.t0.elapsed() > Self::LIMIT
+    }
+}
+
 impl RealEnv {
     /// The benchmark's environment: the Python environment and the release daemon (and, for a
     /// cluster, the coordinator and govctl beside it).
@@ -212,10 +258,8 @@ impl RealEnv {
         dir: &Path,
         daemon: &mut Child,
     ) -> Result<RunResult> {
-        let t0 = Instant::now();
-        let wall0 = unix_now();
-        let mut pending: Vec<&JobPlan> = w.jobs.iter().collect();
-        pending.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let mut schedule = Schedule::start(w);
+        let wall0 = schedule.wall0;
         let mut running: Vec<(String, Child, f64)> = Vec::new();
         let mut ended: BTreeMap<String, (f64, f64, bool)> = BTreeMap::new();
         let mut timelines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
@@ -223,11 +267,9 @@ impl RealEnv {
         let mut next_sample = 0.0;
         let mut next_status = 0.0;
         let mut status_log = fs::File::create(dir.join("status.jsonl"))?;
-        let deadline = Duration::from_secs(1800);
         loop {
-            let now = t0.elapsed().as_secs_f64();
-            while pending.first().is_some_and(|j| j.at <= now) {
-                let j = pending.remove(0);
+            let now = schedule.now();
+            while let Some(j) = schedule.next_due(now) {
                 let out = fs::File::create(dir.join(format!("{}.out", j.name)))?;
                 let child = self
                     .job_command(j, sizes, dir, policy)
@@ -281,7 +323,7 @@ impl RealEnv {
                     k += 1;
                 }
             }
-            if pending.is_empty() && running.is_empty() {
+            if schedule.all_submitted() && running.is_empty() {
                 break;
             }
             if let Some(status) = daemon.try_wait()? {
@@ -290,15 +332,15 @@ impl RealEnv {
                     dir.join("daemon.log").display()
                 );
             }
-            if t0.elapsed() > deadline {
+            if schedule.past_limit() {
                 for (_, c, _) in &mut running {
                     let _ = c.kill();
                 }
-                bail!("the workload did not finish within {deadline:?}");
+                bail!("the workload did not finish within {:?}", Schedule::LIMIT);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let makespan = t0.elapsed().as_secs_f64();
+        let makespan = schedule.now();
         let mut jobs = Vec::new();
         for j in &w.jobs {
             let (submitted, jct, ok) = ended[&j.name];
@@ -335,12 +377,22 @@ pub(super) fn governor_slices() -> Vec<PathBuf> {
 
 /// The daemon stops with its job groups removed but leaves the empty `governor.slice/jobs` it
 /// made: the benchmark removes those it created (never one that was there before its run; a
-/// group that is not empty cannot be removed).
+/// group that is not empty cannot be removed). A job group the kernel is still tearing down as
+/// the daemons stop keeps its parent busy for a moment, so a failed removal is tried again for
+/// up to 2 s (once one run left them, every later run counted them as there before it).
 pub(super) fn remove_new_empty_slices(before: &[PathBuf]) {
-    for dir in governor_slices() {
-        if !before.contains(&dir) {
-            let _ = fs::remove_dir(&dir);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        // Children first: `governor_slices` lists each `jobs` before its slice.
+        let left: Vec<PathBuf> = governor_slices()
+            .into_iter()
+            .filter(|dir| !before.contains(dir))
+            .filter(|dir| fs::remove_dir(dir).is_err())
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
