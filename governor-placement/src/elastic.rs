@@ -195,36 +195,7 @@ pub fn grow_into_idle(
     let mut resizes = Vec::new();
     for job in order {
         let home = grown_size(&view.nodes[job.node], job);
-        let at_least = home.unwrap_or(job.cores) + 1.0 - EPS;
-        let reservation = view.nodes[job.node]
-            .jobs()
-            .iter()
-            .find(|j| j.id == job.id)
-            .cloned();
-        let memory = reservation
-            .as_ref()
-            .and_then(|r| r.requested_memory_bytes)
-            .unwrap_or(0);
-        let away = view
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, n)| {
-                *i != job.node && n.unreserved_memory() >= memory && may_move_to(job, *i)
-            })
-            .filter_map(|(i, n)| {
-                let arriving = ElasticJob {
-                    cores: 0.0,
-                    ..job.clone()
-                };
-                Some((i, grown_size(n, &arriving)?))
-            })
-            .filter(|(_, to)| *to >= at_least)
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
-        if let Some((target, to)) = away {
-            let mut held = reservation.unwrap_or_else(|| {
-                crate::JobView::running(job.id.clone(), crate::Category::Progressing, to)
-            });
+        if let Some((target, to, mut held)) = roomier_node(&view, job, home, &may_move_to) {
             held.requested_cores = Some(to);
             view.nodes[target].jobs_mut().push(held);
             resizes.push(Resize {
@@ -265,6 +236,47 @@ pub fn grow_into_idle(
         });
     }
     resizes
+}
+
+/// The size `job` would start at on `node`, arriving there with nothing: the node's unreserved
+/// whole cores, up to its maximum (`None` under one core, or where the node takes no jobs).
+fn size_on_arrival(node: &NodeView, job: &ElasticJob) -> Option<f64> {
+    let arriving = ElasticJob {
+        cores: 0.0,
+        ..job.clone()
+    };
+    grown_size(node, &arriving)
+}
+
+/// The node other than its own where `job` would hold the most cores, if that is at least one
+/// whole core more than it can reach at home (`home`: its grown size there, if any), the node
+/// has its reserved memory unreserved and `may_move_to` allows it: the node, the size, and the
+/// job's reservation to hold there.
+fn roomier_node(
+    view: &ClusterView,
+    job: &ElasticJob,
+    home: Option<f64>,
+    may_move_to: impl Fn(&ElasticJob, usize) -> bool,
+) -> Option<(usize, f64, crate::JobView)> {
+    let reservation = view.nodes[job.node]
+        .jobs()
+        .iter()
+        .find(|j| j.id == job.id)
+        .cloned()
+        .unwrap_or_else(|| {
+            crate::JobView::running(job.id.clone(), crate::Category::Progressing, job.cores)
+        });
+    let memory = reservation.requested_memory_bytes.unwrap_or(0);
+    let at_least = home.unwrap_or(job.cores) + 1.0 - EPS;
+    let (node, to) = view
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| *i != job.node && n.unreserved_memory() >= memory && may_move_to(job, *i))
+        .filter_map(|(i, n)| Some((i, size_on_arrival(n, job)?)))
+        .filter(|(_, to)| *to >= at_least)
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
+    Some((node, to, reservation))
 }
 
 /// Schedulearn's elastic FIFO after a completion: the job running longest grows on its node, or
@@ -319,11 +331,7 @@ pub fn grow_slowest(
             .enumerate()
             .filter(|(i, _)| *i != job.node && can_run_on(job, *i))
             .filter_map(|(i, n)| {
-                let alone = ElasticJob {
-                    cores: 0.0,
-                    ..job.clone()
-                };
-                let to = grown_size(n, &alone)?;
+                let to = size_on_arrival(n, job)?;
                 (to >= job.cores + 1.0 - EPS || (to - job.max_cores).abs() < EPS && to > job.cores)
                     .then_some((i, to))
             })
