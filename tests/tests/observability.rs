@@ -465,6 +465,12 @@ fn prometheus_scrapes_both_the_dashboard_matches_and_chromium_renders_the_page()
             .starts_with(b"\x89PNG")
     );
 
+    // A node's jobs outlive its daemon by design: cancelled here, so that the job does not run
+    // on for the rest of its minute after the test.
+    rt.block_on(govctl.cancel("j1")).expect("cancel");
+    wait_for("the daemon to stop train", Duration::from_secs(20), || {
+        daemon.job("train").is_none().then_some(())
+    });
     drop(daemon);
     rt.block_on(server.stop());
 }
