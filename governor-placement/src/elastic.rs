@@ -258,15 +258,10 @@ fn roomier_node(
     home: Option<f64>,
     may_move_to: impl Fn(&ElasticJob, usize) -> bool,
 ) -> Option<(usize, f64, crate::JobView)> {
-    let reservation = view.nodes[job.node]
-        .jobs()
-        .iter()
-        .find(|j| j.id == job.id)
-        .cloned()
-        .unwrap_or_else(|| {
-            crate::JobView::running(job.id.clone(), crate::Category::Progressing, job.cores)
-        });
-    let memory = reservation.requested_memory_bytes.unwrap_or(0);
+    let reservation = view.nodes[job.node].jobs().iter().find(|j| j.id == job.id);
+    let memory = reservation
+        .and_then(|r| r.requested_memory_bytes)
+        .unwrap_or(0);
     let at_least = home.unwrap_or(job.cores) + 1.0 - EPS;
     let (node, to) = view
         .nodes
@@ -276,7 +271,10 @@ fn roomier_node(
         .filter_map(|(i, n)| Some((i, size_on_arrival(n, job)?)))
         .filter(|(_, to)| *to >= at_least)
         .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
-    Some((node, to, reservation))
+    let held = reservation.cloned().unwrap_or_else(|| {
+        crate::JobView::running(job.id.clone(), crate::Category::Progressing, job.cores)
+    });
+    Some((node, to, held))
 }
 
 /// Schedulearn's elastic FIFO after a completion: the job running longest grows on its node, or

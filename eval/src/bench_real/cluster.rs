@@ -416,6 +416,7 @@ max_auto_moves = 1
             Framework::Sklearn => bail!("cluster workloads run Keras jobs"),
         };
         let log = dir.join(format!("{}.log", j.name));
+        let checkpoint = dir.join(format!("{}.ckpt", j.name));
         let mut c = bed.govctl();
         // The progress signal is the validation loss, the one time to quality is measured on:
         // the training loss of these small models keeps falling by more than SpeCon's 1% an
@@ -427,23 +428,14 @@ max_auto_moves = 1
         .arg("--log")
         .arg(&log)
         .arg("--checkpoint-dir")
-        .arg(dir.join(format!("{}.ckpt", j.name)));
+        .arg(&checkpoint);
         if sizes == Sizes::Known {
             c.args(["--epochs", &j.epochs.to_string()]);
         }
         c.arg("--")
-            .arg(&self.python)
-            .arg(self.scripts.join(script))
-            .args(["--epochs", &j.epochs.to_string()])
-            .arg("--log")
-            .arg(&log)
-            .arg("--times")
-            .arg(dir.join(format!("{}.times", j.name)))
-            .arg("--summary")
-            .arg(dir.join(format!("{}.summary.json", j.name)))
+            .args(self.training_argv(j, script, dir))
             .arg("--checkpoint-dir")
-            .arg(dir.join(format!("{}.ckpt", j.name)))
-            .args(&j.args);
+            .arg(&checkpoint);
         cmd::output(&mut c).map(|_| ())
     }
 

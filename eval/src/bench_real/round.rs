@@ -3,6 +3,7 @@
 //! its arrival, its CPU sampled, the daemon stopped and the results read.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -187,6 +188,27 @@ impl RealEnv {
         Ok(child)
     }
 
+    /// Job `j`'s training process, as given after `--`: the interpreter and `script`, writing
+    /// its log, its epoch times and its exit summary in `dir` (`NAME.log`, `NAME.times`,
+    /// `NAME.summary.json`, which the run reads back), the workload's own arguments last.
+    pub(super) fn training_argv(&self, j: &JobPlan, script: &str, dir: &Path) -> Vec<OsString> {
+        let file = |ext: &str| dir.join(format!("{}.{ext}", j.name)).into_os_string();
+        let mut argv: Vec<OsString> = vec![
+            self.python.clone().into_os_string(),
+            self.scripts.join(script).into_os_string(),
+            "--epochs".into(),
+            j.epochs.to_string().into(),
+            "--log".into(),
+            file("log"),
+            "--times".into(),
+            file("times"),
+            "--summary".into(),
+            file("summary.json"),
+        ];
+        argv.extend(j.args.iter().map(OsString::from));
+        argv
+    }
+
     /// The command that starts job `j` under `governor run-job`.
     pub fn job_command(&self, j: &JobPlan, sizes: Sizes, dir: &Path, policy: &str) -> Command {
         let script = match j.framework {
@@ -211,16 +233,7 @@ impl RealEnv {
             c.args(["--sweep", &sweep]);
         }
         c.arg("--")
-            .arg(&self.python)
-            .arg(self.scripts.join(script))
-            .args(["--epochs", &j.epochs.to_string()])
-            .arg("--log")
-            .arg(&log)
-            .arg("--times")
-            .arg(dir.join(format!("{}.times", j.name)))
-            .arg("--summary")
-            .arg(dir.join(format!("{}.summary.json", j.name)))
-            .args(&j.args)
+            .args(self.training_argv(j, script, dir))
             .envs(j.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         c
