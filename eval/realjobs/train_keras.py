@@ -40,7 +40,7 @@ parser.add_argument("--lr", type=float, default=1e-3)
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--width", type=int, default=256)
 parser.add_argument("--samples", type=int, default=6000)
-parser.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF default)")
+parser.add_argument("--threads", default="0", help="TF intra-op threads (0: TF default; 'env': GOVERNOR_CORES, the size an elastic job was started at)")
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--log", default="")
 parser.add_argument("--probe", default="", help="TASK[,TASK...]: time epochs of each task alone, print JSON")
@@ -61,6 +61,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
+if args.threads == "env":
+    # An elastic job: the coordinator starts it (and every resize restarts it) with its size.
+    args.threads = int(os.environ.get("GOVERNOR_CORES", "0") or 0)
+else:
+    args.threads = int(args.threads)
 if args.threads > 0:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, args.threads // 2))

@@ -27,7 +27,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use governor_testbed::cmd;
 use serde::{Deserialize, Serialize};
 
@@ -81,10 +81,11 @@ pub struct BenchRealArgs {
     #[arg(long, value_delimiter = ',')]
     pub sim_policies: Vec<String>,
     /// Run a cluster: a coordinator and this many node daemons, each pinned to its share of the
-    /// cores, with the papers' cluster workloads (procon, specon, flowcon) and policies written
-    /// NODE/PLACEMENT (`fair` is fair/spread). 1 (the default): one daemon, no coordinator.
-    #[arg(long, default_value_t = 1)]
-    pub nodes: usize,
+    /// cores, with the papers' cluster workloads (procon, specon, flowcon, and elastic where a
+    /// node has 2 cores or more: `--nodes 1` on this machine) and policies written
+    /// NODE/PLACEMENT (`fair` is fair/spread). Without it: one daemon, no coordinator.
+    #[arg(long)]
+    pub nodes: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -98,13 +99,18 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| cmd::target_dir().join("bench-real"));
+    if args.nodes == Some(0) {
+        bail!("--nodes must be at least 1");
+    }
     let env = if args.report_only {
         None
     } else {
-        Some(RealEnv::prepare(args.nodes > 1)?)
+        Some(RealEnv::prepare(args.nodes.is_some())?)
     };
-    let all = if args.nodes > 1 {
-        cluster::workloads(&cluster::probe(env.as_ref(), &out)?, args.nodes)
+    let all = if let Some(nodes) = args.nodes {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_node = cluster::node_cpus(0, nodes, cpus).len();
+        cluster::workloads(&cluster::probe(env.as_ref(), &out)?, nodes, per_node)
     } else {
         workloads()
     };
@@ -141,14 +147,14 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
                         continue;
                     }
                     eprintln!("== {} / {policy} / rep {rep}", w.name);
-                    let r = if args.nodes > 1 {
+                    let r = if let Some(nodes) = args.nodes {
                         env.run_cluster_once(
                             w,
                             &policy,
                             args.sizes,
                             rep,
                             &dir,
-                            args.nodes,
+                            nodes,
                             &args.daemon_config,
                         )?
                     } else {
@@ -172,7 +178,7 @@ pub fn run(args: &BenchRealArgs) -> Result<()> {
             &args.policies,
             &args.sim_policies,
             args.sizes,
-            args.nodes,
+            args.nodes.is_some(),
         )?;
         let dir = out.join(&w.name);
         fs::create_dir_all(&dir)?;

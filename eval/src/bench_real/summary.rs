@@ -76,7 +76,7 @@ pub(super) fn aggregate(
     policies: &[String],
     sim_policies: &[String],
     sizes: Sizes,
-    nodes: usize,
+    cluster: bool,
 ) -> Result<Report> {
     let fair = load_runs(out, w, "fair", sizes);
     if fair.is_empty() {
@@ -221,7 +221,7 @@ pub(super) fn aggregate(
     }
     md.push_str(&per_job_md);
     // govsim's calibration models one machine: a cluster run says where its jobs went instead.
-    let calibration = if nodes > 1 {
+    let calibration = if cluster {
         let policies: Vec<String> = std::iter::once("fair".to_owned())
             .chain(policies.iter().cloned())
             .collect();

@@ -21,6 +21,10 @@ pub struct JobPlan {
     pub args: Vec<String>,
     /// Environment (thread counts).
     pub env: Vec<(String, String)>,
+    /// An elastic job's least and most cores (`govctl submit --cores MIN:MAX`): the coordinator
+    /// resizes it by its checkpoint and it runs as many TensorFlow threads as it is given.
+    #[serde(default)]
+    pub elastic: Option<(u32, u32)>,
 }
 
 /// A workload: jobs and their arrivals.
@@ -29,6 +33,9 @@ pub struct Workload {
     pub name: String,
     pub about: String,
     pub jobs: Vec<JobPlan>,
+    /// Lines for the coordinator's `[state]` in a cluster run (timers scaled to the jobs).
+    #[serde(default)]
+    pub coordinator_state: Vec<String>,
 }
 
 pub fn job(name: &str, at: f64, framework: Framework, epochs: u32, args: &[&str]) -> JobPlan {
@@ -39,6 +46,7 @@ pub fn job(name: &str, at: f64, framework: Framework, epochs: u32, args: &[&str]
         epochs,
         args: args.iter().map(|s| (*s).to_owned()).collect(),
         env: Vec::new(),
+        elastic: None,
     }
 }
 
@@ -80,6 +88,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                     &["--task", "digits", "--lr", "2e-4"],
                 ),
             ],
+            coordinator_state: Vec::new(),
         },
         Workload {
             name: "sweep".into(),
@@ -97,6 +106,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                     )
                 })
                 .collect(),
+            coordinator_state: Vec::new(),
         },
         Workload {
             name: "quiet".into(),
@@ -135,6 +145,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                     ],
                 ),
             ],
+            coordinator_state: Vec::new(),
         },
         Workload {
             name: "threads".into(),
@@ -161,6 +172,7 @@ pub(crate) fn workloads() -> Vec<Workload> {
                     &["--task", "digits", "--threads", "4"],
                 ),
             ],
+            coordinator_state: Vec::new(),
         },
     ]
 }

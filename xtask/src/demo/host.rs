@@ -136,6 +136,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
                 )
             })
             .collect(),
+        coordinator_state: Vec::new(),
     };
     let trial_epochs = epochs(SWEEP_TASK, sweep.alone_seconds);
     let sweep_load = Workload {
@@ -158,6 +159,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
                 )
             })
             .collect(),
+        coordinator_state: Vec::new(),
     };
     // Rungs at 1/ETA² and 1/ETA of the trials' epochs: two cuts leave the best trial.
     let first_rung = (trial_epochs / (sweep.eta * sweep.eta)).max(2);
