@@ -15,6 +15,12 @@
 //!   for 1 or 2 units and able to use up to 4.
 //! - **`priority`**: the mixed-priority trace of `govsim priority` (FlowCon's 40 jobs on 4 x 4
 //!   cores, a quarter at priority 10), every job elastic from 1 core to its parallelism.
+//! - **`reduced`**: `cargo xtask bench-real --nodes 1 --workload elastic` in the simulator, its
+//!   parameters measured on those runs ([`REDUCED`]): one node of 2 cores, 4 jobs of 11-18
+//!   epochs arriving over 13 s, each elastic from 1 to 2 cores, a resize costing TensorFlow's
+//!   start again. It sets the simulator beside the real runs at the same scale; `reduced-xK`
+//!   (e.g. `govsim elastic reduced-x10`: jobs K times longer, the start and the restart as
+//!   measured) shows what the restart's share of a job does to each scheduler.
 //!
 //! Systems: `fifo` (Schedulearn's FIFO: first fit, no resizes), with each job at its least
 //! size (what it is sure to get) and at its most (what it can use): the two readings of "a job
@@ -56,7 +62,42 @@ use crate::trace::{self, Arrival, Trace, TraceParams};
 const GIB: u64 = 1 << 30;
 
 /// The scenarios, in report order.
-pub const SCENARIOS: [&str; 4] = ["kubeflow-4", "kubeflow", "schedulearn", "priority"];
+pub const SCENARIOS: [&str; 5] = [
+    "kubeflow-4",
+    "kubeflow",
+    "schedulearn",
+    "priority",
+    "reduced",
+];
+
+/// The real elastic runs' parameters (`cargo xtask bench-real --nodes 1 --workload elastic`,
+/// 2026-11-30, the wide CNN on this machine's two cores), for the `reduced` scenario.
+pub struct Reduced {
+    /// Arrival (s) and epochs of each job, in arrival order.
+    pub jobs: [(f64, f64); 4],
+    /// An epoch on one core, seconds (median over the runs' single-core epochs).
+    pub epoch_s: f64,
+    /// Speed on two cores over one (median epoch on one core over on two).
+    pub two_core_speedup: f64,
+    /// TensorFlow's start (import, data, the model) before the first epoch, CPU-seconds.
+    pub startup_s: f64,
+    /// What a resize loses: the longest gap between two epochs across a resize less an epoch
+    /// (the save, the coordinator's command, TensorFlow's start again).
+    pub restart_s: f64,
+    /// The coordinator's `resize_min_run_s` in those runs.
+    pub resize_min_run_s: f64,
+}
+
+pub const REDUCED: Reduced = Reduced {
+    jobs: [(0.0, 15.0), (3.5, 18.0), (9.3, 11.0), (12.8, 13.0)],
+    // Over the 30 runs: 1055 epochs on one core (beside another job) 1.28 s, 65 on two 0.87 s;
+    // the start 5.3 s (10 first starts), a resize's loss 6.0 s (30 resizes), medians.
+    epoch_s: 1.28,
+    two_core_speedup: 1.48,
+    startup_s: 5.3,
+    restart_s: 6.0,
+    resize_min_run_s: 6.0,
+};
 
 /// The systems compared (govsim policy specs; all reserve cores).
 pub const SYSTEMS: [(&str, &str); 8] = [
@@ -241,6 +282,15 @@ pub fn scenario(name: &str, curves: &[RealCurve], seed: u64) -> Result<(ClusterC
             t.description = format!("{}; every job elastic from 1 core", t.description);
             return Ok((config, t));
         }
+        "reduced" => return Ok(reduced(curves, seed, 1.0)),
+        other if other.starts_with("reduced-x") => {
+            let scale: f64 = other["reduced-x".len()..]
+                .parse()
+                .ok()
+                .filter(|k: &f64| k.is_finite() && *k > 0.0)
+                .with_context(|| format!("{other:?}: reduced-xK with K a positive number"))?;
+            return Ok(reduced(curves, seed, scale));
+        }
         other => anyhow::bail!("no scenario {other:?} ({})", SCENARIOS.join(", ")),
     };
     config.horizon = 1e7;
@@ -255,6 +305,63 @@ pub fn scenario(name: &str, curves: &[RealCurve], seed: u64) -> Result<(ClusterC
     }
     t.description = format!("{name}: {}", t.description);
     Ok((config, t))
+}
+
+/// The `reduced` scenario with jobs `scale` times longer (their epochs; the start and the
+/// restart as measured). The seed draws only the loss curves: the jobs are the real runs'.
+pub fn reduced(curves: &[RealCurve], seed: u64, scale: f64) -> (ClusterConfig, Trace) {
+    let r = &REDUCED;
+    let mut config = ClusterConfig::homogeneous(1, 2.0, 24 * GIB, 0);
+    config.horizon = 1e7;
+    config.record_timeline = true;
+    config.resize_min_run_s = r.resize_min_run_s * scale;
+    // A placed job runs within about half a report interval.
+    config.start_delay = 0.5;
+    // A resize saves at an epoch's end and starts TensorFlow again: its pause, not bytes (the
+    // simulator adds the start's delay to a restart).
+    config.move_cost = MoveDowntime {
+        fixed_seconds: r.restart_s - config.start_delay,
+        checkpoint_bytes_per_second: 0.0,
+        transfer_bytes_per_second: 0.0,
+        restore_bytes_per_second: 0.0,
+    };
+    let mut t = trace::generate(
+        &TraceParams {
+            jobs: r.jobs.len(),
+            arrival: Arrival::Fixed {
+                start: 0.0,
+                interval: 1.0,
+            },
+            seed,
+            work_min: 20.0,
+            work_max: 20.0,
+            parallelism: vec![2.0],
+            max_parallelism: 2.0,
+            memory_min: GIB / 2,
+            memory_max: GIB / 2,
+            ..TraceParams::default()
+        },
+        curves,
+    );
+    // Amdahl's fraction giving the measured speed-up on two cores: 1 / ((1 - p) + p / 2).
+    let parallel_fraction = (2.0 * (1.0 - 1.0 / r.two_core_speedup)).clamp(0.0, 1.0);
+    for (j, &(at, epochs)) in t.jobs.iter_mut().zip(&r.jobs) {
+        j.model.submit = at;
+        j.model.startup = r.startup_s;
+        j.model.work = r.startup_s + epochs * scale * r.epoch_s;
+        j.model.parallelism = 2.0;
+        j.model.speedup = crate::job::Speedup::Amdahl { parallel_fraction };
+        j.model.reports_total = true;
+        j.model.log_every = crate::job::LogEvery::Work {
+            fraction: 1.0 / (epochs * scale).max(1.0),
+        };
+        j.min_cores = Some(1.0);
+    }
+    t.description = format!(
+        "reduced: the real elastic runs (bench-real --nodes 1 --workload elastic) in the \
+         simulator, jobs x{scale}"
+    );
+    (config, t)
 }
 
 /// One system's figures on one scenario (means over the seeds).
@@ -463,6 +570,69 @@ mod tests {
                 .iter()
                 .all(|s| run_scenario(s, &curves, &[], None).is_ok())
         );
+    }
+
+    #[test]
+    fn the_reduced_scenario_is_the_real_elastic_runs_setup() {
+        let curves = crate::paper::synthetic_curves();
+        let (config, trace) = scenario("reduced", &curves, 1).unwrap();
+        assert_eq!(config.workers.len(), 1);
+        assert_eq!(config.workers[0].cores, 2.0);
+        assert_eq!(config.resize_min_run_s, REDUCED.resize_min_run_s);
+        assert!(
+            (config.move_cost.seconds(1 << 30) + config.start_delay - REDUCED.restart_s).abs()
+                < 1e-9,
+            "a resize loses what the real ones did, whatever the job's memory"
+        );
+        let arrivals: Vec<f64> = trace.jobs.iter().map(|j| j.model.submit).collect();
+        assert_eq!(arrivals, [0.0, 3.5, 9.3, 12.8]);
+        for (j, &(_, epochs)) in trace.jobs.iter().zip(&REDUCED.jobs) {
+            assert_eq!((j.min_cores, j.model.parallelism), (Some(1.0), 2.0));
+            let alone = |cores: f64| (j.model.work - j.model.startup) / j.model.speed(cores);
+            assert!((alone(1.0) - epochs * REDUCED.epoch_s).abs() < 1e-6);
+            assert!((alone(1.0) / alone(2.0) - REDUCED.two_core_speedup).abs() < 1e-6);
+        }
+        let (_, longer) = scenario("reduced-x10", &curves, 1).unwrap();
+        assert!(
+            (longer.jobs[0].model.work
+                - longer.jobs[0].model.startup
+                - 10.0 * (trace.jobs[0].model.work - trace.jobs[0].model.startup))
+                .abs()
+                < 1e-6
+        );
+        assert!(scenario("reduced-x0", &curves, 1).is_err());
+        assert!(scenario("reduced-xten", &curves, 1).is_err());
+    }
+
+    #[test]
+    fn a_scenarios_resize_min_run_reaches_the_planner() {
+        // Ours starts the first job on both cores and shrinks it for the second once it has
+        // run 6 s, as the real runs did; with the coordinator's default 60 s the first job
+        // ends before it may be resized.
+        let curves = crate::paper::synthetic_curves();
+        let (mut config, trace) = scenario("reduced", &curves, 1).unwrap();
+        let spec: PolicySpec = SYSTEMS[SYSTEMS.len() - 1].1.parse().unwrap();
+        let resizes_of_first =
+            |config: &ClusterConfig| run_cluster(&trace, config, &spec, 1).unwrap().jobs[0].resizes;
+        assert_eq!(resizes_of_first(&config), 1);
+        config.resize_min_run_s = crate::cluster::RESIZE_MIN_RUN_S;
+        assert_eq!(resizes_of_first(&config), 0);
+    }
+
+    #[test]
+    fn at_the_real_runs_scale_ours_pays_for_starting_large_and_less_so_on_longer_jobs() {
+        // The measured finding of the reduced runs (docs/evaluation/seeds/kubeflow.md): on a
+        // saturated node whose restarts cost a quarter of a job, ours' first job starts on
+        // both cores and is shrunk, at a restart, for the next arrival; static sizes gain.
+        let curves = crate::paper::synthetic_curves();
+        let gap = |name: &str| {
+            let rows = run_scenario(name, &curves, &[1, 2], None).unwrap();
+            row(&rows, "ours").figures.avg_jct
+                / row(&rows, "fifo, each job at its least").figures.avg_jct
+        };
+        let (short, long) = (gap("reduced"), gap("reduced-x10"));
+        assert!(short > 1.10, "{short}");
+        assert!(long < 1.0 + (short - 1.0) / 2.0, "{long} against {short}");
     }
 
     #[test]

@@ -136,6 +136,15 @@ pub struct ClusterConfig {
     /// count the coordinator's own placements do not depend on it.
     #[serde(default)]
     pub usage_lag: f64,
+    /// An elastic job is resized only after running this long since its latest start (the
+    /// coordinator's `resize_min_run_s`; its default for jobs of minutes, shorter where a
+    /// scenario's jobs are, as bench-real's reduced runs set it).
+    #[serde(default = "resize_min_run_default")]
+    pub resize_min_run_s: f64,
+}
+
+fn resize_min_run_default() -> f64 {
+    super::RESIZE_MIN_RUN_S
 }
 
 /// A job given fewer cores than this does not count as running for [`ClusterConfig::contention`]
@@ -219,6 +228,7 @@ impl Default for ClusterConfig {
             record_decisions: false,
             contention: 0.0,
             usage_lag: 0.0,
+            resize_min_run_s: super::RESIZE_MIN_RUN_S,
         }
     }
 }

@@ -64,6 +64,7 @@ pub fn planner_config(config: &ClusterConfig, spec: &PolicySpec) -> StateConfig 
         criu_move_cost: move_cost,
         preemption: spec.preempt,
         elastic: spec.elastic,
+        resize_min_run_s: config.resize_min_run_s,
         ..StateConfig::default()
     }
 }
