@@ -90,8 +90,15 @@ impl ClusterState {
             started_at: 0.0,
             submitted_at: job.submitted_at,
         };
-        // The view holds the job's reservation at its current size already.
-        let Some(to) = elastic::grown_size(&self.view.nodes[node], &candidate) else {
+        // The view holds the job's reservation at its current size already. Ours keeps room
+        // for a newcomer on the last node that has it (a shrink later costs a restart);
+        // Kubeflow starts a job at what its node leaves free, as its write-up does.
+        let to = if grow == Grow::WhenNoneWait {
+            elastic::admission_size(&self.view, node, &candidate)
+        } else {
+            elastic::grown_size(&self.view.nodes[node], &candidate)
+        };
+        let Some(to) = to else {
             return;
         };
         info!(job = id, node = %self.view.nodes[node].name, cores = to, "an elastic job starts larger: its node has the cores free");

@@ -69,28 +69,29 @@ fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
     let mut s = ClusterState::new(quick(), "soonest").unwrap();
     let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
     s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
-    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 4"]);
+    // On the only node it keeps room for a newcomer of its own least size (1 core).
+    assert_eq!(commands(&mut s), ["start j1 on a attempt 0 cores 3"]);
     s.report(2.0, "a", a, report(&[("j1", RunState::Running, 0, false)]))
         .unwrap();
-    assert_eq!(s.job_detail("j1").unwrap().summary.cores, Some(4.0));
+    assert_eq!(s.job_detail("j1").unwrap().summary.cores, Some(3.0));
 
     // A 2-core job of the same priority arrives before the minimum run time: it waits.
     s.submit(10.0, job("eval", 2.0, None, 0));
     assert_eq!(status(&s, "j2"), JobState::Queued);
     assert!(commands(&mut s).is_empty());
-    // Then j1 gives back exactly 2 cores: saved, and started again with 2 on its own node,
+    // Then j1 gives back exactly 1 core: saved, and started again with 2 on its own node,
     // from its own directory (nothing carried).
     s.tick(40.0);
     assert_eq!(commands(&mut s), ["save j1 on a"]);
     let d = s.job_detail("j1").unwrap();
     assert_eq!(
         d.summary.moving.as_deref(),
-        Some("saving on a to resize from 4 to 2 cores (room for j2)")
+        Some("saving on a to resize from 3 to 2 cores (room for j2)")
     );
     assert!(
         d.moves[0]
             .reason
-            .contains("j1 shrinks from 4 to 2 cores on a"),
+            .contains("j1 shrinks from 3 to 2 cores on a"),
         "{}",
         d.moves[0].reason
     );
@@ -127,7 +128,7 @@ fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
             d.moves[0].to_cores,
             d.moves[0].resized_for.as_deref()
         ),
-        (Some(4.0), Some(2.0), Some("j2"))
+        (Some(3.0), Some(2.0), Some("j2"))
     );
     assert_eq!(status(&s, "j1"), JobState::Running);
 
@@ -155,6 +156,23 @@ fn an_elastic_job_starts_with_the_free_cores_and_shrinks_for_a_newcomer() {
 }
 
 #[test]
+fn ours_starts_a_job_on_every_free_core_where_another_node_has_room_for_the_next() {
+    let mut s = ClusterState::new(quick(), "soonest").unwrap();
+    let _a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let _b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    let started = commands(&mut s);
+    assert_eq!(started.len(), 1);
+    assert!(started[0].ends_with("cores 4"), "{started:?}");
+    // Kubeflow starts a job on what its node leaves free, as its write-up does, even on the
+    // only node.
+    let mut k = ClusterState::new(quick(), "kubeflow").unwrap();
+    let _a = k.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    k.submit(1.0, job("sweep", 1.0, Some(4.0), 0));
+    assert_eq!(commands(&mut k), ["start j1 on a attempt 0 cores 4"]);
+}
+
+#[test]
 fn a_start_that_fails_at_the_new_size_goes_back_to_the_old_one() {
     let mut s = ClusterState::new(quick(), "soonest").unwrap();
     let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
@@ -164,7 +182,7 @@ fn a_start_that_fails_at_the_new_size_goes_back_to_the_old_one() {
         commands(&mut s),
         [
             "start j1 on a attempt 0 cores 2",
-            "start j2 on a attempt 0 cores 2"
+            "start j2 on a attempt 0 cores 1"
         ]
     );
     s.report(
@@ -192,14 +210,14 @@ fn a_start_that_fails_at_the_new_size_goes_back_to_the_old_one() {
     s.report(52.0, "a", a, report(&[("j2", RunState::Exited, 0, true)]))
         .unwrap();
     assert_eq!(commands(&mut s), ["start j2 on a attempt 1 cores 4"]);
-    // It cannot run with 4 (it exits at once): started again with its old 2.
+    // It cannot run with 4 (it exits at once): started again with its old 1.
     let mut failed = report(&[("j2", RunState::Failed, 1, false)]);
     failed.jobs[0].message = "out of memory with 4 workers".into();
     s.report(53.0, "a", a, failed).unwrap();
-    assert_eq!(commands(&mut s), ["start j2 on a attempt 2 cores 2"]);
+    assert_eq!(commands(&mut s), ["start j2 on a attempt 2 cores 1"]);
     let d = s.job_detail("j2").unwrap();
     assert_eq!(d.moves[0].phase, MovePhase::RollingBack);
-    assert_eq!(d.summary.cores, Some(2.0));
+    assert_eq!(d.summary.cores, Some(1.0));
 }
 
 #[test]

@@ -606,33 +606,42 @@ mod tests {
 
     #[test]
     fn a_scenarios_resize_min_run_reaches_the_planner() {
-        // Ours starts the first job on both cores and shrinks it for the second once it has
-        // run 6 s, as the real runs did; with the coordinator's default 60 s the first job
-        // ends before it may be resized.
+        // The Kubeflow scheduler grows the last job into the core its predecessor frees once it
+        // has run 6 s, as in the real runs; with the coordinator's default 60 s it ends first.
         let curves = crate::paper::synthetic_curves();
         let (mut config, trace) = scenario("reduced", &curves, 1).unwrap();
-        let spec: PolicySpec = SYSTEMS[SYSTEMS.len() - 1].1.parse().unwrap();
-        let resizes_of_first =
-            |config: &ClusterConfig| run_cluster(&trace, config, &spec, 1).unwrap().jobs[0].resizes;
-        assert_eq!(resizes_of_first(&config), 1);
+        let spec: PolicySpec = "fair/kubeflow+reserve+elastic".parse().unwrap();
+        let resizes = |config: &ClusterConfig| -> u32 {
+            let run = run_cluster(&trace, config, &spec, 1).unwrap();
+            run.jobs.iter().map(|j| j.resizes).sum()
+        };
+        assert!(resizes(&config) > 0);
         config.resize_min_run_s = crate::cluster::RESIZE_MIN_RUN_S;
-        assert_eq!(resizes_of_first(&config), 0);
+        assert_eq!(resizes(&config), 0);
     }
 
     #[test]
-    fn at_the_real_runs_scale_ours_pays_for_starting_large_and_less_so_on_longer_jobs() {
-        // The measured finding of the reduced runs (docs/evaluation/seeds/kubeflow.md): on a
-        // saturated node whose restarts cost a quarter of a job, ours' first job starts on
-        // both cores and is shrunk, at a restart, for the next arrival; static sizes gain.
+    fn at_the_real_runs_scale_ours_keeps_room_for_the_next_job_instead_of_shrinking_for_it() {
+        // The real reduced runs (docs/evaluation/real-jobs.md#elastic-2026-11-30): a saturated
+        // node whose resizes cost a quarter of a job. Ours started the first job on both cores
+        // and shrank it, at a restart, for the next (+16.7% against static sizes on real jobs,
+        // +18.8% here); keeping room for a newcomer on the last node with room, it resizes
+        // only the last job and is within a few percent of static sizes, ahead of Kubeflow's
+        // start-large-and-make-the-next-wait.
         let curves = crate::paper::synthetic_curves();
-        let gap = |name: &str| {
-            let rows = run_scenario(name, &curves, &[1, 2], None).unwrap();
-            row(&rows, "ours").figures.avg_jct
-                / row(&rows, "fifo, each job at its least").figures.avg_jct
-        };
-        let (short, long) = (gap("reduced"), gap("reduced-x10"));
-        assert!(short > 1.10, "{short}");
-        assert!(long < 1.0 + (short - 1.0) / 2.0, "{long} against {short}");
+        let rows = run_scenario("reduced", &curves, &[1, 2], None).unwrap();
+        let jct = |system: &str| row(&rows, system).figures.avg_jct;
+        let (ours, fixed) = (jct("ours"), jct("fifo, each job at its least"));
+        assert!(ours < 1.05 * fixed, "{ours} against {fixed}");
+        assert!(
+            ours < jct("Kubeflow"),
+            "{ours} against Kubeflow's {}",
+            jct("Kubeflow")
+        );
+        assert!(
+            row(&rows, "ours").resizes <= 2,
+            "one grow per seed, no shrink"
+        );
     }
 
     #[test]
