@@ -102,3 +102,28 @@ fn every_workload_has_distinct_job_names() {
         assert_eq!(names.len(), w.jobs.len(), "{}", w.name);
     }
 }
+
+#[test]
+fn a_run_directory_too_deep_for_a_unix_socket_gets_a_short_stable_one() {
+    let short = Path::new("/work/target/bench/elastic/runs/fair-known-r1");
+    assert_eq!(
+        super::round::socket_path(short),
+        short.join("governor.sock")
+    );
+    // The path that stopped a series (2026-11-30): 109 bytes with the socket's name.
+    let deep = Path::new(
+        "/work/main/target/bench-cluster-elastic-room/elastic/runs/learning-first_soonest-known-r1/node1",
+    );
+    let socket = super::round::socket_path(deep);
+    assert!(socket.as_os_str().len() < 100, "{}", socket.display());
+    assert_eq!(
+        socket,
+        super::round::socket_path(deep),
+        "the same for every caller"
+    );
+    assert_ne!(
+        socket,
+        super::round::socket_path(&deep.with_file_name("node2")),
+        "one per node"
+    );
+}

@@ -435,8 +435,9 @@ max_auto_moves = 1
             fs::create_dir_all(nd.join("jobs.d"))?;
             let range = node_cpus(k, nodes, cpus);
             let mut text = format!(
-                "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{d}/governor.sock\"\npolicy = \"{node_policy}\"\n",
-                d = nd.display()
+                "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{s}\"\npolicy = \"{node_policy}\"\n",
+                d = nd.display(),
+                s = super::round::socket_path(&nd).display()
             );
             for line in extra_config {
                 text.push_str(line);
@@ -482,6 +483,22 @@ max_auto_moves = 1
                 .unwrap_or(0);
             if ready >= nodes {
                 return Ok(bed);
+            }
+            // A daemon that exits at its start (a bad configuration) is reported as such, with
+            // its last words, not as a node that did not register in time.
+            for (k, d) in bed.daemons.iter_mut().enumerate() {
+                if let Some(status) = d.try_wait()? {
+                    let log = dir.join(format!("node{}/daemon.log", k + 1));
+                    let last = fs::read_to_string(&log)
+                        .ok()
+                        .and_then(|t| t.lines().last().map(str::to_owned))
+                        .unwrap_or_default();
+                    bail!(
+                        "node{}'s daemon exited at its start ({status}): {last} (see {})",
+                        k + 1,
+                        log.display()
+                    );
+                }
             }
             if Instant::now() > deadline {
                 bail!(

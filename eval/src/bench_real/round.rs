@@ -154,8 +154,9 @@ impl RealEnv {
         let policy = node_spec(policy);
         let config = dir.join("governor.toml");
         let mut text = format!(
-            "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{d}/governor.sock\"\npolicy = \"{policy}\"\n",
-            d = dir.display()
+            "jobs_dir = \"{d}/jobs.d\"\nstate_file = \"{d}/state.json\"\nsocket = \"{s}\"\npolicy = \"{policy}\"\n",
+            d = dir.display(),
+            s = socket_path(dir).display()
         );
         for line in extra_config {
             text.push_str(line);
@@ -174,7 +175,7 @@ impl RealEnv {
             .stderr(log)
             .spawn()
             .context("cannot start the governor daemon")?;
-        let socket = dir.join("governor.sock");
+        let socket = socket_path(dir);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
             if Instant::now() > deadline {
@@ -222,7 +223,7 @@ impl RealEnv {
             .arg("--log")
             .arg(&log)
             .arg("--socket")
-            .arg(dir.join("governor.sock"));
+            .arg(socket_path(dir));
         if sizes == Sizes::Known {
             c.args(["--epochs", &j.epochs.to_string()]);
         }
@@ -313,7 +314,7 @@ impl RealEnv {
                 // finding out why a policy did what it did.
                 if let Ok(out) = Command::new(&self.governor)
                     .args(["status", "--json", "--socket"])
-                    .arg(dir.join("governor.sock"))
+                    .arg(socket_path(dir))
                     .stderr(Stdio::null())
                     .output()
                     && out.status.success()
@@ -490,6 +491,24 @@ pub(super) fn stop(child: &mut Child) {
 
 /// The benchmark's Python environment: created and filled once, then reused (a stamp names the
 /// packages installed).
+/// The control socket of the daemon whose run directory is `dir`: `dir/governor.sock`, or,
+/// where that path is too long for a Unix socket (108 bytes with its NUL: a deep `--out` and a
+/// long policy name), a short one in the temporary directory named by a hash of `dir`.
+pub(crate) fn socket_path(dir: &Path) -> PathBuf {
+    let path = dir.join("governor.sock");
+    if path.as_os_str().len() < 100 {
+        return path;
+    }
+    let hash = dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    std::env::temp_dir().join(format!("governor-bench-{hash:016x}.sock"))
+}
+
 pub fn python_env() -> Result<PathBuf> {
     cmd::python_venv(
         &cmd::target_dir().join("bench/venv"),
