@@ -12,7 +12,9 @@
 //!   a waiting job of the same or higher priority. The cores a job grew into were idle, so any
 //!   job that arrives may have them back; growing while jobs wait would take their room. A job
 //!   grows on its node or moves to grow on another where it can hold more (a resize is a save
-//!   and a start again wherever it lands).
+//!   and a start again wherever it lands). A job admitted while none wait starts on what its
+//!   node leaves free, less room for one more job of its least size where no other node has
+//!   that room ([`admission_size`]): lent cores come back by a shrink, another restart.
 //! - **Kubeflow** (DRAGON/OASIS): after every round, scale up every running job into the
 //!   residual resources (its `ScaleUp`, run at the end of each scheduling pass), and scale down
 //!   jobs of lower weight (priority) to admit a higher-priority job (its `ScaleDown`). The
