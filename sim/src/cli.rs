@@ -58,8 +58,8 @@ enum Command {
     /// Mixed priorities on a full cluster, with and without preemption by checkpoint.
     Priority(PriorityArgs),
     /// Elastic jobs under Schedulearn's elastic FIFO, DRAGON, the Kubeflow scheduler and ours,
-    /// against FIFO without elasticity: `kubeflow-4`, `kubeflow`, `schedulearn` and `priority`
-    /// scenarios.
+    /// against FIFO without elasticity: `kubeflow-4`, `kubeflow`, `schedulearn`, `priority` and
+    /// `reduced` scenarios.
     Elastic(ElasticArgs),
     /// One hyperparameter sweep across 3 workers, judged by the planner's asynchronous
     /// successive halving (ranked by prediction, and by the loss seen), against the full sweep.
@@ -291,7 +291,7 @@ struct GpuArgs {
 
 #[derive(Debug, Args)]
 struct ElasticArgs {
-    /// One scenario (kubeflow-4, kubeflow, schedulearn, priority); default: all four.
+    /// One scenario (kubeflow-4, kubeflow, schedulearn, priority, reduced, or reduced-xK: its jobs K times longer); default: all five.
     scenario: Option<String>,
     /// Seeds to run (each generates its own trace): `1-5` or `1,3`.
     #[arg(long, default_value = "1-5")]

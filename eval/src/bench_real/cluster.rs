@@ -340,6 +340,13 @@ impl Bed {
     }
 }
 
+/// Appends `value` unless it is the last one already: a job's nodes or sizes, as they change.
+fn push_change<T: PartialEq>(seen: &mut Vec<T>, value: T) {
+    if seen.last() != Some(&value) {
+        seen.push(value);
+    }
+}
+
 fn is_finished(job: &serde_json::Value) -> bool {
     matches!(
         job["status"].as_str(),
@@ -608,18 +615,15 @@ max_auto_moves = 1
                         if let Some(node) = j["members"][0]["node"].as_str()
                             && !node.is_empty()
                         {
-                            let seen = placements.entry(name.clone()).or_default();
-                            if seen.last().map(String::as_str) != Some(node) {
-                                seen.push(node.to_owned());
-                            }
+                            push_change(
+                                placements.entry(name.clone()).or_default(),
+                                node.to_owned(),
+                            );
                         }
                         if let Some(cores) = j["cores"].as_f64()
                             && j["status"].as_str() == Some("running")
                         {
-                            let seen = sizes_seen.entry(name.clone()).or_default();
-                            if seen.last() != Some(&cores) {
-                                seen.push(cores);
-                            }
+                            push_change(sizes_seen.entry(name.clone()).or_default(), cores);
                         }
                         let status = j["status"].as_str().unwrap_or_default();
                         if is_finished(j) {

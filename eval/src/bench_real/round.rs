@@ -489,8 +489,6 @@ pub(super) fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The benchmark's Python environment: created and filled once, then reused (a stamp names the
-/// packages installed).
 /// The control socket of the daemon whose run directory is `dir`: `dir/governor.sock`, or,
 /// where that path is too long for a Unix socket (108 bytes with its NUL: a deep `--out` and a
 /// long policy name), a short one in the temporary directory named by a hash of `dir`.
@@ -499,16 +497,15 @@ pub(crate) fn socket_path(dir: &Path) -> PathBuf {
     if path.as_os_str().len() < 100 {
         return path;
     }
-    let hash = dir
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    std::env::temp_dir().join(format!("governor-bench-{hash:016x}.sock"))
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same name for the same directory in every process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    std::env::temp_dir().join(format!("governor-bench-{:016x}.sock", hasher.finish()))
 }
 
+/// The benchmark's Python environment: created and filled once, then reused (a stamp names the
+/// packages installed).
 pub fn python_env() -> Result<PathBuf> {
     cmd::python_venv(
         &cmd::target_dir().join("bench/venv"),
