@@ -17,8 +17,7 @@ use crate::node::CheckpointChunk;
 /// The archive's first bytes.
 pub const MAGIC: &[u8; 8] = b"GOVCKPT1";
 
-/// Bytes per chunk on the wire (well under gRPC's 4 MiB message limit).
-pub const CHUNK_BYTES: usize = 1 << 20;
+pub use crate::node::CHUNK_BYTES;
 
 /// Why an archive cannot be made or unpacked.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::{Category, Checkpoint, NodeCapacity, RunState};
 
-#[cfg(feature = "grpc")]
+#[cfg(feature = "messages")]
 mod wire;
 
 /// Most members a job may ask for.

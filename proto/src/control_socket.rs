@@ -202,6 +202,10 @@ pub struct JobStatus {
     pub epochs_done: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epochs_total: Option<f64>,
+    /// Seconds between its last two epoch ends, as its records arrived (the first epoch, which
+    /// holds the job's start, and a backlog read at once are not timed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_seconds: Option<f64>,
 }
 
 #[cfg(test)]

@@ -32,19 +32,19 @@ pub mod units;
 
 pub use error::{InvalidMessage, check_user_name};
 
-/// Generated messages and services (`governor.cluster.v1`).
-#[cfg(feature = "grpc")]
+/// Generated messages and services (`governor.cluster.v1`; the services with feature `grpc`).
+#[cfg(feature = "messages")]
 #[allow(clippy::all, missing_docs, rust_2018_idioms)]
 pub mod pb {
-    tonic::include_proto!("governor.cluster.v1");
+    include!(concat!(env!("OUT_DIR"), "/governor.cluster.v1.rs"));
 }
 
 /// etcd's key-value and lease services, the subset the coordinator's etcd store uses
 /// (`proto/etcd/kv_lease.proto`; clients only, with tonic's default codec).
-#[cfg(feature = "grpc")]
+#[cfg(feature = "messages")]
 #[allow(clippy::all, missing_docs, rust_2018_idioms)]
 pub mod etcd {
-    tonic::include_proto!("etcdserverpb");
+    include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));
 }
 
 /// The port the coordinator listens on unless told otherwise.

@@ -11,15 +11,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::InvalidMessage;
 
-#[cfg(feature = "grpc")]
+#[cfg(feature = "messages")]
 mod wire;
-#[cfg(feature = "grpc")]
+#[cfg(feature = "messages")]
 pub(crate) use wire::{category_from_wire, check_argv, check_log_path};
 
 /// Longest job, node or model name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 256;
 /// Longest free-text message (reasons, errors) accepted, in bytes.
 pub const MAX_MESSAGE_LEN: usize = 4096;
+/// Bytes per checkpoint chunk on the wire (well under gRPC's 4 MiB message limit; a chunk of
+/// more than twice this is refused).
+pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// One GPU of a node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

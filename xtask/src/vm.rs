@@ -195,6 +195,24 @@ pub(crate) const ROOT_HOST_PREFIX: &str = "root_host_";
 /// tests for the VM bed.
 pub(crate) const BENCH_PREFIX: &str = "bench_";
 
+/// Ignored tests named so are the long soak `cargo xtask soak` runs (its short version is a plain
+/// test); the one-node bed ran it by accident, 252 s of every `cargo xtask test` (2026-11-30).
+pub(crate) const SOAK_PREFIX: &str = "soak_";
+
+/// What the one-node bed leaves out of `--ignored` (libtest's `--skip` matches a part of the
+/// name): the multi-node scenarios (`--nodes N` runs them) and the ignored tests of other
+/// commands. Every other ignored integration test says `#[ignore = "vm: ..."]` and runs there.
+const ONE_NODE_SKIPS: [&str; 4] = ["multinode_", ROOT_HOST_PREFIX, BENCH_PREFIX, SOAK_PREFIX];
+
+/// libtest's arguments that leave [`ONE_NODE_SKIPS`] out.
+fn one_node_skip_args() -> String {
+    ONE_NODE_SKIPS
+        .iter()
+        .map(|p| format!("--skip {p}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn test_loop(exes: &[&PathBuf], test_args: &str) -> String {
     let mut s = String::from("rc=0\n");
     for exe in exes {
@@ -220,12 +238,7 @@ fn run_single(bed: &Bed, exes: &[PathBuf], args: &VmTestArgs) -> Result<()> {
         if args.unprivileged {
             unprivileged_loop(&selected)
         } else {
-            test_loop(
-                &selected,
-                &format!(
-                    "{filter} --skip multinode_ --skip {ROOT_HOST_PREFIX} --skip {BENCH_PREFIX}"
-                ),
-            )
+            test_loop(&selected, &format!("{filter} {}", one_node_skip_args()))
         }
     );
     fs::write(
@@ -407,5 +420,57 @@ mod tests {
         assert_eq!((sel.len(), f), (1, None));
         let (sel, f) = select(&exes, Some("restores"));
         assert_eq!((sel.len(), f.as_deref()), (2, Some("restores")));
+    }
+
+    /// Every ignored test in `tests/tests/*.rs`: its name and the kind its reason starts with
+    /// (`#[ignore = "vm: ..."]` -> `vm`).
+    fn ignored_integration_tests() -> Vec<(String, String)> {
+        let dir = cmd::workspace_root().join("tests/tests");
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&dir).expect("tests/tests") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = fs::read_to_string(&path).expect("a test file");
+            let mut kind: Option<String> = None;
+            for line in text.lines().map(str::trim) {
+                if let Some(reason) = line.strip_prefix("#[ignore = \"") {
+                    let k = reason.split([':', '"']).next().unwrap_or_default();
+                    kind = Some(k.to_owned());
+                } else if let Some(k) = &kind {
+                    let name = line
+                        .strip_prefix("async fn ")
+                        .or_else(|| line.strip_prefix("fn "))
+                        .and_then(|rest| rest.split('(').next());
+                    if let Some(name) = name {
+                        found.push((name.to_owned(), k.clone()));
+                        kind = None;
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_one_node_bed_runs_every_vm_test_and_no_other_commands_ignored_test() {
+        let ignored = ignored_integration_tests();
+        assert!(
+            ignored.iter().any(|(n, _)| n == "soak_random_faults"),
+            "the scan found the soak: {ignored:?}"
+        );
+        let skipped = |name: &str| ONE_NODE_SKIPS.iter().any(|p| name.contains(p));
+        for (name, kind) in &ignored {
+            if kind == "vm" && !name.starts_with("multinode_") {
+                assert!(!skipped(name), "{name} needs the bed, yet the bed skips it");
+            } else {
+                assert!(
+                    skipped(name),
+                    "{name} (ignored as {kind:?}) is not for the one-node bed, yet it would run there"
+                );
+            }
+        }
+        assert!(one_node_skip_args().contains("--skip soak_"));
     }
 }

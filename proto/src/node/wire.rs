@@ -567,7 +567,7 @@ impl From<CoordinatorMessage> for pb::CoordinatorMessage {
 impl TryFrom<pb::CheckpointChunk> for CheckpointChunk {
     type Error = InvalidMessage;
     fn try_from(m: pb::CheckpointChunk) -> Result<Self, InvalidMessage> {
-        if m.data.len() > 2 * crate::archive::CHUNK_BYTES {
+        if m.data.len() > 2 * super::CHUNK_BYTES {
             return Err(InvalidMessage::new(
                 "data",
                 format!("{} bytes in one piece", m.data.len()),
