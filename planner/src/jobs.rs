@@ -228,6 +228,7 @@ impl ClusterState {
             cores_now: None,
             sweep_curve: Vec::new(),
             specon_marked_at: None,
+            start_s: None,
         };
         info!(job = %id, name = %job.name, "job submitted");
         self.queue.push(queued(&job));

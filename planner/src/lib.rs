@@ -120,7 +120,9 @@ pub struct StateConfig {
     /// SpeCon runs set 1.
     pub max_auto_moves: Option<u32>,
     /// A move's pause by framework checkpoint and by CRIU (fitted to `cargo xtask
-    /// bench-move`; set them from a run on your own nodes).
+    /// bench-move`; set them from a run on your own nodes). A framework checkpoint's move
+    /// also pays the job's start again: its own measured start ([`JobRecord::start_s`]) is
+    /// added to `framework_move_cost`.
     pub framework_move_cost: payoff::MoveCost,
     pub criu_move_cost: payoff::MoveCost,
     /// A higher-priority job that fits nowhere displaces lower-priority jobs by checkpoint
@@ -287,6 +289,12 @@ pub struct JobRecord {
     /// Algorithm 3 counts its converged duration, wherever it runs since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub specon_marked_at: Option<Seconds>,
+    /// Seconds its first start took before it trained, as measured from its reports (see
+    /// [`nodes::measured_start`]): what a move by its framework's checkpoint loses again on the
+    /// target, beside the save ([`StateConfig::framework_move_cost`]). `None` until its first
+    /// start has reported an epoch; it stays `None` for a job that reports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_s: Option<f64>,
 }
 
 /// A node's request to move one of its jobs.

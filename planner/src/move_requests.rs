@@ -234,14 +234,16 @@ impl ClusterState {
             remaining_s,
             ran_s: now - member.placed_at,
         };
-        let cost = if needs_dump(job) {
-            self.config.criu_move_cost
+        // A CRIU image resumes the process as it was; a framework checkpoint starts the job
+        // again on the target, which costs what its first start took.
+        let cost_s = if needs_dump(job) {
+            self.config.criu_move_cost.seconds(case.memory_bytes)
         } else {
-            self.config.framework_move_cost
+            self.config.framework_move_cost.seconds(case.memory_bytes) + job.start_s.unwrap_or(0.0)
         };
         Some(super::payoff::payoff(
             &case,
-            cost.seconds(case.memory_bytes),
+            cost_s,
             self.config.move_payoff,
         ))
     }

@@ -1266,3 +1266,103 @@ fn a_target_that_saved_the_job_on_its_own_during_the_move_has_it_started_again_n
     assert_ne!(s.job_record("j1").unwrap().status, JobState::Completed);
     assert!(!s.job_record("j1").unwrap().status.is_finished());
 }
+
+/// j1 (a framework checkpoint, converged, 0.5 core) on a full `a` that asks to move it, `b`
+/// idle; j1's first epoch (of 5 s, one of two) is reported at `first_epoch_at` (it was placed at
+/// 1 s), then `a` asks. Returns the start measured and whether j1 moved.
+fn move_after_a_start_of(first_epoch_at: f64) -> (Option<f64>, bool) {
+    let mut s = ClusterState::new(
+        StateConfig {
+            rebalance: false,
+            ..StateConfig::default()
+        },
+        "first-fit",
+    )
+    .unwrap();
+    let a = s.register(0.0, hello("a"), "10.0.0.1:1".into()).session_id;
+    let b = s.register(0.0, hello("b"), "10.0.0.2:1".into()).session_id;
+    s.submit(1.0, movable("train"));
+    let on_a = |epoch: Option<u64>, ask: bool| {
+        let mut r = j1(RunState::Running, 0, false);
+        let job = &mut r.jobs[0];
+        job.category = Category::Converged;
+        job.cpu_cores = 0.5;
+        job.epoch = epoch;
+        job.max_epochs = Some(2);
+        job.epoch_seconds = epoch.map(|_| 5.0);
+        r.cpu_used_cores = 3.9;
+        if ask {
+            r.move_requests = vec![MoveRequest {
+                job_id: "j1".into(),
+                reason: "converged while others progress".into(),
+            }];
+        }
+        r
+    };
+    s.report(2.0, "a", a, on_a(None, false)).unwrap();
+    s.report(first_epoch_at, "a", a, on_a(Some(1), false))
+        .unwrap();
+    for t in [1.0, 20.0, 40.0].map(|d| first_epoch_at + d) {
+        s.report(t, "a", a, on_a(Some(1), true)).unwrap();
+        s.report(t, "b", b, idle()).unwrap();
+        s.tick(t);
+    }
+    let job = s.job_record("j1").unwrap();
+    (job.start_s, !job.moves.is_empty())
+}
+
+#[test]
+fn a_framework_move_pays_for_the_jobs_measured_start_as_well_as_its_save() {
+    // Gain: b's 4 free cores for the 5 s left = 20 core-s, against twice the pause of half a
+    // core. A 1 s start: a 1.1 s pause, 1.1 core-s doubled: the move pays.
+    let (start, moved) = move_after_a_start_of(7.0);
+    assert_eq!(start, Some(1.0), "7 s - 1 s placed - one 5 s epoch");
+    assert!(moved, "a short start: the move pays");
+    // A 30 s start (a framework's import and graph building, slow): a 30.1 s pause, 30.1
+    // core-s doubled against 20: the save alone (0.1 s) would have let it through.
+    let (start, moved) = move_after_a_start_of(36.0);
+    assert_eq!(start, Some(30.0));
+    assert!(
+        !moved,
+        "the start again on the target costs more than the move gives back"
+    );
+}
+
+#[test]
+fn a_start_is_measured_on_the_first_start_s_first_epoch_only() {
+    use super::super::nodes::measured_start;
+    let mut r = JobReport::running("j1", "train");
+    r.epoch = Some(2);
+    r.epoch_seconds = Some(4.0);
+    assert_eq!(
+        measured_start(10.0, 25.0, &r),
+        Some(7.0),
+        "15 s less two 4 s epochs"
+    );
+    assert_eq!(measured_start(10.0, 15.0, &r), Some(0.0), "never below 0");
+    r.attempt = 1;
+    assert_eq!(
+        measured_start(10.0, 25.0, &r),
+        None,
+        "a resumed start rereads old epochs"
+    );
+    r.attempt = 0;
+    r.replica = 1;
+    assert_eq!(
+        measured_start(10.0, 25.0, &r),
+        None,
+        "replica 0 speaks for a gang"
+    );
+    r.replica = 0;
+    r.epoch = Some(0);
+    assert_eq!(measured_start(10.0, 25.0, &r), None, "no epoch done yet");
+    r.epoch = Some(1);
+    r.epoch_seconds = None;
+    assert_eq!(
+        measured_start(10.0, 25.0, &r),
+        None,
+        "an epoch of unknown length"
+    );
+    r.epoch_seconds = Some(f64::NAN);
+    assert_eq!(measured_start(10.0, 25.0, &r), None);
+}

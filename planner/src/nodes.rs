@@ -7,7 +7,7 @@ use governor_proto::control::{CategoryChange, JobState, MovePhase, NodeState, Pr
 use governor_proto::node::{
     Category, Hello, JobOrigin, JobReport, NodeCommand, NodeReport, RunState, StopJob, Welcome,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use governor_placement::queue::Seconds;
 
@@ -322,6 +322,7 @@ impl ClusterState {
                 cores_now: None,
                 sweep_curve: Vec::new(),
                 specon_marked_at: None,
+                start_s: None,
             }
         });
         let limit = self.config.progress_samples;
@@ -409,6 +410,13 @@ impl ClusterState {
         let was = member.state;
         member.seen = true;
         apply_report(member, report);
+        if job.start_s.is_none()
+            && let Some(start) = measured_start(member.placed_at, now, report)
+        {
+            debug!(job = %job.id, start_s = start, "its start measured");
+            job.start_s = Some(start);
+            self.dirty.jobs.insert(job.id.clone());
+        }
         if was != member.state {
             self.dirty.jobs.insert(job.id.clone());
         }
@@ -459,6 +467,25 @@ impl ClusterState {
             self.dirty.removed_jobs.insert(id);
         }
     }
+}
+
+/// The seconds a job's first start took before it trained: from its placement (`placed_at`,
+/// when the coordinator sent the start) to the report that first shows an epoch done, less
+/// those epochs. It holds the node's start, the runtime's and the framework's (TensorFlow's
+/// import and graph building: 5.3 s in `bench-real --workload elastic`, 2026-11-30), all of
+/// which a move by a framework checkpoint pays again on its target. Measured only on the
+/// first start of replica 0 (a resumed start rereads its epochs from before the move at
+/// once), and late by up to one report interval (1 s by default), never below 0.
+pub(super) fn measured_start(placed_at: Seconds, now: Seconds, report: &JobReport) -> Option<f64> {
+    if report.attempt != 0 || report.replica != 0 {
+        return None;
+    }
+    let epochs = report.epoch.filter(|&e| e >= 1)?;
+    let each = report
+        .epoch_seconds
+        .filter(|s| s.is_finite() && *s >= 0.0)?;
+    let start = (now - placed_at) - epochs as f64 * each;
+    start.is_finite().then_some(start.max(0.0))
 }
 
 /// The id a local job is listed under.

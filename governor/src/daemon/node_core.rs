@@ -117,6 +117,8 @@ pub struct JobEntry {
     last_value: Option<f64>,
     /// Epochs done, as its latest record with an epoch says.
     epochs_done: Option<f64>,
+    /// How long its epochs take, from its records' arrival.
+    epoch_timer: records::EpochTimer,
     /// Recent (time, value) pairs for the growth figure shown in status.
     history: VecDeque<(Instant, f64)>,
     first_value: Option<f64>,

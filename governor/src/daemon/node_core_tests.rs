@@ -565,3 +565,40 @@ impl NodePolicy for FixedPlan {
         self.0.clone()
     }
 }
+
+/// What a node reports as a job's epoch time (ProCon's f, a move's payoff) comes from when its
+/// epoch rows arrive: the time up to the first row (the job's start) and from it to the second
+/// are not timed.
+#[test]
+fn a_jobs_epoch_time_in_its_status_is_the_time_between_its_epoch_rows() {
+    let mut bed = bed();
+    let a = JobCgroup::new("jobs/a").unwrap();
+    let epoch_seconds = |bed: &Bed| {
+        let status = bed.core.status(bed.now);
+        status
+            .jobs
+            .into_iter()
+            .find(|j| j.name == "a")
+            .unwrap()
+            .epoch_seconds
+    };
+    let start = bed.now;
+    bed.core
+        .on_record(start + Duration::from_secs(5), &a, &keras_record(0.0, 1.0));
+    assert_eq!(
+        epoch_seconds(&bed),
+        None,
+        "one row: its time holds the start"
+    );
+    bed.core
+        .on_record(start + Duration::from_secs(8), &a, &keras_record(1.0, 0.8));
+    assert_eq!(
+        epoch_seconds(&bed),
+        None,
+        "from the first row seen, not yet an epoch"
+    );
+    bed.core
+        .on_record(start + Duration::from_secs(10), &a, &keras_record(2.0, 0.7));
+    let s = epoch_seconds(&bed).expect("three rows: an epoch timed");
+    assert!((s - 2.0).abs() < 1e-6, "{s}");
+}

@@ -192,6 +192,7 @@ fn fill_figures(report: &mut JobReport, j: &crate::status::JobStatus) {
         .epochs_total
         .filter(|e| e.is_finite() && *e > 0.0)
         .map(|e| e.ceil() as u64);
+    report.epoch_seconds = j.epoch_seconds.filter(|s| s.is_finite() && *s > 0.0);
     report.gpu_energy_joules = j.gpu_energy_joules.filter(|e| e.is_finite() && *e >= 0.0);
     report.decision = clip(&j.decision, MAX_MESSAGE_LEN);
     if report.gpu_memory_bytes == 0 {
@@ -270,6 +271,7 @@ mod tests {
             gpu_energy_joules: Some(1234.5),
             epochs_done: Some(4.5),
             epochs_total: Some(20.0),
+            epoch_seconds: Some(12.5),
             ..JobStatus::default()
         }
     }
@@ -348,6 +350,11 @@ mod tests {
             (j1.epoch, j1.max_epochs),
             (Some(4), Some(20)),
             "whole epochs done, for a cluster sweep's rungs"
+        );
+        assert_eq!(
+            j1.epoch_seconds,
+            Some(12.5),
+            "the epoch time, for ProCon's placement and a move's payoff"
         );
         let growth = j1.growth.unwrap();
         assert!((growth - 0.01).abs() < 1e-12, "0.6/min is 0.01/s: {growth}");

@@ -53,8 +53,9 @@ impl NodeCore {
             return false;
         };
         let epochs = epochs_done(record);
-        if epochs.is_some() {
+        if let Some(done) = epochs {
             entry.epochs_done = epochs;
+            entry.epoch_timer.observe(t, done);
         }
         entry.records += 1;
         self.metrics.log_record(record.format.name());
@@ -170,6 +171,55 @@ pub(super) fn work_fraction(record: &Record, total_epochs: Option<f64>) -> Optio
     Some((epochs_done(record)? / total).min(1.0))
 }
 
+/// Records closer together than this were read together (a log's backlog, read at adoption or
+/// reread after a move), not written as their epochs ended.
+const BURST_S: f64 = 0.05;
+
+/// How long a job's epochs take, as its records show them: the seconds between the last two
+/// records that each finished an epoch (ProCon's f; reported to the coordinator as
+/// `epoch_seconds`, where ProCon's and `soonest`'s placement and a move's payoff use it, as they
+/// do in govsim). Not counted: the time up to the first record seen and from it to the next
+/// epoch end (the first holds the job's start; the first record may have been written earlier
+/// than read, or within an epoch), and the time after a burst (its records were written earlier
+/// than read).
+#[derive(Clone, Debug, Default)]
+pub(super) struct EpochTimer {
+    /// When the count of whole epochs last changed, to what, and whether that moment was an
+    /// epoch's end as it happened (so that the next interval is an epoch's time).
+    boundary: Option<(f64, u64, bool)>,
+    /// The latest epoch time measured.
+    seconds: Option<f64>,
+}
+
+impl EpochTimer {
+    /// A record at `at_s` (the daemon's clock) says `epochs_done` epochs are done.
+    pub(super) fn observe(&mut self, at_s: f64, epochs_done: f64) {
+        if !epochs_done.is_finite() || epochs_done < 0.0 || !at_s.is_finite() {
+            return;
+        }
+        let whole = epochs_done.floor() as u64;
+        let Some((then, last, timed)) = self.boundary else {
+            self.boundary = Some((at_s, whole, false));
+            return;
+        };
+        if whole == last {
+            return;
+        }
+        let dt = at_s - then;
+        if whole > last && timed && dt >= BURST_S {
+            self.seconds = Some(dt / (whole - last) as f64);
+        }
+        // A count that went down is a run logging anew (a restart from scratch): its next epoch
+        // is timed from this record, as after any live one.
+        self.boundary = Some((at_s, whole, dt >= BURST_S));
+    }
+
+    /// Seconds per epoch, once two epoch ends after the first record seen have arrived live.
+    pub(super) fn seconds(&self) -> Option<f64> {
+        self.seconds
+    }
+}
+
 /// Epochs a record says are done (see [`work_fraction`] for how logs count them).
 pub(super) fn epochs_done(record: &Record) -> Option<f64> {
     let epoch = record.epoch.filter(|e| e.is_finite() && *e >= 0.0)?;
@@ -178,4 +228,64 @@ pub(super) fn epochs_done(record: &Record) -> Option<f64> {
     } else {
         epoch
     })
+}
+
+#[cfg(test)]
+mod epoch_timer_tests {
+    use super::EpochTimer;
+
+    #[test]
+    fn epochs_are_timed_between_live_epoch_ends_and_never_from_the_start() {
+        let mut t = EpochTimer::default();
+        // Keras writes a row as each epoch ends: the first after the job's 6 s start.
+        t.observe(6.0, 1.0);
+        assert_eq!(
+            t.seconds(),
+            None,
+            "the time up to the first row holds the start"
+        );
+        // Whether the first row was read as it was written is not known (a backlog of one
+        // row, or a row within an epoch): epochs are timed from the next epoch end.
+        t.observe(8.0, 2.0);
+        assert_eq!(t.seconds(), None);
+        t.observe(8.5, 2.5); // a row within epoch 3 (fractional epochs)
+        t.observe(11.0, 3.0);
+        assert_eq!(t.seconds(), Some(3.0));
+        t.observe(15.0, 5.0); // two epochs in one step
+        assert_eq!(t.seconds(), Some(2.0));
+    }
+
+    #[test]
+    fn a_backlog_read_at_once_is_not_an_epoch_time() {
+        let mut t = EpochTimer::default();
+        // Ten epochs read at adoption in 3 ms, then the job goes on at 4 s an epoch.
+        for e in 1..=10 {
+            t.observe(100.0 + e as f64 * 0.0003, e as f64);
+        }
+        assert_eq!(t.seconds(), None);
+        // The 11th ends 2.5 s after the backlog was read: its epoch began before.
+        t.observe(102.5, 11.0);
+        assert_eq!(
+            t.seconds(),
+            None,
+            "the epoch after a backlog began before it was read"
+        );
+        t.observe(106.5, 12.0);
+        assert_eq!(t.seconds(), Some(4.0));
+    }
+
+    #[test]
+    fn a_run_that_logs_anew_is_timed_from_its_own_epochs() {
+        let mut t = EpochTimer::default();
+        for (at, e) in [(1.0, 1.0), (3.0, 2.0), (5.0, 3.0)] {
+            t.observe(at, e);
+        }
+        assert_eq!(t.seconds(), Some(2.0));
+        t.observe(20.0, 1.0); // restarted from scratch
+        t.observe(27.0, 2.0);
+        assert_eq!(t.seconds(), Some(7.0));
+        t.observe(30.0, f64::NAN);
+        t.observe(f64::INFINITY, 3.0);
+        assert_eq!(t.seconds(), Some(7.0), "bad input changes nothing");
+    }
 }

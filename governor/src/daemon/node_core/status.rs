@@ -110,6 +110,7 @@ impl JobEntry {
                 .map(|at| now.saturating_duration_since(at).as_secs_f64()),
             epochs_done: self.epochs_done,
             epochs_total: self.epochs,
+            epoch_seconds: self.epoch_timer.seconds(),
         }
     }
 }

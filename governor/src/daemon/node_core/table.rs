@@ -47,6 +47,7 @@ impl NodeCore {
             last_record_at: None,
             last_value: None,
             epochs_done: None,
+            epoch_timer: Default::default(),
             history: VecDeque::new(),
             first_value: None,
             quality: QualityTracker::new(Direction::Minimise),
