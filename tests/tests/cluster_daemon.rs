@@ -629,6 +629,32 @@ fn a_specon_nodes_move_request_reaches_the_coordinator() {
     };
     assert_eq!(asked.name, "calm", "{asked:?}");
     assert!(asked.local, "a job the node found by itself: {asked:?}");
+    // Each row is an epoch's end (Keras CSV): the node times the epochs as their rows arrive
+    // (what it reports as the job's epoch time), here one row every 0.1 s and a govctl call.
+    let loop_started = Instant::now();
+    let mut rows = 0u32;
+    let epoch_seconds = loop {
+        let row_at = Instant::now();
+        writers[1].append(0.01);
+        rows += 1;
+        if let Some(s) = daemon
+            .job("eager")
+            .and_then(|j| j["epoch_seconds"].as_f64())
+        {
+            break s;
+        }
+        assert!(
+            row_at.duration_since(loop_started) < Duration::from_secs(10),
+            "eager's epochs were never timed: {:?}",
+            daemon.job("eager")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let per_row = loop_started.elapsed().as_secs_f64() / f64::from(rows);
+    assert!(
+        epoch_seconds > 0.05 && epoch_seconds < 20.0 * per_row.max(0.2),
+        "eager's epoch time {epoch_seconds} s against a row every {per_row:.2} s"
+    );
     let request = asked.move_request.as_deref().unwrap();
     assert!(request.starts_with("node node-s asks: "), "{request}");
     let on_node = daemon.job("calm").expect("calm is governed");
