@@ -602,3 +602,45 @@ fn a_jobs_epoch_time_in_its_status_is_the_time_between_its_epoch_rows() {
     let s = epoch_seconds(&bed).expect("three rows: an epoch timed");
     assert!((s - 2.0).abs() < 1e-6, "{s}");
 }
+
+/// A trial that has logged every epoch it declared is not signalled when a slower trial's
+/// arrival at a rung outranks it: it is ending on its own, and a SIGINT in its exit would turn
+/// its success into a failure (the short demo, 2026-11-30).
+#[test]
+fn a_sweep_leaves_a_trial_that_has_done_its_epochs_to_end_on_its_own() {
+    let rule = crate::policy::sweep::HalvingRule {
+        eta: 3,
+        first_rung: 2.0,
+        ranking: crate::policy::sweep::Ranking::Seen,
+    };
+    let mut bed = bed_full(
+        id,
+        Some(SweepTrial {
+            sweep: "lr".into(),
+            rule,
+        }),
+        None,
+    );
+    let cgroup = |job: &str| JobCgroup::new(format!("jobs/{job}")).unwrap();
+    let now = bed.now;
+    // c, the worst, runs through all its 20 declared epochs (Keras epoch 19) before the others
+    // reach the first rung; a and b then get there, better.
+    for epoch in 0..20 {
+        bed.core
+            .on_record(now, &cgroup("c"), &keras_record(f64::from(epoch), 0.9));
+    }
+    bed.core
+        .on_record(now, &cgroup("a"), &keras_record(1.0, 0.3));
+    bed.core
+        .on_record(now, &cgroup("b"), &keras_record(1.0, 0.1));
+    let finish = |job: &str| {
+        bed.core
+            .status(now)
+            .jobs
+            .into_iter()
+            .find(|j| j.name == job)
+            .and_then(|j| j.finish)
+    };
+    assert_eq!(finish("c"), None, "c has done its epochs: not signalled");
+    assert!(finish("a").is_some(), "a, outranked mid-run, is cut");
+}

@@ -32,6 +32,9 @@ pub(super) fn finish_on_quality(
     fraction: Option<f64>,
     effects: &mut Vec<Effect>,
 ) {
+    if entry.has_done_its_epochs() {
+        return;
+    }
     if let Some(stop) = entry.finish.as_mut()
         && stop.observe_at(value, fraction)
         && entry.finishing.is_none()
@@ -59,6 +62,17 @@ pub(super) fn sweep_on_quality(
 ) {
     if let (Some(_), Some(done)) = (&entry.sweep, epochs) {
         cuts.extend(sweeps.observe(cgroup, done, loss));
+    }
+}
+
+impl JobEntry {
+    /// It has logged every epoch it declared: it is ending on its own. A stop signal now would
+    /// reach it in its exit (a Python interpreter's shutdown) and turn its success into an exit
+    /// by signal: the short demo's sweep cut a trial 0.57 s after its last epoch, in a slower
+    /// trial's judgement at the last rung, and the demo failed (2026-11-30, as in CI on
+    /// 2026-11-29).
+    pub(super) fn has_done_its_epochs(&self) -> bool {
+        matches!((self.epochs_done, self.epochs), (Some(done), Some(all)) if all > 0.0 && done >= all)
     }
 }
 
@@ -101,6 +115,10 @@ impl NodeCore {
                 continue;
             };
             if entry.finishing.is_some() {
+                continue;
+            }
+            if entry.has_done_its_epochs() {
+                debug!(job = %entry.name, "outranked in its sweep after its last epoch: left to end on its own");
                 continue;
             }
             let sweep = entry.sweep.clone().unwrap_or_default();
