@@ -346,21 +346,27 @@ fn a_job_stopped_at_convergence_keeps_its_share_until_it_exits() {
     assert_eq!(held(&mut bed, "b"), (false, false));
 }
 
-#[test]
-fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
+/// [`bed_full`] with every job a trial of sweep `lr`: rungs at 2, 6 and 18 epochs (eta 3), ranked
+/// by the best loss seen.
+fn sweep_bed() -> Bed {
     let rule = crate::policy::sweep::HalvingRule {
         eta: 3,
         first_rung: 2.0,
         ranking: crate::policy::sweep::Ranking::Seen,
     };
-    let mut bed = bed_full(
+    bed_full(
         id,
         Some(SweepTrial {
             sweep: "lr".into(),
             rule,
         }),
         None,
-    );
+    )
+}
+
+#[test]
+fn a_sweep_stops_the_trials_it_cuts_and_says_why() {
+    let mut bed = sweep_bed();
     let record = keras_record;
     let cgroup = |job: &str| JobCgroup::new(format!("jobs/{job}")).unwrap();
     let now = bed.now;
@@ -608,19 +614,7 @@ fn a_jobs_epoch_time_in_its_status_is_the_time_between_its_epoch_rows() {
 /// its success into a failure (the short demo, 2026-11-30).
 #[test]
 fn a_sweep_leaves_a_trial_that_has_done_its_epochs_to_end_on_its_own() {
-    let rule = crate::policy::sweep::HalvingRule {
-        eta: 3,
-        first_rung: 2.0,
-        ranking: crate::policy::sweep::Ranking::Seen,
-    };
-    let mut bed = bed_full(
-        id,
-        Some(SweepTrial {
-            sweep: "lr".into(),
-            rule,
-        }),
-        None,
-    );
+    let mut bed = sweep_bed();
     let cgroup = |job: &str| JobCgroup::new(format!("jobs/{job}")).unwrap();
     let now = bed.now;
     // c, the worst, runs through all its 20 declared epochs (Keras epoch 19) before the others
