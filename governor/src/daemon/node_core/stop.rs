@@ -32,21 +32,18 @@ pub(super) fn finish_on_quality(
     fraction: Option<f64>,
     effects: &mut Vec<Effect>,
 ) {
-    if entry.has_done_its_epochs() {
-        return;
-    }
     if let Some(stop) = entry.finish.as_mut()
         && stop.observe_at(value, fraction)
-        && entry.finishing.is_none()
     {
         let best = stop.best().unwrap_or(value);
-        info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
-        entry.finishing = Some(Finishing {
-            at: now,
-            why: format!("stopped: converged (best loss {best:.6})"),
-            terminated: false,
-        });
-        effects.push(signal(cgroup, Signal::SIGINT, entry));
+        if let Some(sigint) = entry.begin_stop(
+            cgroup,
+            now,
+            format!("stopped: converged (best loss {best:.6})"),
+        ) {
+            info!(job = %entry.name, best_loss = best, "converged: stopping the job as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
+            effects.push(sigint);
+        }
     }
 }
 
@@ -71,8 +68,24 @@ impl JobEntry {
     /// by signal: the short demo's sweep cut a trial 0.57 s after its last epoch, in a slower
     /// trial's judgement at the last rung, and the demo failed (2026-11-30, as in CI on
     /// 2026-11-29).
-    pub(super) fn has_done_its_epochs(&self) -> bool {
+    fn has_done_its_epochs(&self) -> bool {
         matches!((self.epochs_done, self.epochs), (Some(done), Some(all)) if all > 0.0 && done >= all)
+    }
+
+    /// Start stopping the job as it asked (`why` is what its status says): the SIGINT to send,
+    /// or `None` where no signal is owed: it is being stopped already, or it has done its
+    /// epochs ([`Self::has_done_its_epochs`]). SIGTERM follows after [`FINISH_GRACE`]
+    /// ([`NodeCore::terminate_overdue_stops`]).
+    fn begin_stop(&mut self, cgroup: &JobCgroup, now: Instant, why: String) -> Option<Effect> {
+        if self.finishing.is_some() || self.has_done_its_epochs() {
+            return None;
+        }
+        self.finishing = Some(Finishing {
+            at: now,
+            why,
+            terminated: false,
+        });
+        Some(signal(cgroup, Signal::SIGINT, self))
     }
 }
 
@@ -103,7 +116,8 @@ impl NodeCore {
     }
 
     /// Stop the trials their sweep cut (SIGINT now, SIGTERM after [`FINISH_GRACE`]), as they
-    /// asked by joining it. A trial already being stopped is left as it is.
+    /// asked by joining it. A trial already being stopped, or past its last epoch, is left as
+    /// it is.
     pub(super) fn cut_trials(
         &mut self,
         now: Instant,
@@ -114,21 +128,15 @@ impl NodeCore {
             let Some(entry) = self.jobs.get_mut(&cut.trial) else {
                 continue;
             };
-            if entry.finishing.is_some() {
+            let Some(sigint) =
+                entry.begin_stop(&cut.trial, now, format!("stopped: {}", cut.describe()))
+            else {
+                debug!(job = %entry.name, "outranked in its sweep while being stopped or after its last epoch: left to end on its own");
                 continue;
-            }
-            if entry.has_done_its_epochs() {
-                debug!(job = %entry.name, "outranked in its sweep after its last epoch: left to end on its own");
-                continue;
-            }
+            };
             let sweep = entry.sweep.clone().unwrap_or_default();
             info!(job = %entry.name, sweep = %sweep, rung_epochs = cut.rung_epochs, loss = cut.loss, place = cut.place, of = cut.of, kept = cut.kept, "outranked in its sweep: stopping the trial as it asked (SIGINT; SIGTERM after {}s)", FINISH_GRACE.as_secs());
-            entry.finishing = Some(Finishing {
-                at: now,
-                why: format!("stopped: {}", cut.describe()),
-                terminated: false,
-            });
-            effects.push(signal(&cut.trial, Signal::SIGINT, entry));
+            effects.push(sigint);
         }
     }
 
