@@ -19,8 +19,10 @@
 //! The same scenarios run on the host's cgroup v1 cpu controller (`root_host_v1_*`, run by
 //! `cargo xtask test` on hybrid hosts as root) and on cgroup v2 in the VM (`vm_*`, run by
 //! `cargo xtask vm-test starvation`). Each job is a shell script: busy loops (one per thread)
-//! and a Keras-style CSV log whose loss falls every 200 ms while the job works, so the policy
-//! sees every job learning.
+//! and a Keras-style CSV log whose loss falls by the same fraction for every 50 ms of CPU its
+//! logging loop uses, so the policy sees every job learning at one pace per CPU-second,
+//! whatever share it gets (a loss that fell with wall time would look fastest while the job
+//! was held to its floor, and the job judged converged once served).
 //!
 //! Beside them, the two ways a job may ask the daemon to end it, which must reach a job however
 //! it was started: finish at convergence (`run-job --finish`) and a sweep's trial budget
@@ -36,12 +38,13 @@ use governor_integration_tests::daemon::{Daemon, bin};
 use governor_integration_tests::{Layout, require_v1_cpu_host, require_vm};
 use governor_policy::shortest_left::ATTAINED_QUANTUM;
 
-/// One phase of a job's script. The loss falls by 0.005 a record from 2.0 (as in vm_daemon): a
-/// job still learning; k stays below 400 in these scenarios (at most 5 records a second for
-/// 30 s), so the loss stays positive.
+/// One phase of a job's script. The loss starts at 2.0 and loses 1/500 of itself a record, one
+/// record for every 50 ms of CPU the logging loop (one of the job's threads) uses: a job
+/// learning at the same pace per CPU-second throughout, as a real job's loss falls with the
+/// work it does, not with the time it waits.
 #[derive(Clone, Copy)]
 enum Phase {
-    /// `threads` busy loops for `secs` seconds, logging a falling loss every 200 ms.
+    /// `threads` busy loops for `secs` seconds, beside the loop that logs a falling loss.
     Busy { threads: u32, secs: u32 },
     /// Nothing at all for at least `secs` seconds (loading data, waiting for a file), and then
     /// until the test says the other jobs have had enough CPU more than this one ([`go_file`]).
@@ -81,7 +84,7 @@ const GO_WAIT_MAX: u32 = 60;
 
 fn script(log: &Path, phases: &[Phase]) -> String {
     let mut s = format!(
-        "log='{}'\nwants='{}'\nquiet='{}'\ngo='{}'\nstop='{}'\necho epoch,loss > \"$log\"\nk=0\n",
+        "log='{}'\nwants='{}'\nquiet='{}'\ngo='{}'\nstop='{}'\necho epoch,loss > \"$log\"\nk=0\nv=2000000\n",
         log.display(),
         wants_file(log).display(),
         quiet_file(log).display(),
@@ -101,13 +104,21 @@ fn script(log: &Path, phases: &[Phase]) -> String {
             Phase::Busy { threads, secs } => {
                 // Wall-clock bounds (or the test's stop file): a job held at its floor logs
                 // slowly, but its phases end on time, so the scenario's timeline does not
-                // depend on the policy.
+                // depend on the policy (the clock is /proc/uptime, read without a fork). The
+                // logging loop spins until this shell's own CPU time (utime + stime in
+                // /proc/$$/stat, in 10 ms ticks) has grown by 5 ticks, then logs: records come
+                // with the work done, whatever the job's share (a spin cut short by the phase's
+                // end logs nothing: its record would claim the loss fell for less work).
                 s.push_str(&format!(
                     "for t in $(seq {threads}); do timeout {secs} sh -c \"while [ ! -e '$stop' ]; do :; done\" & done\n\
-                     end=$(($(date +%s) + {secs}))\n\
-                     while [ $(date +%s) -lt $end ] && [ ! -e \"$stop\" ]; do v=$((20000 - 50 * k)); \
-                     echo \"$k,$((v / 10000)).$(printf %04d $((v % 10000)))\" >> \"$log\"; \
-                     k=$((k + 1)); sleep 0.2; done\n\
+                     read -r up _ < /proc/uptime; end=$((${{up%.*}} + {secs}))\n\
+                     read -r l < /proc/$$/stat; set -- ${{l##*) }}; mark=$((${{12}} + ${{13}}))\n\
+                     while read -r up _ < /proc/uptime; [ ${{up%.*}} -lt $end ] && [ ! -e \"$stop\" ]; do \
+                     while read -r l < /proc/$$/stat; set -- ${{l##*) }}; [ $((${{12}} + ${{13}})) -lt $((mark + 5)) ] \
+                     && read -r up _ < /proc/uptime && [ ${{up%.*}} -lt $end ] && [ ! -e \"$stop\" ]; do :; done; \
+                     [ $((${{12}} + ${{13}})) -lt $((mark + 5)) ] && continue; mark=$((${{12}} + ${{13}})); \
+                     echo \"$k,$((v / 1000000)).$(printf %06d $((v % 1000000)))\" >> \"$log\"; \
+                     v=$((v - v / 500)); k=$((k + 1)); done\n\
                      wait\n"
                 ));
             }
