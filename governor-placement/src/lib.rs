@@ -428,7 +428,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn PlacementPolicy>, UnknownPolicy> {
             .map(|p| Box::new(p) as Box<dyn PlacementPolicy>)
             .map_err(|why| UnknownPolicy {
                 name: format!("{name} ({why})"),
-                known: "soonest:contention=C,converged=CLAIM".into(),
+                known: "soonest:contention=C,converged=CLAIM,horizon=SECONDS".into(),
             });
     }
     Ok(match name {

@@ -46,7 +46,8 @@ pub struct Soonest {
     pub claim: [f64; 4],
     /// Nodes whose predicted share is within this fraction of the best are equally good.
     pub tolerance: f64,
-    /// A competitor with less than this many seconds left claims proportionally less.
+    /// A competitor with less than this many seconds left claims proportionally less; 0 weighs
+    /// every competitor by its category alone (`soonest:horizon=0`).
     pub horizon_s: f64,
     /// What each job already on a node costs the newcomer beyond its CPU claim (caches, memory
     /// bandwidth, thread pools on shared cores): the predicted share is divided by
@@ -79,8 +80,8 @@ impl Default for Soonest {
 }
 
 impl Soonest {
-    /// `KEY=VALUE[,KEY=VALUE]`: `contention` (0 or more) and `converged` (the claim of a
-    /// converged job, 0 to 1).
+    /// `KEY=VALUE[,KEY=VALUE]`: `contention` (0 or more), `converged` (the claim of a
+    /// converged job, 0 to 1) and `horizon` (seconds, 0 or more; 0: no remaining-time weighting).
     pub fn with_params(params: &str) -> Result<Self, String> {
         let mut policy = Soonest::default();
         for pair in params.split(',').filter(|p| !p.trim().is_empty()) {
@@ -96,12 +97,13 @@ impl Soonest {
                 "converged" if (0.0..=1.0).contains(&value) => {
                     policy.claim[Category::Converged.index()] = value;
                 }
-                "contention" | "converged" => {
+                "horizon" if value.is_finite() && value >= 0.0 => policy.horizon_s = value,
+                "contention" | "converged" | "horizon" => {
                     return Err(format!("{key}={value} is out of range"));
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?} (contention, converged)"
+                        "unknown parameter {other:?} (contention, converged, horizon)"
                     ));
                 }
             }
@@ -133,7 +135,7 @@ struct SumsCache {
 impl Soonest {
     fn claim_of(&self, job: &JobView) -> f64 {
         let soon = match (job.epoch_seconds, job.epoch, job.max_epochs) {
-            (Some(f), Some(n), Some(max)) if !job.pending => {
+            (Some(f), Some(n), Some(max)) if !job.pending && self.horizon_s > 0.0 => {
                 let remaining = f * max.saturating_sub(n) as f64;
                 (remaining / self.horizon_s).clamp(0.25, 1.0)
             }
@@ -356,7 +358,14 @@ mod tests {
     #[test]
     fn soonest_parameters_are_checked() {
         assert!(Soonest::with_params("contention=0.1,converged=0.5").is_ok());
-        for bad in ["contention=-1", "converged=2", "speed=1", "contention"] {
+        assert!(Soonest::with_params("horizon=0").is_ok());
+        for bad in [
+            "contention=-1",
+            "converged=2",
+            "horizon=-1",
+            "speed=1",
+            "contention",
+        ] {
             assert!(Soonest::with_params(bad).is_err(), "{bad}");
         }
         assert!(crate::by_name("soonest:contention=0.1").is_ok());
@@ -465,6 +474,31 @@ mod tests {
             node("b", vec![ending]),
         ]);
         assert_eq!(chosen(&c, &place(&c, &JobRequest::new("n", 0))), "b");
+        // Without the remaining-time weighting it claims as much as any other learner: "a" is
+        // as good, and first in view order.
+        let mut by_category = Soonest::with_params("horizon=0").unwrap();
+        assert_eq!(
+            chosen(
+                &c,
+                &by_category.place(&c, &JobRequest::new("n", 0)).unwrap()
+            ),
+            "a"
+        );
+    }
+
+    #[test]
+    fn a_competitor_past_its_last_epoch_claims_a_number_without_the_horizon() {
+        // Epochs all done (0 s left) and no horizon: 0 / 0 must not make every share NaN.
+        let done = JobView {
+            epoch_seconds: Some(10.0),
+            epoch: Some(100),
+            max_epochs: Some(100),
+            ..JobView::running("d", Progressing, 4.0)
+        };
+        let c = cluster(vec![node("a", vec![done])]);
+        let s = Soonest::with_params("horizon=0").unwrap();
+        let (share, _) = s.predicted_share(&c.nodes[0], &JobRequest::new("n", 0));
+        assert!((share - 8.0 / 2.0 / 1.3).abs() < 1e-9, "{share}");
     }
 
     #[test]
