@@ -84,7 +84,9 @@ const GO_WAIT_MAX: u32 = 60;
 
 fn script(log: &Path, phases: &[Phase]) -> String {
     let mut s = format!(
-        "log='{}'\nwants='{}'\nquiet='{}'\ngo='{}'\nstop='{}'\necho epoch,loss > \"$log\"\nk=0\nv=2000000\n",
+        "log='{}'\nwants='{}'\nquiet='{}'\ngo='{}'\nstop='{}'\necho epoch,loss > \"$log\"\nk=0\nv=2000000\n\
+         ticks() {{ read -r l < /proc/$$/stat; set -- ${{l##*) }}; t=$((${{12}} + ${{13}})); }}\n\
+         now() {{ read -r up _ < /proc/uptime; up=${{up%.*}}; }}\n",
         log.display(),
         wants_file(log).display(),
         quiet_file(log).display(),
@@ -104,19 +106,18 @@ fn script(log: &Path, phases: &[Phase]) -> String {
             Phase::Busy { threads, secs } => {
                 // Wall-clock bounds (or the test's stop file): a job held at its floor logs
                 // slowly, but its phases end on time, so the scenario's timeline does not
-                // depend on the policy (the clock is /proc/uptime, read without a fork). The
-                // logging loop spins until this shell's own CPU time (utime + stime in
+                // depend on the policy (`now`: /proc/uptime, read without a fork). The
+                // logging loop spins until this shell's own CPU time (`ticks`: utime + stime in
                 // /proc/$$/stat, in 10 ms ticks) has grown by 5 ticks, then logs: records come
                 // with the work done, whatever the job's share (a spin cut short by the phase's
                 // end logs nothing: its record would claim the loss fell for less work).
                 s.push_str(&format!(
                     "for t in $(seq {threads}); do timeout {secs} sh -c \"while [ ! -e '$stop' ]; do :; done\" & done\n\
-                     read -r up _ < /proc/uptime; end=$((${{up%.*}} + {secs}))\n\
-                     read -r l < /proc/$$/stat; set -- ${{l##*) }}; mark=$((${{12}} + ${{13}}))\n\
-                     while read -r up _ < /proc/uptime; [ ${{up%.*}} -lt $end ] && [ ! -e \"$stop\" ]; do \
-                     while read -r l < /proc/$$/stat; set -- ${{l##*) }}; [ $((${{12}} + ${{13}})) -lt $((mark + 5)) ] \
-                     && read -r up _ < /proc/uptime && [ ${{up%.*}} -lt $end ] && [ ! -e \"$stop\" ]; do :; done; \
-                     [ $((${{12}} + ${{13}})) -lt $((mark + 5)) ] && continue; mark=$((${{12}} + ${{13}})); \
+                     now; end=$((up + {secs})); ticks; mark=$t\n\
+                     running() {{ now; [ $up -lt $end ] && [ ! -e \"$stop\" ]; }}\n\
+                     while running; do \
+                     while ticks; [ $t -lt $((mark + 5)) ] && running; do :; done; \
+                     [ $t -lt $((mark + 5)) ] && continue; mark=$t; \
                      echo \"$k,$((v / 1000000)).$(printf %06d $((v % 1000000)))\" >> \"$log\"; \
                      v=$((v - v / 500)); k=$((k + 1)); done\n\
                      wait\n"
