@@ -122,6 +122,14 @@ impl Default for LearningFirstParams {
 }
 
 impl LearningFirstParams {
+    /// The least part of its fair share a job judged learnt keeps over time: it yields only
+    /// while it is less than `budget` × `slack` behind its fair twin (0.92 by default). What a
+    /// placement should expect such a job to take from a newcomer
+    /// (`governor_placement::Soonest`'s claim of a converged job).
+    pub fn least_kept_share(&self) -> f64 {
+        (1.0 - self.budget * self.slack).clamp(0.0, 1.0)
+    }
+
     /// Set a parameter by name.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         let num = |min: f64, max: f64| super::parse_number_in(key, value, min, max);

@@ -161,6 +161,11 @@ fn a_yielding_job_is_held_within_its_pace_bound() {
     }
     // It yields again as it earns room, a few seconds in fifty.
     assert!((2..=10).contains(&yields), "yielded {yields} times");
+    // Over the run it kept the part of its fair share (60 CPU-s) the placement counts on, less
+    // one interval's overshoot.
+    let kept = LearningFirstParams::default().least_kept_share();
+    assert!((kept - 0.92).abs() < 1e-12, "{kept}");
+    assert!(cpu / 60.0 >= kept - 0.8 / 60.0, "kept {:.3}", cpu / 60.0);
 }
 
 #[test]
