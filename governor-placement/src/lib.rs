@@ -366,7 +366,7 @@ pub const CANDIDATES_KEPT: usize = 5;
 pub const POLICIES: &[(&str, &str)] = &[
     (
         "soonest",
-        "ours: the node where the job gets the largest predicted CPU share (converged jobs yield), GPUs packed best-fit",
+        "ours: the node where the job gets the largest predicted CPU share (each job there counted at the share its node policy leaves it), GPUs packed best-fit",
     ),
     (
         "flowcon",
