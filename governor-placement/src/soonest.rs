@@ -55,8 +55,8 @@ pub struct Soonest {
     /// Measured (2026-12-01, `govsim paper S --seeds 6-25 --contention W --also
     /// learning-first/soonest:converged=0.92,watching=1` for the six multi-worker scenarios of
     /// FlowCon and SpeCon) against the 0.5 and 0.15 it was for watching and converged jobs, the
-    /// caps of the node policy before `learning-first`: docs/evaluation/paper-scenarios.md#
-    /// what-the-placements-gap-is-not.
+    /// caps of the node policy before `learning-first`
+    /// (docs/evaluation/paper-scenarios.md#what-the-placements-gap-is-not).
     pub claim: [f64; 4],
     /// Nodes whose predicted share is within this fraction of the best are equally good.
     ///

@@ -88,6 +88,20 @@ pub fn ebpf_tools() -> Result<()> {
     step("bpf-linker", bpf_linker)
 }
 
+/// [`ebpf_tools`], or, where they cannot be installed, every later build of this run without the
+/// daemon's eBPF programs (it accounts CPU from cgroupfs; the policies are the same), said once.
+/// For the commands that run real jobs on this host (the demo, `bench-real`), which need the
+/// daemon, not its eBPF accounting.
+pub fn ebpf_tools_or_build_without() {
+    if let Err(e) = ebpf_tools() {
+        eprintln!(
+            "== the eBPF build tools could not be installed ({e:#}): the daemon is built \
+             without its eBPF CPU accounting and accounts CPU from cgroupfs (the policies are the same)"
+        );
+        cmd::build_without_ebpf();
+    }
+}
+
 fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     eprintln!("-- {name}");
     let started = std::time::Instant::now();

@@ -92,16 +92,8 @@ impl RealEnv {
     /// The benchmark's environment: the Python environment and the release daemon (and, for a
     /// cluster, the coordinator and govctl beside it).
     pub fn prepare(cluster: bool) -> Result<RealEnv> {
-        // As the demo: install the eBPF build tools first (a fresh checkout has none, and the
-        // build requires them), else build without the eBPF accounting, which the policies do
-        // not need.
-        if let Err(e) = governor_testbed::setup::ebpf_tools() {
-            eprintln!(
-                "== the eBPF build tools could not be installed ({e:#}): the daemon is built \
-                 without its eBPF CPU accounting and accounts CPU from cgroupfs (the policies are the same)"
-            );
-            cmd::build_without_ebpf();
-        }
+        // A fresh checkout has no eBPF build tools, and the release build requires them.
+        governor_testbed::setup::ebpf_tools_or_build_without();
         let python = python_env()?;
         eprintln!("== building the release daemon");
         let mut build = cmd::cargo();

@@ -79,13 +79,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     let started = Instant::now();
     let out = cmd::target_dir().join("demo");
     fs::create_dir_all(&out)?;
-    if let Err(e) = setup::ebpf_tools() {
-        eprintln!(
-            "== the eBPF build tools could not be installed ({e:#}): the demo's daemon is built \
-             without its eBPF CPU accounting and accounts CPU from cgroupfs (the policies are the same)"
-        );
-        cmd::build_without_ebpf();
-    }
+    setup::ebpf_tools_or_build_without();
     let python = bench_real::python_env()?;
     let page = !args.short && !args.no_page;
     let governor = build_binaries(args.short, page)?;
